@@ -1,0 +1,200 @@
+"""Argument checking and normalization shared by the compiled kernels and the reference.
+
+Every public call is turned into the op-level arguments of `fwd` (see torch-ext/torch_binding.cpp and
+kernel-src/winattn_params.h): bias and bool mask become 4-D *views* [P, Hb, Rq, Rk] (P = 1, B or the Swin window
+count), nothing is expanded. Bad input raises ValueError naming the argument, what was expected and what came.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+
+
+@dataclass
+class OpArgs:
+    """Positional arguments of the `fwd` op, in schema order."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    bias: Optional[torch.Tensor]
+    mask: Optional[torch.Tensor]
+    key_padding_mask: Optional[torch.Tensor]
+    rel_pos_table: Optional[torch.Tensor]
+    rel_pos_index: Optional[torch.Tensor]
+    scale: float
+    causal: bool
+    window_left: int
+    window_right: int
+    deterministic: bool
+
+    def as_tuple(self) -> tuple:
+        return (
+            self.q, self.k, self.v, self.bias, self.mask, self.key_padding_mask, self.rel_pos_table,
+            self.rel_pos_index, self.scale, self.causal, self.window_left, self.window_right, self.deterministic,
+        )
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed_dtypes=_KERNEL_DTYPES) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, S, H, D], got shape {tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in allowed_dtypes:
+        raise ValueError(f"q/k/v dtype must be one of {[str(d) for d in allowed_dtypes]}, got {q.dtype}")
+    B, Sq, H, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"batch sizes differ: q {B}, k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v sequence lengths differ: {k.shape[1]} vs {v.shape[1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v head counts differ: {k.shape[2]} vs {v.shape[2]}")
+    if k.shape[3] != D or v.shape[3] != D:
+        raise ValueError(f"head dims differ: q {D}, k {k.shape[3]}, v {v.shape[3]}")
+    if D % 8 != 0 or D < 8 or D > MAX_HEAD_DIM:
+        raise ValueError(f"head dim must be a multiple of 8 in [8, {MAX_HEAD_DIM}], got {D}")
+    if H % k.shape[2] != 0:
+        raise ValueError(f"num_heads of q ({H}) must be a multiple of the k/v head count ({k.shape[2]}) (GQA/MQA)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dim (stride(-1) == 1), got strides {t.stride()}")
+
+
+def _broadcast_view(t: torch.Tensor, name: str, B: int, H: int, Sq: int, Sk: int) -> torch.Tensor:
+    """Right-aligned torch broadcasting of `t` to [B, H, Sq, Sk], returned as a 4-D view (no copy)."""
+    if t.dim() > 4:
+        raise ValueError(f"{name} must have at most 4 dims to broadcast to [B, H, Sq, Sk], got {tuple(t.shape)}")
+    view = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape)) if t.dim() < 4 else t
+    for have, want, dim in zip(view.shape, (B, H, Sq, Sk), ("B", "H", "Sq", "Sk")):
+        if have not in (1, want):
+            raise ValueError(
+                f"{name} of shape {tuple(t.shape)} does not broadcast to [B, H, Sq, Sk] = "
+                f"[{B}, {H}, {Sq}, {Sk}] (dim {dim}: {have} vs {want})"
+            )
+    return view
+
+
+def _check_same_device(t: torch.Tensor, name: str, device: torch.device) -> None:
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}")
+
+
+def _window(window, causal: bool) -> Tuple[int, int]:
+    if window is None:
+        return -1, -1
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise ValueError(f"window must be a (left, right) pair, got {window!r}") from None
+    left = -1 if left is None else int(left)
+    right = -1 if right is None else int(right)
+    if left < -1 or right < -1:
+        raise ValueError(f"window sizes must be >= 0 (or -1/None for unbounded), got {window!r}")
+    return left, right
+
+
+def attention_args(
+    q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+    deterministic=False, allowed_dtypes=_KERNEL_DTYPES,
+) -> OpArgs:
+    _check_qkv(q, k, v, allowed_dtypes)
+    B, Sq, H, D = q.shape
+    Sk = k.shape[1]
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            raise ValueError(f"bias must be a floating-point tensor, got {getattr(bias, 'dtype', type(bias))}")
+        _check_same_device(bias, "bias", q.device)
+        bias = _broadcast_view(bias, "bias", B, H, Sq, Sk)
+        if bias.dtype not in (q.dtype, torch.float32):
+            bias = bias.to(q.dtype)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise ValueError(
+                f"mask must be a bool tensor (True = attend), got {getattr(mask, 'dtype', type(mask))}; "
+                "pass additive float masks as bias="
+            )
+        _check_same_device(mask, "mask", q.device)
+        mask = _broadcast_view(mask, "mask", B, H, Sq, Sk)
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
+            raise ValueError("key_padding_mask must be a bool tensor [B, Sk] (True = real token)")
+        _check_same_device(key_padding_mask, "key_padding_mask", q.device)
+        if tuple(key_padding_mask.shape) != (B, Sk):
+            raise ValueError(f"key_padding_mask must be [B, Sk] = [{B}, {Sk}], got {tuple(key_padding_mask.shape)}")
+    left, right = _window(window, causal)
+    return OpArgs(
+        q, k, v, bias, mask, key_padding_mask, None, None, _scale(scale, D), bool(causal), left, right,
+        bool(deterministic),
+    )
+
+
+def window_attention_args(
+    q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None, deterministic=False,
+    allowed_dtypes=_KERNEL_DTYPES,
+) -> OpArgs:
+    _check_qkv(q, k, v, allowed_dtypes)
+    BW, N, H, D = q.shape
+    if k.shape[1] != N:
+        raise ValueError(f"window attention needs equal q and k lengths (the window area N), got {N} and {k.shape[1]}")
+    if (rel_pos_table is None) != (rel_pos_index is None):
+        raise ValueError("rel_pos_table and rel_pos_index must be given together")
+    if rel_pos_table is not None:
+        _check_same_device(rel_pos_table, "rel_pos_table", q.device)
+        _check_same_device(rel_pos_index, "rel_pos_index", q.device)
+        if rel_pos_table.dim() != 2 or rel_pos_table.shape[1] != H or not rel_pos_table.is_floating_point():
+            raise ValueError(f"rel_pos_table must be a float [(2W-1)^2, num_heads={H}] tensor, got "
+                             f"{tuple(rel_pos_table.shape)} {rel_pos_table.dtype}")
+        if tuple(rel_pos_index.shape) != (N, N) or rel_pos_index.is_floating_point() or rel_pos_index.dtype == torch.bool:
+            raise ValueError(f"rel_pos_index must be an integer [N, N] = [{N}, {N}] tensor, got "
+                             f"{tuple(rel_pos_index.shape)} {rel_pos_index.dtype}")
+        # float32 table (Swin keeps it fp32 under AMP) and int64 index at the op level: both are tiny.
+        rel_pos_table = rel_pos_table.float()
+        rel_pos_index = rel_pos_index.long()
+    additive = None
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or not mask.is_floating_point() or mask.dim() != 3 or mask.shape[1:] != (N, N):
+            raise ValueError(f"mask must be an additive float [nW, N, N] tensor (Swin shift mask), got "
+                             f"{tuple(getattr(mask, 'shape', ()))} {getattr(mask, 'dtype', type(mask))}")
+        _check_same_device(mask, "mask", q.device)
+        nw = mask.shape[0]
+        if nw < 1 or BW % nw != 0:
+            raise ValueError(f"the window count of mask ({nw}) must divide the batch dim of q ({BW} = B * nW)")
+        additive = mask.unsqueeze(1)  # [nW, 1, N, N]: window index = batch index mod nW
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            raise ValueError("bias must be a floating-point tensor")
+        _check_same_device(bias, "bias", q.device)
+        bias = _broadcast_view(bias, "bias", BW, H, N, N)
+        if additive is not None:
+            # Both present: sum them (size nW*H*N^2 or B*nW*H*N^2, bounded by the bias itself); autograd reduces
+            # the gradient back to bias's shape.
+            if bias.shape[0] not in (1, additive.shape[0]):
+                additive = additive.repeat(bias.shape[0] // additive.shape[0], 1, 1, 1)
+            additive = bias + additive.to(bias.dtype)
+        else:
+            additive = bias
+    if additive is not None and additive.dtype not in (q.dtype, torch.float32):
+        additive = additive.to(q.dtype)
+    return OpArgs(
+        q, k, v, additive, None, None, rel_pos_table, rel_pos_index, _scale(scale, D), False, -1, -1,
+        bool(deterministic),
+    )
+
+
+def _scale(scale, head_dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return scale

@@ -1,0 +1,117 @@
+"""Public API on top of the compiled ops: argument checks, autograd and fake (meta) implementations.
+
+`fwd`/`bwd` are defined in torch-ext/torch_binding.cpp. Autograd and fake kernels are registered through
+`torch.library` with `add_op_namespace_prefix`, so each build keeps its own namespace (two builds can be loaded side
+by side) and `torch.compile(fullgraph=True)` traces the ops without graph breaks.
+"""
+
+import torch
+
+from ._args import attention_args, window_attention_args
+from ._ops import add_op_namespace_prefix, ops
+
+_BUILD_DEVICE = "cuda" if "_cuda_" in add_op_namespace_prefix("") else "cpu"
+
+
+@torch.library.register_fake(add_op_namespace_prefix("fwd"))
+def _fwd_fake(q, k, v, bias, mask, key_padding_mask, rel_pos_table, rel_pos_index, scale, causal, window_left,
+              window_right, deterministic):
+    B, Sq, H, D = q.shape
+    return q.new_empty((B, Sq, H, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("bwd"))
+def _bwd_fake(grad_out, q, k, v, out, lse, bias, mask, key_padding_mask, rel_pos_table, rel_pos_index, scale, causal,
+              window_left, window_right, bias_requires_grad, table_requires_grad, deterministic):
+    dbias = q.new_empty(bias.shape if bias_requires_grad else (0,), dtype=torch.float32)
+    dtable = q.new_empty(rel_pos_table.shape if table_requires_grad else (0,), dtype=torch.float32)
+    return (q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape), dbias, dtable)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, bias, mask, kpm, table, index, scale, causal, left, right, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, bias, mask, kpm, table, index)
+    ctx.options = (scale, causal, left, right, deterministic)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.table_dtype = None if table is None else table.dtype
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, bias, mask, kpm, table, index = ctx.saved_tensors
+    scale, causal, left, right, deterministic = ctx.options
+    bias_grad = bias is not None and ctx.needs_input_grad[3]
+    table_grad = table is not None and ctx.needs_input_grad[6]
+    dq, dk, dv, dbias, dtable = ops.bwd(
+        grad_out.contiguous(), q, k, v, out, lse, bias, mask, kpm, table, index, scale, causal, left, right,
+        bias_grad, table_grad, deterministic,
+    )
+    dbias = dbias.to(ctx.bias_dtype) if bias_grad else None
+    dtable = dtable.to(ctx.table_dtype) if table_grad else None
+    return dq, dk, dv, dbias, None, None, dtable, None, None, None, None, None, None
+
+
+torch.library.register_autograd(add_op_namespace_prefix("fwd"), _backward, setup_context=_setup_context)
+
+
+def _run(a):
+    if a.q.device.type != _BUILD_DEVICE:
+        raise ValueError(
+            f"this window-attention build runs on {_BUILD_DEVICE} tensors, got {a.q.device}; load the "
+            f"variant for {a.q.device.type} or use window_attention.reference"
+        )
+    if a.q.dtype == torch.float32 and _BUILD_DEVICE == "cuda":
+        raise ValueError("the CUDA kernels take float16 or bfloat16 q/k/v, got float32")
+    return ops.fwd(*a.as_tuple())
+
+
+def attention(
+    q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+    return_lse=False, deterministic=False,
+):
+    """Fused attention with an additive bias and masks.
+
+    Args:
+        q: [B, Sq, H, D]; k, v: [B, Sk, H_kv, D] with H_kv dividing H (GQA/MQA). Any strides with a contiguous
+            last dim; float16/bfloat16 (float32 on CPU); D a multiple of 8, at most 256.
+        bias: float tensor broadcastable to [B, H, Sq, Sk] (read by stride, never expanded). Its gradient is
+            returned reduced to bias's own shape.
+        mask: bool tensor broadcastable to [B, H, Sq, Sk], True = attend.
+        key_padding_mask: bool [B, Sk], True = real token.
+        causal: bottom-right aligned causal mask (as flash-attention).
+        window: (left, right) sliding window around the bottom-right aligned diagonal; -1/None = unbounded.
+        scale: softmax scale, default 1/sqrt(D).
+        return_lse: also return lse [B, H, Sq] float32 (natural log).
+        deterministic: bit-identical gradients for identical inputs.
+
+    Rows whose keys are all masked return 0 with lse = -inf, and get zero gradients.
+
+    Shapes:
+        returns [B, Sq, H, D] (and [B, H, Sq] with return_lse).
+    """
+    a = attention_args(
+        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
+        scale=scale, deterministic=deterministic,
+    )
+    out, lse = _run(a)
+    return (out, lse) if return_lse else out
+
+
+def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None):
+    """Swin (shifted) window attention with the relative-position bias gathered inside the kernel.
+
+    Args:
+        q, k, v: [B * nW, N, H, D] (N = window area, e.g. 49 for 7x7 windows).
+        rel_pos_table: [(2W-1)^2, H] relative-position bias table (gets a gradient).
+        rel_pos_index: [N, N] integer index into the table.
+        bias: optional extra float bias broadcastable to [B * nW, H, N, N].
+        mask: optional additive float [nW, N, N] shift mask; window index = batch index mod nW.
+        scale: default 1/sqrt(D).
+
+    Shapes:
+        returns [B * nW, N, H, D].
+    """
+    a = window_attention_args(
+        q, k, v, rel_pos_table=rel_pos_table, rel_pos_index=rel_pos_index, bias=bias, mask=mask, scale=scale
+    )
+    return _run(a)[0]

@@ -1,0 +1,97 @@
+"""Pure-PyTorch reference of the window-attention kernels.
+
+Same semantics as the compiled op (see kernel-src/winattn_params.h), computed in float32 (float64 when the inputs
+are float64) with full [B, H, Sq, Sk] score matrices. It is the golden model of the tests and the explicit fallback
+when no compiled variant fits (`winattn.load(..., fallback="reference")`). Gradients come from autograd.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from ._args import attention_args, window_attention_args
+
+_REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _tile_batch(t: torch.Tensor, batch: int) -> torch.Tensor:
+    """[P, ...] -> [B, ...] with row b = t[b % P] (the op's batch-period rule)."""
+    return t if t.shape[0] in (1, batch) else t.repeat(batch // t.shape[0], *([1] * (t.dim() - 1)))
+
+
+def visible_keys(
+    B: int, Sq: int, Sk: int, device, mask=None, key_padding_mask=None, causal=False, window_left=-1,
+    window_right=-1,
+) -> Optional[torch.Tensor]:
+    """Bool [B|1, H|1, Sq, Sk] of keys each query may attend to, or None when all are visible."""
+    visible = None
+
+    def both(a, b):
+        return b if a is None else a & b
+
+    if mask is not None:
+        visible = both(visible, _tile_batch(mask, B))
+    if key_padding_mask is not None:
+        visible = both(visible, key_padding_mask[:, None, None, :])
+    if causal or window_left >= 0 or window_right >= 0:
+        i = torch.arange(Sq, device=device)[:, None]
+        j = torch.arange(Sk, device=device)[None, :]
+        d = j - i - (Sk - Sq)  # bottom-right aligned
+        band = torch.ones(Sq, Sk, dtype=torch.bool, device=device)
+        if causal:
+            band &= d <= 0
+        if window_right >= 0:
+            band &= d <= window_right
+        if window_left >= 0:
+            band &= d >= -window_left
+        visible = both(visible, band[None, None])
+    return visible
+
+
+def fwd(
+    q, k, v, bias=None, mask=None, key_padding_mask=None, rel_pos_table=None, rel_pos_index=None, scale=1.0,
+    causal=False, window_left=-1, window_right=-1, deterministic=False,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Op-level forward: (out [B, Sq, H, D] in q's dtype, lse [B, H, Sq] float32)."""
+    B, Sq, H, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qf = q.to(acc).transpose(1, 2)
+    kf = k.to(acc).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+    vf = v.to(acc).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if bias is not None:
+        s = s + _tile_batch(bias.to(acc), B)
+    if rel_pos_table is not None:
+        s = s + rel_pos_table.to(acc)[rel_pos_index].permute(2, 0, 1)
+    visible = visible_keys(B, Sq, Sk, q.device, mask, key_padding_mask, causal, window_left, window_right)
+    if visible is not None:
+        s = s.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    # Rows with no visible key: lse = -inf, p = 0 (a finite shift keeps exp() and its gradient NaN-free).
+    finite_lse = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    p = torch.exp(s - finite_lse.unsqueeze(-1))
+    out = (p @ vf).transpose(1, 2).to(q.dtype)
+    return out, lse.float()
+
+
+def attention(
+    q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+    return_lse=False, deterministic=False,
+):
+    """Reference `window_attention.attention` (same signature and semantics)."""
+    a = attention_args(
+        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
+        scale=scale, deterministic=deterministic, allowed_dtypes=_REFERENCE_DTYPES,
+    )
+    out, lse = fwd(*a.as_tuple())
+    return (out, lse) if return_lse else out
+
+
+def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None):
+    """Reference `window_attention.window_attention` (same signature and semantics)."""
+    a = window_attention_args(
+        q, k, v, rel_pos_table=rel_pos_table, rel_pos_index=rel_pos_index, bias=bias, mask=mask, scale=scale,
+        allowed_dtypes=_REFERENCE_DTYPES,
+    )
+    return fwd(*a.as_tuple())[0]

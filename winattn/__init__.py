@@ -1,0 +1,27 @@
+"""winattn: the thin, verifying loader of the window-attention kernel, plus its tooling and integrations.
+
+`import winattn` pulls in only the loader; the builder, Hub server, publisher and signing live in their own
+modules (`winattn.build`, `winattn.hub`, `winattn.publish`, ...) and the `tools` extra.
+"""
+
+from .errors import (
+    BuildError,
+    HubProtocolError,
+    KernelNotFoundError,
+    OfflineError,
+    PublishError,
+    UntrustedKernelError,
+    VerificationError,
+    WinattnError,
+)
+
+__all__ = [
+    "BuildError",
+    "HubProtocolError",
+    "KernelNotFoundError",
+    "OfflineError",
+    "PublishError",
+    "UntrustedKernelError",
+    "VerificationError",
+    "WinattnError",
+]

@@ -1,0 +1,41 @@
+"""Every exception winattn raises. Each names the cause and the fix; catch `WinattnError` for all of them."""
+
+
+class WinattnError(Exception):
+    """Base class of winattn's errors."""
+
+
+class KernelNotFoundError(WinattnError, FileNotFoundError):
+    """No variant of the kernel fits this machine, or a repo/revision/variant does not exist."""
+
+
+class UntrustedKernelError(WinattnError):
+    """The publisher is not trusted and the caller did not opt in (trust_remote_code / allowlist)."""
+
+
+class VerificationError(WinattnError):
+    """A downloaded or vendored variant failed digest, pin, signature, arch or dependency checks.
+
+    Attributes:
+        checks: the list of (check name, passed, detail) results that led to the refusal.
+    """
+
+    def __init__(self, message: str, checks=None):
+        super().__init__(message)
+        self.checks = list(checks or [])
+
+
+class OfflineError(WinattnError):
+    """Offline mode (HF_HUB_OFFLINE / vendored) and the needed files are not on disk."""
+
+
+class BuildError(WinattnError):
+    """`winattn build` failed: bad build.toml, compiler error or ABI violation."""
+
+
+class PublishError(WinattnError):
+    """`winattn publish` refused a variant or the upload failed."""
+
+
+class HubProtocolError(WinattnError):
+    """The embedded Hub server was asked something it cannot answer."""
