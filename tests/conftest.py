@@ -1,0 +1,52 @@
+"""Shared fixtures: the compiled kernel under test and device selection.
+
+The `kernel` fixture builds the variant for this machine once per session with `winattn build` (incremental: a
+no-op when nothing changed) and loads it the way users do, through `kernels`. On a GPU machine the CUDA variant is
+built beforehand (`make gpu-check`) and loaded the same way.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR = REPO_ROOT / "build"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make gpu-check` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def built_variant() -> Path:
+    """Path of the variant directory built for this machine's backend.
+
+    WINATTN_VARIANT_DIR points at a prebuilt variant instead (the GPU machine runs what was compiled here).
+    """
+    import os
+
+    if os.environ.get("WINATTN_VARIANT_DIR"):
+        return Path(os.environ["WINATTN_VARIANT_DIR"]).resolve()
+    from winattn.build import build_variant
+
+    backend = "cuda" if torch.cuda.is_available() else "cpu"
+    return build_variant(REPO_ROOT, backend=backend, build_dir=BUILD_DIR)
+
+
+@pytest.fixture(scope="session")
+def kernel(built_variant):
+    """The window-attention module loaded by `kernels.get_local_kernel` from the build directory."""
+    from kernels import get_local_kernel
+
+    return get_local_kernel(built_variant)
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
