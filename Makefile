@@ -1,0 +1,41 @@
+# Quickstart: `make demo` then `make test` on a fresh clone. Each target sets itself up.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup build build-cuda test demo gpu-check matrix clean
+
+setup: $(STAMP)
+
+# A venv with pinned deps. torch==2.13.0 resolves to the local CPU wheel (requirements/constraints.txt keeps every
+# later install from replacing it). nix-bin (Debian) is only used to check that flake.nix parses.
+$(STAMP): requirements/base.txt requirements/integrations.txt requirements/constraints.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements/base.txt 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/integrations.txt 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import torch, kernels, huggingface_hub, model_signing, diffusers, timm; assert torch.__version__.startswith('2.13.0')"
+	@if ! command -v nix-instantiate >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin) >/dev/null 2>&1 \
+	  || echo "note: nix-bin not installed; the flake.nix parse test will be skipped"; fi
+	touch $@
+
+build: setup
+	$(PY) -m winattn build --backend cpu
+
+# Compile-only CUDA build (no GPU needed); CUDA_ARCHS="9.0" limits the archs.
+build-cuda: setup
+	$(PY) -m winattn build --backend cuda $(if $(CUDA_ARCHS),--cuda-archs $(CUDA_ARCHS))
+
+test: build
+	$(PY) -m pytest -q
+
+demo: setup
+	$(PY) -m winattn demo
+
+gpu-check:
+	bash scripts/gpu_check.sh
+
+clean:
+	rm -rf build _build_obj results
