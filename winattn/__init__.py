@@ -6,6 +6,7 @@ modules (`winattn.build`, `winattn.hub`, `winattn.publish`, ...) and the `tools`
 
 from .errors import (
     BuildError,
+    DownloadError,
     HubProtocolError,
     KernelNotFoundError,
     OfflineError,
@@ -14,9 +15,13 @@ from .errors import (
     VerificationError,
     WinattnError,
 )
+from .load import LoadInfo, load
 
 __all__ = [
+    "load",
+    "LoadInfo",
     "BuildError",
+    "DownloadError",
     "HubProtocolError",
     "KernelNotFoundError",
     "OfflineError",

@@ -12,6 +12,11 @@ from .errors import WinattnError
 # Modules that provide subcommands. Each defines `register(subparsers)` and sets `func` on its parser(s).
 _COMMAND_MODULES = [
     "winattn.build",
+    "winattn.publish",
+    "winattn.vendor",
+    "winattn.demo",
+    "winattn.hub.cli",
+    "winattn.inspect_cmd",
 ]
 
 

@@ -25,6 +25,11 @@ class VerificationError(WinattnError):
         self.checks = list(checks or [])
 
 
+class DownloadError(WinattnError, ConnectionError):
+    """The Hub could not be reached, or a download failed or was interrupted. Nothing was imported; retrying resumes
+    the download (complete files stay in the cache, partial ones are re-fetched)."""
+
+
 class OfflineError(WinattnError):
     """Offline mode (HF_HUB_OFFLINE / vendored) and the needed files are not on disk."""
 

@@ -1,0 +1,206 @@
+// Backward (flash-attention 2 style): P is recomputed from the saved lse, then
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dO * O)),  dQ = scale dS K,  dK = scale dS^T Q.
+//
+// Parallelization (no atomics, no write races):
+//   task = (batch, kv head, split of the k-tiles). A task owns its k-tiles, so dK/dV are accumulated in
+//   tile-local fp32 buffers and written once. dQ gets contributions from every k-tile, so it is accumulated in an
+//   fp32 buffer [split, B, H, Sq, D]: the task owns the (b, group heads) slice of its split. The common case is a
+//   single split (enough (b, kv head) pairs to feed every thread), i.e. one fp32 copy of dq and no recomputation;
+//   splits only appear for small B * H_kv and are summed in split order at the end.
+//   Tasks are cut into `nchunks` (= threads) contiguous runs, run sequentially inside a chunk. dS reductions into
+//   dbias / the table accumulator go straight to the output when no two tasks can hit the same slot, else into a
+//   per-chunk buffer; chunk buffers are summed in chunk order. Every sum therefore has a fixed order: the
+//   backward is bit-reproducible for a given thread count whether or not `deterministic` is set (it costs nothing
+//   here, so the flag needs no separate path).
+// ISA-specific; no include guard.
+
+struct BwdScratch {
+  std::vector<float> buf;
+  float *q, *dout, *kt, *kn, *vt, *s, *dp, *dk, *dv, *colb, *row, *lse_row, *delta_row;
+  int64_t lds;
+
+  explicit BwdScratch(int64_t D) {
+    lds = round_up(kBwdBlockK, Vec::W);
+    const int64_t sizes[] = {kBwdBlockQ * D, kBwdBlockQ * D, D * lds, kBwdBlockK * D, D * lds,
+                             kBwdBlockQ * lds, kBwdBlockQ * lds, kBwdBlockK * D, kBwdBlockK * D, lds, D,
+                             kBwdBlockQ, kBwdBlockQ};
+    constexpr int n = sizeof(sizes) / sizeof(sizes[0]);
+    int64_t total = 0;
+    for (int64_t s : sizes) total += align16(s);
+    buf.assign(total, 0.f);
+    float* at = buf.data();
+    float** dst[n] = {&q, &dout, &kt, &kn, &vt, &s, &dp, &dk, &dv, &colb, &row, &lse_row, &delta_row};
+    for (int x = 0; x < n; ++x) {
+      *dst[x] = at;
+      at += align16(sizes[x]);
+    }
+  }
+};
+
+struct BwdCtx {
+  const BwdParams& p;
+  const BwdPlan& plan;
+  float* ws;  // fp32 workspace (layout in BwdPlan)
+};
+
+inline void bwd_task(const BwdCtx& c, int64_t task, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
+  const BwdParams& p = c.p;
+  const BwdPlan& pl = c.plan;
+  const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
+  const int64_t G = H / Hkv;
+  const int64_t b = task / (Hkv * pl.nsplit), hk = (task / pl.nsplit) % Hkv, sp = task % pl.nsplit;
+  const int64_t kt_begin = sp * pl.ktiles / pl.nsplit, kt_end = (sp + 1) * pl.ktiles / pl.nsplit;
+  float* dq_acc = c.ws + pl.off_dq + sp * (B * H * Sq * D);
+  const float* delta = c.ws + pl.off_delta;
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
+    std::memset(dq_acc + (b * H + h) * Sq * D, 0, sizeof(float) * Sq * D);
+  const Band band(p);
+
+  for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+    const int64_t j0 = kt * kBwdBlockK;
+    const int64_t nk = std::min(kBwdBlockK, Sk - j0);
+    const int64_t npad = round_up(nk, Vec::W);
+    const int64_t koff = b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
+    const int64_t voff = b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
+    load_rows(w.kn, D, p.k, p.dtype, koff, p.k_stride_s, nk, D);
+    load_rows_t(w.kt, npad, p.k, p.dtype, koff, p.k_stride_s, nk, npad, D, w.row);
+    load_rows_t(w.vt, npad, p.v, p.dtype, voff, p.v_stride_s, nk, npad, D, w.row);
+    std::fill(w.dk, w.dk + nk * D, 0.f);
+    std::fill(w.dv, w.dv + nk * D, 0.f);
+    const int64_t i_first = band.first_row(j0), i_last = band.last_row(j0 + nk);
+
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+      const ScoreMods mods(p, b, h);
+      const bool has_col = mods.column_term(j0, nk, npad, w.colb);
+      const float* lse = p.lse + (b * H + h) * Sq;
+      const float* dl = delta + (b * H + h) * Sq;
+      for (int64_t i0 = i_first; i0 <= i_last; i0 += kBwdBlockQ) {
+        const int64_t mq = std::min(kBwdBlockQ, i_last + 1 - i0);
+        const int64_t qoff = b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
+        const int64_t gooff = b * p.do_stride_b + i0 * p.do_stride_s + h * p.do_stride_h;
+        load_rows(w.q, D, p.q, p.dtype, qoff, p.q_stride_s, mq, D, p.scale);
+        load_rows(w.dout, D, p.dout, p.dtype, gooff, p.do_stride_s, mq, D);
+        for (int64_t r = 0; r < mq; ++r) {
+          w.lse_row[r] = lse[i0 + r] == kNegInf ? -kNegInf : lse[i0 + r];
+          w.delta_row[r] = dl[i0 + r];
+        }
+        gemm_nt(mq, npad, D, w.q, D, w.kt, npad, w.s, w.lds);                      // S = (scale q) k^T
+        mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
+        recompute_p(w.s, w.lds, mq, npad, w.lse_row);                             // P
+        gemm_acc(nk, D, mq, w.s, 1, w.lds, w.dout, D, w.dv, D);                  // dV += P^T dO
+        gemm_nt(mq, npad, D, w.dout, D, w.vt, npad, w.dp, w.lds);                 // dP = dO V^T
+        softmax_grad(w.s, w.dp, w.lds, mq, npad, w.delta_row);                   // dS (in dp)
+        gemm_acc(mq, D, nk, w.dp, w.lds, 1, w.kn, D, dq_acc + ((b * H + h) * Sq + i0) * D, D);  // dQ += dS K
+        gemm_acc(nk, D, mq, w.dp, 1, w.lds, w.q, D, w.dk, D);                    // dK += dS^T (scale q)
+        if (dbias.base) sink_add_tile(dbias, b, h, i0, mq, j0, nk, w.dp, w.lds);
+        if (dtab.base) sink_add_tile(dtab, b, h, i0, mq, j0, nk, w.dp, w.lds);
+      }
+    }
+    for (int64_t r = 0; r < nk; ++r) {
+      const int64_t off = ((b * Sk + j0 + r) * Hkv + hk) * D;  // dk/dv are contiguous [B, Sk, H_kv, D]
+      store_row(p.dk, p.dtype, off, w.dk + r * D, D);
+      store_row(p.dv, p.dtype, off, w.dv + r * D, D);
+    }
+  }
+}
+
+inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
+  const int64_t B = p.batch, H = p.heads, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
+  if (B * H * Sq * D == 0 && B * p.heads_kv * Sk * D == 0) return;
+  const BwdCtx c{p, pl, ws};
+
+  // delta = rowsum(dO * O) per (b, h, i), from the rounded forward output as flash-attention does.
+  float* delta = ws + pl.off_delta;
+  torch::stable::parallel_for(0, B * H * Sq, 256, [&](int64_t begin, int64_t end) {
+    std::vector<float> o(D), g(D);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (H * Sq), h = (r / Sq) % H, i = r % Sq;
+      convert_row<false>(o.data(), p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, D);
+      convert_row<false>(g.data(), p.dout, p.dtype, b * p.do_stride_b + i * p.do_stride_s + h * p.do_stride_h, D);
+      Vec acc = Vec::zero();
+      for (int64_t d = 0; d < D; d += Vec::W) acc = Vec::fma(Vec::load(o.data() + d), Vec::load(g.data() + d), acc);
+      delta[r] = acc.reduce_add();
+    }
+  });
+
+  const DsSink bias_shape{p.dbias, p.bias.period, p.bias.heads, p.bias.rows, p.bias.cols};
+  const DsSink table_shape{p.dtable ? ws + pl.off_dtable : nullptr, 1, H, Sq, Sk};
+  if (table_shape.base && !pl.dtable_private) std::memset(table_shape.base, 0, sizeof(float) * table_shape.size());
+
+  const bool main_pass = Sk > 0 && Sq > 0;
+  if (main_pass) {
+    torch::stable::parallel_for(0, pl.nchunks, 1, [&](int64_t c0, int64_t c1) {
+      BwdScratch w(D);
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        DsSink dbias = bias_shape, dtab = table_shape;
+        if (pl.dbias_private) {
+          dbias.base = ws + pl.off_dbias + ch * align16(bias_shape.size());
+          std::memset(dbias.base, 0, sizeof(float) * bias_shape.size());
+        }
+        if (pl.dtable_private) {
+          dtab.base = ws + pl.off_dtable + ch * align16(table_shape.size());
+          std::memset(dtab.base, 0, sizeof(float) * table_shape.size());
+        }
+        const int64_t t0 = ch * pl.ntasks / pl.nchunks, t1 = (ch + 1) * pl.ntasks / pl.nchunks;
+        for (int64_t t = t0; t < t1; ++t) bwd_task(c, t, dbias, dtab, w);
+      }
+    });
+  } else {
+    // No keys (dq = 0) or no queries (dk = dv = 0): nothing to reduce, just zero the gradients.
+    std::memset(ws + pl.off_dq, 0, sizeof(float) * pl.nsplit * B * H * Sq * D);
+    std::vector<float> zero(D, 0.f);
+    for (int64_t r = 0; r < B * Sk * p.heads_kv; ++r) {
+      store_row(p.dk, p.dtype, r * D, zero.data(), D);
+      store_row(p.dv, p.dtype, r * D, zero.data(), D);
+    }
+  }
+
+  // dq = scale * sum over splits (in split order) of the fp32 accumulators; layout [B, Sq, H, D].
+  const float* dq_acc = ws + pl.off_dq;
+  torch::stable::parallel_for(0, B * Sq * H, 64, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(D);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (Sq * H), i = (r / H) % Sq, h = r % H;
+      const int64_t src = ((b * H + h) * Sq + i) * D;
+      std::memcpy(row.data(), dq_acc + src, sizeof(float) * D);
+      for (int64_t s = 1; s < pl.nsplit; ++s) {
+        const float* x = dq_acc + s * (B * H * Sq * D) + src;
+        for (int64_t d = 0; d < D; ++d) row[d] += x[d];
+      }
+      store_row(p.dq, p.dtype, r * D, row.data(), D, p.scale);
+    }
+  });
+
+  // Per-chunk dbias buffers -> dbias, summed in chunk order (elementwise: any split of the range is fine).
+  if (main_pass && pl.dbias_private) {
+    const int64_t n = bias_shape.size(), stride = align16(n);
+    const float* bufs = ws + pl.off_dbias;
+    torch::stable::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        float acc = p.dbias[e];
+        for (int64_t ch = 0; ch < pl.nchunks; ++ch) acc += bufs[ch * stride + e];
+        p.dbias[e] = acc;
+      }
+    });
+  }
+
+  // dtable[rel_index[i, j], h] += sum_b dS[b, h, i, j]: one head per worker (columns of dtable are disjoint),
+  // (i, j) scanned in order, so the scatter is race-free and deterministic without atomics.
+  if (main_pass && p.dtable) {
+    const int64_t n = table_shape.size(), stride = align16(n);
+    float* acc0 = ws + pl.off_dtable;
+    const int64_t nbuf = pl.dtable_private ? pl.nchunks : 1;
+    torch::stable::parallel_for(0, H, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        float* a = acc0 + h * Sq * Sk;
+        for (int64_t ch = 1; ch < nbuf; ++ch) {
+          const float* x = acc0 + ch * stride + h * Sq * Sk;
+          for (int64_t e = 0; e < Sq * Sk; ++e) a[e] += x[e];
+        }
+        for (int64_t i = 0; i < Sq; ++i)
+          for (int64_t j = 0; j < Sk; ++j)
+            p.dtable[p.rel_index[i * p.index_stride_q + j * p.index_stride_k] * H + h] += a[i * Sk + j];
+      }
+    });
+  }
+}

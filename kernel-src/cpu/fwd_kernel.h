@@ -1,0 +1,121 @@
+// Forward: flash-attention style online softmax over k-tiles.
+//
+// One task = (batch, kv head, block of q rows) and covers the q rows of all G = H / H_kv heads sharing that kv
+// head. Loop order inside a task: k-tile outer, (head, q-tile) inner, so each K^T / V tile is converted to fp32
+// once per task and reused by up to `rows_per_task` query rows (the conversion, a transposition for K, would
+// otherwise cost a sizeable fraction of the tile products). The running state (max, sum, unnormalized output)
+// of the task's rows stays in task-local fp32 buffers; scratch is tile-sized, never [Sq, Sk].
+// Tasks write disjoint rows of out/lse: race-free and deterministic. k-tiles outside the causal/window band
+// of a q-tile are skipped. ISA-specific; no include guard.
+
+struct FwdPlan {
+  int64_t qblock = kFwdBlockQ;  // q rows per task and head (a multiple of kFwdBlockQ)
+  int64_t nqb = 0, ntasks = 0;
+};
+
+inline FwdPlan make_fwd_plan(const FwdParams& p, int64_t nthreads) {
+  FwdPlan pl;
+  const int64_t G = p.heads / p.heads_kv;
+  // Aim at ~256 rows per task (K/V conversion amortized 4x more than a single 64-row tile), but keep at least
+  // 4 tasks per thread for load balance.
+  pl.qblock = kFwdBlockQ * std::max<int64_t>(1, 4 / G);
+  while (pl.qblock > kFwdBlockQ && p.batch * p.heads_kv * ceil_div(p.seqlen_q, pl.qblock) < 4 * nthreads)
+    pl.qblock /= 2;
+  pl.qblock = std::max(kFwdBlockQ, pl.qblock / kFwdBlockQ * kFwdBlockQ);
+  pl.nqb = ceil_div(p.seqlen_q, pl.qblock);
+  pl.ntasks = p.batch * p.heads_kv * pl.nqb;
+  return pl;
+}
+
+struct FwdScratch {
+  std::vector<float> buf;
+  float *q, *o, *m, *l, *kt, *v, *s, *colb, *row;
+  int64_t lds;  // row stride of the score tile
+
+  FwdScratch(int64_t D, int64_t rows) {
+    lds = round_up(kFwdBlockK, Vec::W);
+    const int64_t sizes[] = {rows * D, rows * D, rows, rows, D * lds, kFwdBlockK * D, kFwdBlockQ * lds, lds, D};
+    constexpr int n = sizeof(sizes) / sizeof(sizes[0]);
+    int64_t total = 0;
+    for (int64_t s : sizes) total += align16(s);
+    buf.assign(total, 0.f);
+    float* at = buf.data();
+    float** dst[n] = {&q, &o, &m, &l, &kt, &v, &s, &colb, &row};
+    for (int x = 0; x < n; ++x) {
+      *dst[x] = at;
+      at += align16(sizes[x]);
+    }
+  }
+};
+
+// Rows [i_begin, i_end) of every head of kv head hk, batch b. Row r of head hh lives at (hh * qblock + r).
+inline void fwd_task(const FwdParams& p, const FwdPlan& pl, int64_t b, int64_t hk, int64_t i_begin, int64_t i_end,
+                     FwdScratch& w) {
+  const int64_t D = p.head_dim, Sk = p.seqlen_k, G = p.heads / p.heads_kv;
+  const int64_t nrows = i_end - i_begin;
+  const Band band(p);
+
+  for (int64_t hh = 0; hh < G; ++hh) {
+    const int64_t h = hk * G + hh;
+    load_rows(w.q + hh * pl.qblock * D, D, p.q, p.dtype, b * p.q_stride_b + i_begin * p.q_stride_s + h * p.q_stride_h,
+              p.q_stride_s, nrows, D, p.scale);
+    std::fill(w.m + hh * pl.qblock, w.m + hh * pl.qblock + nrows, kNegInf);
+    std::fill(w.l + hh * pl.qblock, w.l + hh * pl.qblock + nrows, 0.f);
+    std::fill(w.o + hh * pl.qblock * D, w.o + (hh * pl.qblock + nrows) * D, 0.f);
+  }
+
+  // k-tiles meeting the band of any row (band.lo / band.hi are monotone in the row).
+  const int64_t jlo = band.lo(i_begin), jhi = band.hi(i_end - 1);
+  const int64_t kt_begin = jlo / kFwdBlockK;
+  const int64_t kt_end = jhi < jlo ? kt_begin : jhi / kFwdBlockK + 1;
+  for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+    const int64_t j0 = kt * kFwdBlockK;
+    const int64_t nk = std::min(kFwdBlockK, Sk - j0);
+    const int64_t npad = round_up(nk, Vec::W);
+    const int64_t koff = b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
+    const int64_t voff = b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
+    load_rows_t(w.kt, npad, p.k, p.dtype, koff, p.k_stride_s, nk, npad, D, w.row);
+    load_rows(w.v, D, p.v, p.dtype, voff, p.v_stride_s, nk, D);
+
+    for (int64_t hh = 0; hh < G; ++hh) {
+      const ScoreMods mods(p, b, hk * G + hh);
+      const bool has_col = mods.column_term(j0, nk, npad, w.colb);
+      for (int64_t i0 = i_begin; i0 < i_end; i0 += kFwdBlockQ) {
+        const int64_t mq = std::min(kFwdBlockQ, i_end - i0);
+        if (band.active() && (band.hi(i0 + mq - 1) < j0 || band.lo(i0) >= j0 + nk)) continue;
+        const int64_t row = hh * pl.qblock + (i0 - i_begin);
+        gemm_nt(mq, npad, D, w.q + row * D, D, w.kt, npad, w.s, w.lds);
+        mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
+        online_softmax_tile(w.s, w.lds, mq, npad, w.m + row, w.l + row, w.o + row * D, D, D);
+        gemm_acc(mq, D, nk, w.s, w.lds, 1, w.v, D, w.o + row * D, D);
+      }
+    }
+  }
+
+  // Epilogue: normalize, round to the output dtype; rows that saw no visible key -> out 0, lse -inf.
+  for (int64_t hh = 0; hh < G; ++hh) {
+    const int64_t h = hk * G + hh;
+    for (int64_t r = 0; r < nrows; ++r) {
+      const int64_t row = hh * pl.qblock + r, i = i_begin + r;
+      const float l = w.l[row];
+      store_row(p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, w.o + row * D, D,
+                l > 0.f ? 1.f / l : 0.f);
+      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l > 0.f ? w.m[row] + std::log(l) : kNegInf;
+    }
+  }
+}
+
+inline void run_fwd(const FwdParams& p, int64_t nthreads) {
+  const FwdPlan pl = make_fwd_plan(p, nthreads);
+  if (pl.ntasks == 0) return;
+  const int64_t G = p.heads / p.heads_kv;
+  // Tasks ordered (b, kv head, q block): consecutive tasks of a thread share K/V in cache.
+  torch::stable::parallel_for(0, pl.ntasks, 1, [&](int64_t begin, int64_t end) {
+    FwdScratch w(p.head_dim, G * pl.qblock);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t b = t / (p.heads_kv * pl.nqb), hk = (t / pl.nqb) % p.heads_kv;
+      const int64_t i0 = (t % pl.nqb) * pl.qblock;
+      fwd_task(p, pl, b, hk, i0, std::min(i0 + pl.qblock, p.seqlen_q), w);
+    }
+  });
+}

@@ -1,0 +1,118 @@
+// CPU backend of window-attention: tiled flash-attention (online softmax forward, recompute-from-lse backward)
+// in fp32 for fp16/bf16/fp32 inputs. See winattn_params.h for the meaning of every field.
+//
+// Layout of kernel-src/cpu (flash-attention style):
+//   cpu_common.h   ISA-independent: scalar dtype conversion, broadcast addressing, causal/window band, tile sizes,
+//                  backward work plan + workspace layout
+//   simd_avx2.h    8-lane fp32 vector on AVX2/FMA/F16C     } one of them is `Vec` in each ISA namespace
+//   simd_generic.h the same on plain C++ (any CPU)         }
+//   tile_io.h      tile loads to fp32 (natural / transposed), row stores to the output dtype
+//   gemm_tile.h    register-blocked tile products
+//   score_mod.h    bias / rel-pos table / masks / band applied to a score tile
+//   softmax.h      online softmax (fwd), P recomputation and dS (bwd)
+//   reductions.h   dS reduced into dbias / the rel-pos table accumulator
+//   fwd_kernel.h, bwd_kernel.h  tile loops + parallelization (the why is at the top of each)
+//
+// ISA dispatch: the shipped binary targets baseline x86-64 (no -march), but the kernel headers are compiled a
+// second time under `#pragma GCC target("avx2,fma,f16c")` and that copy is picked at run time when the CPU has
+// those features (every x86 server since ~2013). Other CPUs, non-x86 hosts and WINATTN_CPU_ISA=generic use the
+// portable copy. Threads come from torch (torch::stable::parallel_for), not OpenMP.
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cpu/cpu_common.h"
+#include "winattn_backend.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WINATTN_HAVE_AVX2 1
+#include <immintrin.h>
+#else
+#define WINATTN_HAVE_AVX2 0
+#endif
+
+namespace winattn {
+namespace cpu {
+
+// The kernel headers below have no include guards on purpose: each ISA namespace gets its own copy.
+namespace generic {
+#include "cpu/simd_generic.h"
+#include "cpu/tile_io.h"
+#include "cpu/gemm_tile.h"
+#include "cpu/score_mod.h"
+#include "cpu/softmax.h"
+#include "cpu/reductions.h"
+#include "cpu/fwd_kernel.h"
+#include "cpu/bwd_kernel.h"
+}  // namespace generic
+
+#if WINATTN_HAVE_AVX2
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+#include "cpu/simd_avx2.h"
+#include "cpu/tile_io.h"
+#include "cpu/gemm_tile.h"
+#include "cpu/score_mod.h"
+#include "cpu/softmax.h"
+#include "cpu/reductions.h"
+#include "cpu/fwd_kernel.h"
+#include "cpu/bwd_kernel.h"
+}  // namespace avx2
+#pragma GCC pop_options
+#endif
+
+namespace {
+
+bool use_avx2() {
+#if WINATTN_HAVE_AVX2
+  const char* isa = std::getenv("WINATTN_CPU_ISA");  // read per call so tests can cover both paths
+  if (isa != nullptr && std::strcmp(isa, "generic") == 0) return false;
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                                __builtin_cpu_supports("f16c");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+int64_t num_threads() { return static_cast<int64_t>(torch::stable::get_num_threads()); }
+
+}  // namespace
+}  // namespace cpu
+
+// The forward needs only tile-sized scratch, kept in per-thread std::vectors (a few hundred KB at most): no
+// workspace. The backward's buffers scale with the problem (fp32 dq accumulator, delta, dS reduction buffers),
+// so they come from the binding's workspace tensor, i.e. torch's CPU allocator.
+int64_t fwd_workspace_bytes(const FwdParams&) { return 0; }
+
+void fwd(const FwdParams& params, void*, void*) {
+#if WINATTN_HAVE_AVX2
+  if (cpu::use_avx2()) return cpu::avx2::run_fwd(params, cpu::num_threads());
+#endif
+  cpu::generic::run_fwd(params, cpu::num_threads());
+}
+
+int64_t bwd_workspace_bytes(const BwdParams& params) {
+  return cpu::make_bwd_plan(params, cpu::num_threads()).total_floats * static_cast<int64_t>(sizeof(float)) + 64;
+}
+
+void bwd(const BwdParams& params, void* workspace, void*) {
+  // Same thread count as in bwd_workspace_bytes (called just before on this thread), hence the same plan.
+  const cpu::BwdPlan plan = cpu::make_bwd_plan(params, cpu::num_threads());
+  auto addr = reinterpret_cast<uintptr_t>(workspace);
+  float* ws = reinterpret_cast<float*>((addr + 63) & ~static_cast<uintptr_t>(63));
+#if WINATTN_HAVE_AVX2
+  if (cpu::use_avx2()) return cpu::avx2::run_bwd(params, plan, ws);
+#endif
+  cpu::generic::run_bwd(params, plan, ws);
+}
+
+}  // namespace winattn

@@ -1,0 +1,84 @@
+// Tile shapes per head dim. Every configuration fits in 99 KB of shared memory (the sm86/sm89 per-block limit), so
+// one instantiation serves sm80, sm86, sm89 and sm90.
+//
+// Instantiated head dims (others round up with zero padding; the padded columns are never read from or written to
+// global memory): 32 (D = 8..32), 64 (40..64), 96 (72..96), 128 (104..128), 160 (136..160), 192 (168..192),
+// 256 (200..256).
+#pragma once
+#include "utils.h"
+
+namespace winattn {
+namespace cuda {
+
+constexpr int kHeadDims[] = {32, 64, 96, 128, 160, 192, 256};
+__host__ __device__ constexpr int kernel_head_dim(int d) {
+  return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
+}
+
+// Forward: kNWarps warps split the kBlockM query rows (16 * kMT rows each); K/V double-buffered, Q single.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, bool kCacheTB_>
+struct FwdTraitsBase {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kNWarps = kNWarps_;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kMT = kBlockM / (16 * kNWarps);  // 16-row tiles per warp
+  static constexpr int kNT = kBlockN / 8;               // 8-column score tiles
+  static constexpr int kDT = kHeadDim / 8;              // 8-column output tiles
+  static constexpr bool kCacheTB = kCacheTB_;
+  static constexpr int kLd = kHeadDim + 8;  // padded smem row (elements)
+  static constexpr int kQElems = kBlockM * kLd, kKVElems = kBlockN * kLd;
+  static constexpr int kSmemBytes = (kQElems + 4 * kKVElems) * 2;
+  static_assert(kMT >= 1 && kBlockM == 16 * kMT * kNWarps, "bad fwd tile");
+  static_assert(kSmemBytes <= 101376, "must fit the sm86/sm89 shared memory limit");
+};
+
+template <int D> struct FwdTraits;
+template <> struct FwdTraits<32> : FwdTraitsBase<32, 64, 64, 4, true> {};
+template <> struct FwdTraits<64> : FwdTraitsBase<64, 64, 64, 4, true> {};
+template <> struct FwdTraits<96> : FwdTraitsBase<96, 128, 32, 4, false> {};
+template <> struct FwdTraits<128> : FwdTraitsBase<128, 128, 32, 4, false> {};
+template <> struct FwdTraits<160> : FwdTraitsBase<160, 64, 32, 4, false> {};
+template <> struct FwdTraits<192> : FwdTraitsBase<192, 64, 32, 4, false> {};
+template <> struct FwdTraits<256> : FwdTraitsBase<256, 64, 32, 4, false> {};
+
+// Backward (key-block outer, query-block inner, flash-attention 2 style). Three warp grids:
+//   S / dP  [BM x BN]: kSdpWM x kSdpWN warps   (warps past the grid idle for these two GEMMs)
+//   dK / dV [BN x D] : kKvWN  x kKvWD  warps
+//   dQ      [BM x D] : kDqWM  x kDqWD  warps
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kSdpWM_, int kSdpWN_, int kKvWN_, int kKvWD_,
+          int kDqWM_, int kDqWD_, int kQStages_, int kKVStages_>
+struct BwdTraitsBase {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kNWarps = kNWarps_;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kSdpWM = kSdpWM_, kSdpWN = kSdpWN_, kKvWN = kKvWN_, kKvWD = kKvWD_, kDqWM = kDqWM_,
+                       kDqWD = kDqWD_;
+  static constexpr int kQStages = kQStages_, kKVStages = kKVStages_;
+  // per-warp tile counts
+  static constexpr int kSdpMT = kBlockM / (16 * kSdpWM), kSdpNT = kBlockN / (8 * kSdpWN);
+  static constexpr int kKvMT = kBlockN / (16 * kKvWN), kKvNT = kHeadDim / (8 * kKvWD);
+  static constexpr int kDqMT = kBlockM / (16 * kDqWM), kDqNT = kHeadDim / (8 * kDqWD);
+  static_assert(kSdpWM * kSdpWN <= kNWarps && kKvWN * kKvWD <= kNWarps && kDqWM * kDqWD <= kNWarps, "warp grids");
+  static_assert(kSdpMT * 16 * kSdpWM == kBlockM && kSdpNT * 8 * kSdpWN == kBlockN, "S/dP grid");
+  static_assert(kKvMT * 16 * kKvWN == kBlockN && kKvNT * 8 * kKvWD == kHeadDim, "dK/dV grid");
+  static_assert(kDqMT * 16 * kDqWM == kBlockM && kDqNT * 8 * kDqWD == kHeadDim, "dQ grid");
+  static_assert(kSdpNT % 2 == 0 && kKvNT % 2 == 0 && kDqNT % 2 == 0, "B tiles come in pairs");
+  static constexpr int kLd = kHeadDim + 8;   // Q, dO, K, V rows
+  static constexpr int kLdS = kBlockN + 8;   // P, dS rows
+  static constexpr int kQElems = kBlockM * kLd, kKVElems = kBlockN * kLd, kSElems = kBlockM * kLdS;
+  // elements: Q + dO per stage, K + V per stage, P + dS; then fp32 lse + delta per stage
+  static constexpr int kSmemBytes =
+      (2 * kQStages * kQElems + 2 * kKVStages * kKVElems + 2 * kSElems) * 2 + 2 * kQStages * kBlockM * 4;
+  static constexpr int kLdAcc = kBlockN + 8;  // fp32 window-mode dS accumulator rows
+  static_assert(kSmemBytes <= 101376, "must fit the sm86/sm89 shared memory limit");
+};
+
+template <int D> struct BwdTraits;
+template <> struct BwdTraits<32> : BwdTraitsBase<32, 64, 64, 4, 4, 1, 4, 1, 4, 1, 2, 2> {};
+template <> struct BwdTraits<64> : BwdTraitsBase<64, 64, 64, 4, 4, 1, 4, 1, 4, 1, 2, 2> {};
+template <> struct BwdTraits<96> : BwdTraitsBase<96, 64, 64, 8, 4, 2, 4, 2, 4, 2, 2, 1> {};
+template <> struct BwdTraits<128> : BwdTraitsBase<128, 64, 64, 8, 4, 2, 4, 2, 4, 2, 1, 1> {};
+template <> struct BwdTraits<160> : BwdTraitsBase<160, 32, 64, 8, 2, 4, 4, 2, 2, 2, 1, 1> {};
+template <> struct BwdTraits<192> : BwdTraitsBase<192, 32, 64, 8, 2, 4, 4, 2, 2, 2, 1, 1> {};
+template <> struct BwdTraits<256> : BwdTraitsBase<256, 32, 32, 8, 2, 2, 2, 4, 2, 4, 1, 1> {};
+
+}  // namespace cuda
+}  // namespace winattn

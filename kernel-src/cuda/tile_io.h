@@ -1,0 +1,65 @@
+// Global <-> shared tile movement: cp.async row tiles with zero fill (rows past the sequence end and head-dim
+// columns past the real head dim read as 0), and fragment stores of output tiles.
+#pragma once
+#include "utils.h"
+
+namespace winattn {
+namespace cuda {
+
+// Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix (row stride in elements, contiguous columns) into a
+// shared tile [ROWS][DK + 8]. `g` points at row 0; `g_safe` is any valid address (used for zero-filled chunks).
+template <typename Elem, int ROWS, int DK, int NTHREADS>
+__device__ __forceinline__ void load_rows_async(Elem* s, const Elem* g, int64_t row_stride, int rows_valid,
+                                                int d_valid, const void* g_safe, int tid) {
+  constexpr int kChunksPerRow = DK / 8;
+  constexpr int kTotal = ROWS * kChunksPerRow;
+#pragma unroll
+  for (int it = 0; it < ceil_div(kTotal, NTHREADS); ++it) {
+    const int idx = it * NTHREADS + tid;
+    if (kTotal % NTHREADS == 0 || idx < kTotal) {
+      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+      const bool pred = r < rows_valid && c * 8 < d_valid;
+      const void* src = pred ? static_cast<const void*>(g + r * row_stride + c * 8) : g_safe;
+      cp_async16(s + r * (DK + 8) + c * 8, src, pred);
+    }
+  }
+}
+
+// Row-wise fp32 vector [rows_valid] -> shared [ROWS] (zero fill past the end), 4-byte cp.async.
+template <int ROWS, int NTHREADS>
+__device__ __forceinline__ void load_vec_async(float* s, const float* g, int rows_valid, int tid) {
+#pragma unroll
+  for (int it = 0; it < ceil_div(ROWS, NTHREADS); ++it) {
+    const int r = it * NTHREADS + tid;
+    if (ROWS % NTHREADS == 0 || r < ROWS) {
+      const bool pred = r < rows_valid;
+      cp_async4(s + r, pred ? g + r : g, pred);
+    }
+  }
+}
+
+// Store an accumulator tile (rows r0.., cols 0..8*NT of the warp tile) scaled by `mul` to a strided global matrix,
+// rows < rows_valid and columns < d_valid only. `g` points at the tile's row 0, column c0.
+template <typename Elem, int MT, int NT>
+__device__ __forceinline__ void store_acc_rows(Elem* g, int64_t row_stride, const float (&acc)[MT][NT][4], float mul,
+                                               int rows_valid, int cols_valid, int lane) {
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = mt * 16 + qr + hf * 8;
+      if (r < rows_valid) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int c = nt * 8 + qc;
+          if (c < cols_valid)
+            *reinterpret_cast<uint32_t*>(g + r * row_stride + c) =
+                ElemTraits<Elem>::pack(acc[mt][nt][2 * hf] * mul, acc[mt][nt][2 * hf + 1] * mul);
+        }
+      }
+    }
+}
+
+}  // namespace cuda
+}  // namespace winattn

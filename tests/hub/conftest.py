@@ -1,0 +1,133 @@
+"""Fixtures for the embedded Hub tests: a server on 127.0.0.1 over a tmp store, and the real clients pointed at it.
+
+huggingface_hub reads HF_ENDPOINT, HF_HOME and friends once at import, so the `hub` fixture monkeypatches the values
+in `huggingface_hub.constants` (what HfApi(), hf_hub_download and kernels read at call time) instead of the
+environment, and isolates every cache and token path in tmp_path.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from winattn.hub import HubServer
+
+TOKEN = "test-token"
+TRUSTED = "trusted-org"
+UNTRUSTED = "untrusted-org"
+
+
+def point_clients_at(url: str, home: Path, monkeypatch) -> None:
+    """Send huggingface_hub and kernels to `url`, with caches and token files under `home`."""
+    from huggingface_hub import constants
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LOCAL_KERNELS"):
+        monkeypatch.delenv(var, raising=False)
+    home.mkdir(parents=True, exist_ok=True)
+    patches = {
+        "ENDPOINT": url,
+        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HUGGINGFACE_HUB_CACHE": str(home / "hub"),
+        "HF_ASSETS_CACHE": str(home / "assets"),
+        "HF_XET_CACHE": str(home / "xet"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+        "AGENT_HARNESSES_PATH": str(home / ".agent_harnesses.json"),
+        "HF_HUB_OFFLINE": False,
+        # kernels 0.17.2 builds an illegal empty user agent when telemetry is off (hub-protocol.md §6).
+        "HF_HUB_DISABLE_TELEMETRY": False,
+    }
+    for name, value in patches.items():
+        monkeypatch.setattr(constants, name, value, raising=False)
+    import kernels.install
+    import kernels.locking
+    import kernels.resolver
+
+    for module in (kernels.install, kernels.locking, kernels.resolver):
+        monkeypatch.setattr(module, "CACHE_DIR", str(home / "hub"))
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A running HubServer (token TOKEN, trusted org TRUSTED) with the clients pointed at it."""
+    with HubServer(tmp_path / "store", tokens=[TOKEN], trusted_orgs=[TRUSTED]) as srv:
+        point_clients_at(srv.url, tmp_path / "hf-home", monkeypatch)
+        yield srv
+
+
+@pytest.fixture
+def api(hub):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=hub.url, token=TOKEN)
+
+
+@pytest.fixture
+def anon(hub):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=hub.url, token=False)
+
+
+def raw_request(url: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    """One plain HTTP request (no client-side validation): (status, headers, body bytes).
+
+    A `body` that is an iterator of bytes is sent with chunked transfer encoding.
+    """
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    chunked = body is not None and not isinstance(body, (bytes, bytearray))
+    try:
+        conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        conn.close()
+
+
+def ndjson(*items) -> bytes:
+    return b"".join(json.dumps(i).encode() + b"\n" for i in items)
+
+
+def metadata_json(kernel_id: str) -> bytes:
+    return json.dumps(
+        {
+            "id": kernel_id,
+            "name": "hub-test-kernel",
+            "version": 1,
+            "license": "apache-2.0",
+            "python-depends": [],
+            "backend": {"type": "cpu"},
+        }
+    ).encode()
+
+
+def upload_cpu_kernel(api, repo_id: str, answer: int) -> str:
+    """Kernel repo `repo_id` whose branch v1 holds a pure-Python noarch CPU variant: `answer()` returns `answer`.
+
+    Returns the metadata id (= the module name kernels imports it under), unique per call.
+    """
+    from huggingface_hub import CommitOperationAdd
+
+    kernel_id = f"_hub_test_{uuid.uuid4().hex[:12]}"
+    api.create_repo(repo_id, repo_type="kernel")
+    api.create_branch(repo_id, branch="v1", repo_type="kernel")
+    variant = "build/torch-cpu"
+    api.create_commit(
+        repo_id,
+        [
+            CommitOperationAdd(f"{variant}/__init__.py", f"def answer():\n    return {answer}\n".encode()),
+            CommitOperationAdd(f"{variant}/metadata.json", metadata_json(kernel_id)),
+        ],
+        commit_message="Add torch-cpu variant",
+        repo_type="kernel",
+        revision="v1",
+    )
+    return kernel_id

@@ -1,0 +1,131 @@
+"""Fixtures of the integration tests: the real CPU build published to an embedded Hub, and the clients pointed at it.
+
+`hub_repo` is what every integration test loads through: a `winattn.hub.HubServer` on 127.0.0.1 (trusted org
+"winattn", untrusted org "evil"), the CPU variant built by the session fixture `built_variant` and published with
+`winattn.publish` to `winattn/window-attention` (and, for the trust tests, to `evil/window-attention`), with
+HF_ENDPOINT / HF_HOME (environment for child processes, `huggingface_hub.constants` in this process, since they are
+read at import) pointing at it. The server and the publication are shared by the session; each test gets a fresh
+Hugging Face cache and a fresh `winattn.integrations` load cache, so every selection really runs `winattn.load`.
+
+timm, FastVideo and (whenever torchvision is installed) diffusers import torchvision, whose cu130 wheel needs the
+op-schema shim beside CPU torch: it is installed here, before anything imports them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from winattn.integrations import install_torchvision_shim
+
+install_torchvision_shim()
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "hf_winattn_integrations_token"
+TRUSTED_ORG = "winattn"
+UNTRUSTED_ORG = "evil"
+REPO = "winattn/window-attention"
+UNTRUSTED_REPO = "evil/window-attention"
+
+
+@dataclass
+class HubRepo:
+    """The published kernel: `repo_id` (trusted), `untrusted_repo_id`, the server `url` and the `home` of this test."""
+
+    repo_id: str
+    untrusted_repo_id: str
+    url: str
+    token: str
+    home: Path
+    env: dict
+
+    def __str__(self) -> str:
+        return self.repo_id
+
+
+@pytest.fixture(scope="session")
+def published_hub(built_variant, tmp_path_factory):
+    """(server, build dir) with the CPU build published to REPO and UNTRUSTED_REPO, for the whole session."""
+    from winattn.hub import HubServer
+    from winattn.publish import publish
+
+    root = tmp_path_factory.mktemp("integrations-hub")
+    build_dir = root / "build"
+    shutil.copytree(built_variant, build_dir / built_variant.name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "metadata.json.sigstore"))
+    srv = HubServer(root / "store", tokens=[TOKEN], trusted_orgs=[TRUSTED_ORG]).start()
+    try:
+        for repo in (REPO, UNTRUSTED_REPO):
+            publish(repo, build_dir=build_dir, endpoint=srv.url, token=TOKEN, repo_root=REPO_ROOT)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def point_clients_at(url: str, home: Path, monkeypatch) -> dict:
+    """Send huggingface_hub, kernels and winattn to `url`, with caches under `home`; returns the child environment."""
+    from huggingface_hub import constants
+
+    home.mkdir(parents=True, exist_ok=True)
+    env = {
+        "HF_ENDPOINT": url,
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "WINATTN_CACHE": str(home / "winattn"),
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "HF_HUB_DISABLE_XET": "1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LOCAL_KERNELS",
+                "KERNELS_CACHE", "DIFFUSERS_TRUST_REMOTE_KERNELS", "DIFFUSERS_DISABLE_REMOTE_CODE"):
+        monkeypatch.delenv(key, raising=False)
+    patches = {
+        "ENDPOINT": url,
+        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HUGGINGFACE_HUB_CACHE": str(home / "hub"),
+        "HF_ASSETS_CACHE": str(home / "assets"),
+        "HF_XET_CACHE": str(home / "xet"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+        "HF_HUB_OFFLINE": False,
+        "HF_HUB_DISABLE_PROGRESS_BARS": True,
+        "HF_HUB_DISABLE_TELEMETRY": False,  # kernels 0.17.2 sends an illegal empty user agent otherwise
+    }
+    for name, value in patches.items():
+        monkeypatch.setattr(constants, name, value, raising=False)
+    import kernels.hf_hub
+
+    monkeypatch.setattr(kernels.hf_hub, "CACHE_DIR", None, raising=False)
+    for module_name in ("kernels.install", "kernels.locking", "kernels.resolver"):
+        module = __import__(module_name, fromlist=["_"])
+        if hasattr(module, "CACHE_DIR"):
+            monkeypatch.setattr(module, "CACHE_DIR", str(home / "hub"))
+    return env
+
+
+@pytest.fixture
+def hub_repo(published_hub, tmp_path, monkeypatch) -> HubRepo:
+    """The kernel published on a running local Hub; yields its repo id (`str(hub_repo)`) and where it lives."""
+    from winattn.integrations import clear_kernel_cache
+
+    env = point_clients_at(published_hub.url, tmp_path / "hf-home", monkeypatch)
+    clear_kernel_cache()
+    yield HubRepo(REPO, UNTRUSTED_REPO, published_hub.url, TOKEN, tmp_path / "hf-home", env)
+    clear_kernel_cache()
+
+
+def child_env(extra: dict | None = None) -> dict:
+    """This process's environment (with the Hub settings monkeypatched into it) for a child interpreter."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra or {})
+    return env

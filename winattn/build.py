@@ -1,0 +1,312 @@
+"""`winattn build`: compile the torch-stable-ABI variants of the kernel without Nix.
+
+    winattn build [--backend cpu|cuda|all] [--build-dir build] [--cuda-archs 8.0 9.0 ...] [--unique-id ID]
+
+Python API: `build_variant(repo_root, backend, build_dir, cuda_archs=None) -> Path` (the variant directory), or
+`build(...) -> BuildResult` for the details. Every failure raises `winattn.errors.BuildError` naming the key or file.
+
+What it makes is kernel-builder's layout (reference/kernel-builder.md §2.4): `build/<variant>/` with the Python
+package of torch-ext/, a generated `_ops.py`, `_<name>_<backend>_<id>.abi3.so` and `metadata.json` (digest and
+provenance checked with the `kernels` parser). Variant names: `torch-stable-abi210-cpu-x86_64-linux` and
+`torch-stable-abi210-cu130-x86_64-linux` (CUDA version of the nvcc used). Objects and generated sources go to
+`_build_obj/<variant>/` (git-ignored); ninja rebuilds only what changed. Differences from a Nix build: the host
+toolchain (not the manylinux_2_28 one: the manylinux result is reported), one variant per backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._build import compile as _compile
+from ._build import layout as _layout
+from ._build import toolchain as _tc
+from ._build.config import CUDA_SOURCE_SUFFIXES, BuildConfig, check_backend, load_config
+from .errors import BuildError
+
+__all__ = ["BuildResult", "build", "build_variant", "register"]
+
+# kernel-builder's CUDA_DEFAULT_KERNEL_ARCHS (reference/kernel-builder.md §3), for kernels without cuda-capabilities.
+_DEFAULT_CUDA_CAPS = {
+    (13, 0): ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX"],
+    (12, 8): ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0+PTX"],
+    (0, 0): ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"],
+}
+
+
+@dataclass
+class BuildResult:
+    backend: str
+    variant: str  # torch-stable-abi210-cpu-x86_64-linux
+    variant_dir: Path
+    ops_name: str  # _window_attention_cpu_<id> = metadata id = torch.ops namespace
+    so_path: Path  # inside variant_dir
+    obj_dir: Path
+    compiled: list[str] = field(default_factory=list)  # sources compiled by this call (empty: up to date)
+    linked: bool = False
+    archs: list[str] = field(default_factory=list)  # CUDA capabilities compiled
+    abi: _layout.AbiReport = field(default_factory=_layout.AbiReport)
+    removed: list[str] = field(default_factory=list)  # stale files deleted from the variant dir
+    seconds: float = 0.0
+
+
+def _default_caps(version: tuple[int, int]) -> list[str]:
+    for floor in sorted(_DEFAULT_CUDA_CAPS, reverse=True):
+        if version >= floor:
+            return _DEFAULT_CUDA_CAPS[floor]
+    return _DEFAULT_CUDA_CAPS[(0, 0)]
+
+
+def _version_tuple(v: str, key: str) -> tuple[int, int]:
+    try:
+        major, minor = v.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        raise BuildError(f"build.toml: {key} must be a 'major.minor' CUDA version, got {v!r}") from None
+
+
+def _builder_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"winattn-build {version('winattn')}"
+    except Exception:  # noqa: BLE001 - not installed as a distribution (PYTHONPATH checkout)
+        return "winattn-build"
+
+
+class _Lock:
+    """Exclusive lock on the object dir: concurrent builds of one variant wait instead of sharing ninja state."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def build(
+    repo_root: Path,
+    backend: str,
+    build_dir: Path,
+    cuda_archs: list[str] | None = None,
+    *,
+    unique_id: str | None = None,
+    obj_dir: Path | None = None,
+    jobs: int | None = None,
+    log=print,
+) -> BuildResult:
+    """Build one variant; see the module docstring. `unique_id` overrides the git-derived id (tests load two
+    builds side by side with it); `obj_dir` defaults to <repo_root>/_build_obj/<variant>."""
+    t0 = time.monotonic()
+    root = Path(repo_root).resolve()
+    cfg = load_config(root)
+    kernels = check_backend(cfg, backend)
+    stable_abi = cfg.stable_abi_for(backend)
+
+    cuda = None
+    cuda_caps: dict[str, list[str]] = {}
+    if backend == "cuda":
+        cuda = _tc.find_cuda(required=True)
+        kept = []
+        for k in kernels:
+            if k.cuda_minver and cuda.version < _version_tuple(k.cuda_minver, f"{k.key} cuda-minver"):
+                log(f"[build] cuda: skipping {k.key} (cuda-minver {k.cuda_minver} > nvcc {cuda.version[0]}.{cuda.version[1]})")
+                continue
+            if cuda_archs:
+                requested, key = list(cuda_archs), "--cuda-archs"
+            elif k.cuda_capabilities is not None:
+                requested, key = k.cuda_capabilities, f"build.toml {k.key} cuda-capabilities"
+            else:
+                requested, key = _default_caps(cuda.version), f"nvcc {cuda.version[0]}.{cuda.version[1]} default archs"
+            cuda_caps[k.name] = _tc.select_cuda_archs(requested, cuda, key)
+            kept.append(k)
+        kernels = kept
+        if not any(s.endswith(CUDA_SOURCE_SUFFIXES) for k in kernels for s in k.src):
+            raise BuildError("build.toml: no cuda kernel lists a .cu source to compile")
+        backend_tag = cuda.tag
+    else:
+        backend_tag = "cpu"
+
+    git = _tc.git_state(root)
+    uid = _tc.check_unique_id(unique_id or (git.unique_id if git else _tc.content_id(cfg)))
+    ops_name = f"_{cfg.python_name}_{backend}_{uid}"
+    variant = _tc.variant_name(stable_abi, backend_tag)
+    build_dir = Path(build_dir).resolve()
+    variant_dir = build_dir / variant
+    obj_dir = Path(obj_dir).resolve() if obj_dir else root / "_build_obj" / variant
+    archs = sorted({c for caps in cuda_caps.values() for c in caps}, key=lambda c: _tc.parse_capability(c)[:2])
+
+    log(f"[build] {backend}: {variant} (ops namespace {ops_name})")
+    with _Lock(obj_dir / ".lock"):
+        _compile.write_generated(obj_dir)
+        units = _compile.plan_units(cfg, backend, kernels, ops_name, stable_abi, obj_dir, cuda, cuda_caps)
+        so_name = f"{ops_name}.abi3.so"
+        ldflags = _compile.link_flags(backend, cuda, obj_dir)
+        _compile.write_build_ninja(obj_dir, _tc.find_cxx(), cuda, units, so_name, ldflags)
+        ninja = _tc.find_ninja()
+        plan = _compile.run_ninja(ninja, obj_dir, so_name, log, dry_run=True)
+        if plan.compiled or plan.linked:
+            arch_note = f" for {', '.join(archs)}" if archs else ""
+            log(f"[build] {backend}: compiling {len(plan.compiled)} of {len(units)} units{arch_note} ...")
+            t1 = time.monotonic()
+            run = _compile.run_ninja(ninja, obj_dir, so_name, log, jobs=jobs)
+            log(f"[build] {backend}: compiled {len(run.compiled)} units, linked in {time.monotonic() - t1:.1f} s")
+        else:
+            run = plan
+            log(f"[build] {backend}: {len(units)} units up to date (nothing to compile)")
+        built_so = obj_dir / so_name
+
+        report = _layout.abi_check(built_so, _tc.PY_ABI_TARGET, _tc.MANYLINUX_TARGET)
+        tp = _tc.torch_paths()
+        libs = [tp.lib_dir / n for n in ("libtorch.so", "libtorch_cpu.so", "libc10.so") if (tp.lib_dir / n).is_file()]
+        # CUDA shims (aoti_torch_*cuda*) live in libtorch_cuda, which a CPU-only torch lacks: resolved at load.
+        _layout.symbol_check(built_so, libs, report, ("aoti_torch_", "torch_") if backend == "cuda" else ())
+        if report.abi3:
+            raise BuildError(
+                f"{built_so.name}: not abi3-clean for Python {_tc.PY_ABI_TARGET}: " + ", ".join(report.abi3)
+            )
+        if report.unresolved:
+            raise BuildError(
+                f"{built_so.name}: undefined symbols found in no linked library (a source missing from build.toml "
+                "src?): " + "; ".join(report.unresolved[:20])
+            )
+
+        metadata = {
+            "id": ops_name,
+            "name": cfg.name,
+            "version": cfg.version,
+            "license": cfg.license,
+            "python-depends": cfg.python_depends_for(backend),
+            "backend": {"type": backend, **({"archs": archs} if backend == "cuda" else {})},
+        }
+        for key in ("upstream", "source"):
+            if getattr(cfg, key):
+                metadata[key] = getattr(cfg, key)
+        builder = {"version": _builder_version()}
+        builder_git = _tc.git_state(Path(__file__).resolve().parents[1])
+        if builder_git:
+            builder.update(commit=builder_git.commit, dirty=builder_git.dirty)
+        provenance: dict = {"kernel-builder": builder}
+        if git:
+            provenance["kernel"] = {"commit": git.commit, "dirty": git.dirty}
+        metadata["provenance"] = provenance
+
+        so_path, removed = _layout.install_variant(cfg, variant_dir, ops_name, built_so, metadata)
+
+    result = BuildResult(
+        backend=backend, variant=variant, variant_dir=variant_dir, ops_name=ops_name, so_path=so_path,
+        obj_dir=obj_dir, compiled=run.compiled if run is not plan else [], linked=run.linked if run is not plan else False,
+        archs=archs, abi=report, removed=removed, seconds=time.monotonic() - t0,
+    )
+    _summary(result, log)
+    return result
+
+
+def _summary(r: BuildResult, log) -> None:
+    b = r.backend
+    if r.removed:
+        log(f"[build] {b}: removed stale {', '.join(r.removed)}")
+    log(f"[build] {b}: abi3 (Python {_tc.PY_ABI_TARGET}): pass")
+    if r.abi.manylinux:
+        log(f"[build] {b}: {_tc.MANYLINUX_TARGET}: FAIL ({len(r.abi.manylinux)} symbols): {', '.join(r.abi.manylinux)}")
+    else:
+        log(f"[build] {b}: {_tc.MANYLINUX_TARGET}: pass")
+    extra = [s for s in r.abi.exported if s != f"PyInit_{r.ops_name}"]
+    if extra:
+        log(f"[build] {b}: warning: exports more than PyInit_{r.ops_name}: {', '.join(extra[:10])}")
+    size = r.so_path.stat().st_size / 2**20
+    try:
+        shown = r.variant_dir.relative_to(Path.cwd())
+    except ValueError:
+        shown = r.variant_dir
+    log(f"[build] {b}: done in {r.seconds:.1f} s -> {shown} ({r.so_path.name}, {size:.1f} MiB)")
+
+
+def build_variant(
+    repo_root: Path,
+    backend: str,
+    build_dir: Path,
+    cuda_archs: list[str] | None = None,
+    *,
+    unique_id: str | None = None,
+    obj_dir: Path | None = None,
+    log=print,
+) -> Path:
+    """Build (incrementally) the `backend` variant of the kernel at repo_root into build_dir; returns its dir."""
+    return build(repo_root, backend, build_dir, cuda_archs, unique_id=unique_id, obj_dir=obj_dir, log=log).variant_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI
+
+
+def _find_repo_root(start: Path) -> Path:
+    for d in (start, *start.parents):
+        if (d / "build.toml").is_file():
+            return d
+    raise BuildError(f"no build.toml in {start} or its parents (pass --repo-root)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = Path(args.repo_root).resolve() if args.repo_root else _find_repo_root(Path.cwd())
+    build_dir = Path(args.build_dir) if args.build_dir else root / "build"
+    if args.backend == "all":
+        cfg: BuildConfig = load_config(root)
+        backends = [b for b in cfg.backends if b in ("cpu", "cuda")]
+        if "cuda" in backends and _tc.find_cuda(required=False) is None:
+            print("[build] cuda: skipped (nvcc not found; pass --backend cuda to make this an error)")
+            backends.remove("cuda")
+    else:
+        backends = [args.backend]
+    if args.cuda_archs and "cuda" not in backends:
+        raise BuildError("--cuda-archs given but no cuda build selected")
+    results = []
+    for b in backends:
+        results.append(build(root, b, build_dir, args.cuda_archs if b == "cuda" else None,
+                             unique_id=args.unique_id, jobs=args.jobs))
+    if len(results) > 1:
+        print("[build] summary:")
+        for r in results:
+            ml = "pass" if not r.abi.manylinux else f"FAIL ({len(r.abi.manylinux)})"
+            print(f"[build]   {r.variant}: {r.seconds:.1f} s, {r.so_path.stat().st_size / 2**20:.1f} MiB, "
+                  f"abi3 pass, {_tc.MANYLINUX_TARGET} {ml}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "build",
+        help="compile the stable-ABI variants into build/ (no Nix)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--backend", choices=["cpu", "cuda", "all"], default="all",
+                   help="variant to build; all = every backend of build.toml this machine can compile (default)")
+    p.add_argument("--build-dir", default=None, help="output directory (default: <repo>/build)")
+    p.add_argument("--cuda-archs", nargs="+", metavar="CAP", default=None,
+                   help="CUDA capabilities to compile (e.g. 9.0), replacing build.toml's cuda-capabilities")
+    p.add_argument("--unique-id", default=None, help="id part of the ops namespace (default: git tree hash)")
+    p.add_argument("--repo-root", default=None, help="kernel repository (default: nearest build.toml upwards)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: ninja's)")
+    p.set_defaults(func=_run)
+
+
+if __name__ == "__main__":  # python -m winattn.build
+    from .cli import main
+
+    sys.exit(main(["build", *sys.argv[1:]]))

@@ -1,0 +1,159 @@
+"""Fill the Hub card (`CARD.md` at the repo root, `{{placeholder}}` syntax) that `winattn publish` uploads as README.md.
+
+Placeholders: `repo_id`, `name`, `version`, `license`, `functions`, `variants`, `benchmarks`, `signing`. An unknown or
+unfilled placeholder is an error, so the template and this module cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from .errors import PublishError
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+CARD_TEMPLATE = "CARD.md"
+SIGNATURE_FILENAME = "metadata.json.sigstore"  # same as winattn.signing.SIGNATURE_FILENAME (not imported: light)
+
+
+def fill_card(template: str, values: dict[str, str]) -> str:
+    """Replace every `{{name}}` in `template` with `values[name]`; raise PublishError on an unknown placeholder."""
+    missing = sorted({m.group(1) for m in PLACEHOLDER.finditer(template)} - values.keys())
+    if missing:
+        raise PublishError(f"card template has placeholders with no value: {', '.join(missing)}")
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+
+
+def _module_file(package_dir: Path, module: str) -> Path | None:
+    rel = Path(*module.split("."))
+    for candidate in (package_dir / rel.with_suffix(".py"), package_dir / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _summary(docstring: str | None) -> str:
+    return (docstring or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _definition_summary(module_file: Path, name: str) -> str:
+    tree = ast.parse(module_file.read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return _summary(ast.get_docstring(node))
+    return ""
+
+
+def api_functions(variant_dir: Path) -> list[tuple[str, str]]:
+    """`(name, one-line summary)` for each name in `__all__` of the variant's `__init__.py`, read without importing.
+
+    Summaries come from the docstring of the function/class (followed through `from .mod import name`) or of the
+    submodule (`from . import reference`).
+    """
+    init = Path(variant_dir) / "__init__.py"
+    tree = ast.parse(init.read_text())
+    names: list[str] = []
+    origins: dict[str, tuple[str, str | None]] = {}  # exported name -> (module, attribute or None for a module)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            names = [str(n) for n in ast.literal_eval(node.value)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            for alias in node.names:
+                exported = alias.asname or alias.name
+                origins[exported] = (node.module, alias.name) if node.module else (alias.name, None)
+    result = []
+    for name in names:
+        summary = ""
+        if name in origins:
+            module, attr = origins[name]
+            module_file = _module_file(init.parent, module)
+            if module_file is not None:
+                if attr is None:
+                    summary = _summary(ast.get_docstring(ast.parse(module_file.read_text())))
+                else:
+                    summary = _definition_summary(module_file, attr)
+        else:
+            summary = _definition_summary(init, name)
+        result.append((name, summary))
+    return result
+
+
+def functions_markdown(functions: list[tuple[str, str]]) -> str:
+    if not functions:
+        return "_This kernel exports no functions (`__all__` is empty)._"
+    return "\n".join(f"- `{name}`" + (f": {summary}" if summary else "") for name, summary in functions)
+
+
+def variants_markdown(variant_dirs: list[Path]) -> str:
+    from kernels._rust import Metadata
+
+    rows = ["| Variant | Backend | Architectures | Signed |", "|---|---|---|---|"]
+    for vdir in sorted(variant_dirs, key=lambda p: p.name):
+        meta = Metadata.read_from_file(str(vdir / "metadata.json"))
+        archs = ", ".join(meta.backend.archs or []) or "–"
+        signed = "yes" if (vdir / SIGNATURE_FILENAME).is_file() else "no"
+        rows.append(f"| `{vdir.name}` | {str(meta.backend.backend_type).split('.')[-1].lower()} | {archs} | {signed} |")
+    return "\n".join(rows)
+
+
+def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines: int = 60) -> str:
+    """benchmarks/RESULTS.md without its title (first `max_lines` lines), or a note that none were published."""
+    results = Path(repo_root) / "benchmarks" / "RESULTS.md"
+    how = f"Run them yourself with `kernels benchmark {repo_id}@v{version}` (needs `pip install 'kernels[benchmark]'`)."
+    if not results.is_file():
+        return f"No benchmark results were published with this version. {how}"
+    lines = results.read_text().strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    # Demote headings so they nest under the card's "Benchmarks" section.
+    lines = ["#" + line if line.startswith("#") else line for line in lines]
+    text = "\n".join(lines).strip()
+    if len(lines) > max_lines:
+        text = "\n".join(lines[:max_lines]).rstrip() + f"\n\n_(truncated: see `benchmarks/RESULTS.md` on branch v{version})_"
+    return f"{text}\n\nFull results: `benchmarks/RESULTS.md` on branch `v{version}`. {how}"
+
+
+def signing_markdown(variant_dirs: list[Path]) -> str:
+    signed = [v for v in variant_dirs if (v / SIGNATURE_FILENAME).is_file()]
+    if not signed:
+        return "The variants of this version are not signed; rely on the pinned commit and `metadata.json`'s digest."
+    scope = "Every variant is" if len(signed) == len(variant_dirs) else f"{len(signed)} of {len(variant_dirs)} variants are"
+    return (
+        f"{scope} signed: `build/<variant>/{SIGNATURE_FILENAME}` is an OpenSSF model-signing bundle (EC P-256 key, "
+        "offline) over `metadata.json`, whose `digest` lists the sha256 of every other file. `winattn.load` verifies "
+        "it against the publisher's public key before import. (`kernels verify-signature` expects a keyless "
+        "Sigstore bundle from kernels-community's CI and reports this one as invalid; loading is unaffected.)"
+    )
+
+
+def render_card(
+    repo_root: Path,
+    *,
+    repo_id: str,
+    name: str,
+    version: int,
+    license: str,
+    variant_dirs: list[Path],
+    template: Path | None = None,
+) -> str:
+    """The README.md for `main`: CARD.md (or `template`) filled from the build config and the variants."""
+    template = Path(template) if template else Path(repo_root) / CARD_TEMPLATE
+    if not template.is_file():
+        raise PublishError(f"card template {template} is missing")
+    if not variant_dirs:
+        raise PublishError("cannot fill the card: no variants")
+    functions = api_functions(sorted(variant_dirs, key=lambda p: p.name)[0])
+    return fill_card(
+        template.read_text(),
+        {
+            "repo_id": repo_id,
+            "name": name,
+            "version": str(version),
+            "license": license.lower(),
+            "functions": functions_markdown(functions),
+            "variants": variants_markdown(variant_dirs),
+            "benchmarks": benchmark_summary(repo_root, repo_id, version),
+            "signing": signing_markdown(variant_dirs),
+        },
+    )

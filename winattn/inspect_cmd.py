@@ -1,0 +1,268 @@
+"""`winattn verify` and `winattn info`: inspect kernel variants without importing them.
+
+    winattn verify PATH|REPO [--version 1 | --revision R] [--public-key K ...] [--require-signature] [--all-variants]
+    winattn info [REPO|PATH] [--version 1 | --revision R] [--json]
+
+`verify` prints every check of `winattn.verify.verify_variant` as PASS/FAIL/WARN/SKIP (plus a per-file digest table
+and, when kernel-abi-check is installed, the abi3 check of the shared object) and exits 1 if any check fails. PATH is
+a variant directory, a build directory (every variant in it), or a `winattn vendor` directory (checked against its
+lock). REPO downloads, at the pinned commit, the variant this machine would load (or every variant with
+`--all-variants`) into the cache; nothing is imported either way.
+
+`info` shows which variant `winattn.load` would pick on this machine and why every other one was rejected (kernels'
+`VariantAccepted` / `VariantRejected`), plus the publisher's trust status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from .errors import KernelNotFoundError, WinattnError
+
+DEFAULT_REPO = "winattn/window-attention"
+LOCK_FILENAME = "window-attention.lock"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "verify",
+        help="verify a kernel variant (digest, signature, arch, python-depends, abi3) without importing it",
+        description=__doc__.split("\n\n")[2],
+    )
+    p.add_argument("target", metavar="PATH|REPO", help="variant/build/vendored directory, or a Hub repo id")
+    _add_revision_args(p)
+    p.add_argument("--public-key", dest="public_keys", action="append", default=[], metavar="K",
+                   help="trusted public key (PEM); repeat for several")
+    p.add_argument("--require-signature", action="store_true", help="fail unsigned variants")
+    p.add_argument("--all-variants", action="store_true", help="REPO: verify every variant, not only this machine's")
+    p.add_argument("--no-files", dest="files_table", action="store_false", help="omit the per-file digest table")
+    p.set_defaults(func=run_verify)
+
+    p = subparsers.add_parser(
+        "info",
+        help="which variant would load on this machine, and why the others are rejected",
+        description=__doc__.split("\n\n")[3],
+    )
+    p.add_argument("target", metavar="REPO|PATH", nargs="?", default=DEFAULT_REPO,
+                   help=f"Hub repo id (default {DEFAULT_REPO}) or a build/vendored directory")
+    _add_revision_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run_info)
+
+
+def _add_revision_args(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--version", type=int, default=None, help="major version = branch v<N> (default 1)")
+    g.add_argument("--revision", default=None, help="branch, tag or commit instead of --version")
+    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT)")
+    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN)")
+    p.add_argument("--backend", default=None, help="kernels backend to match (default: detected)")
+
+
+def _version(args):
+    return args.version if args.version is not None or args.revision is not None else 1
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# verify
+
+
+def _file_table(variant_dir: Path, metadata) -> list:
+    """[(status, path)] comparing every file with metadata.json's digest."""
+    from kernels._rust import Digest
+
+    if metadata is None or metadata.digest is None:
+        return []
+    try:
+        actual = Digest.hash_variant(metadata.digest.algorithm, str(variant_dir)).files
+    except (OSError, RuntimeError):
+        return []
+    expected = metadata.digest.files
+    rows = []
+    for rel in sorted(set(expected) | set(actual)):
+        if rel not in actual:
+            rows.append(("MISSING", rel))
+        elif rel not in expected:
+            rows.append(("EXTRA", rel))
+        elif actual[rel] != expected[rel]:
+            rows.append(("MISMATCH", rel))
+        else:
+            rows.append(("ok", rel))
+    return rows
+
+
+def _print_report(title: str, report, files_table: bool) -> None:
+    print(title)
+    for check in report.checks:
+        print(f"  {check.line()}")
+        if check.name == "digest" and files_table:
+            for status, rel in _file_table(report.variant_path, report.metadata):
+                print(f"      {status:8} {rel}")
+    print(f"  => {'OK' if report.ok else 'FAILED'}: {report.variant}")
+
+
+def _verify_dir(path: Path, args) -> list:
+    from .verify import verify_variant
+
+    common = dict(public_keys=args.public_keys, require_signature=args.require_signature, bytecode="warn",
+                  check_abi=True, use_receipt=False)
+    if (path / "metadata.json").is_file():
+        report = verify_variant(path, **common)
+        _print_report(f"variant {path.name} ({path})", report, args.files_table)
+        return [report]
+    lock = None
+    if (path / LOCK_FILENAME).is_file():
+        from .load import read_vendor_lock
+
+        lock = read_vendor_lock(path)
+        print(f"vendored {lock['repo_id']} v{lock['version']} @ {lock['commit']} ({path / LOCK_FILENAME})")
+    base = path / "build" if (path / "build").is_dir() and lock is None else path
+    from kernels.variants import get_variants_local
+
+    names = sorted(v.variant_str for v in get_variants_local(base))
+    if lock is not None:
+        for name in sorted(set(lock["variants"]) - set(names)):
+            print(f"  FAIL lock: variant {name} is in the lock but not in {path}")
+    if not names:
+        raise KernelNotFoundError(f"no variant directories in {base}")
+    reports = []
+    for name in names:
+        entry = lock["variants"].get(name) if lock is not None else None
+        if lock is not None and entry is None:
+            print(f"  WARN lock: {name} is not in {LOCK_FILENAME} (winattn.load ignores it)")
+            continue
+        report = verify_variant(base / name, lock_entry=entry, **common)
+        _print_report(f"variant {name} ({base / name})", report, args.files_table)
+        reports.append(report)
+    return reports
+
+
+def _verify_repo(repo_id: str, args) -> list:
+    from huggingface_hub import constants
+
+    from . import resolve
+    from .load import _download, _variant_lock
+    from .trust import check_trust
+    from .verify import verify_variant
+
+    version, revision = _version(args), args.revision
+    if constants.is_offline_mode():
+        pin = resolve.pin_offline(repo_id, version=version, revision=revision)
+        build_dir = resolve.repo_cache_folder(repo_id) / "snapshots" / pin.commit / "build"
+        selection = resolve.select_local(build_dir, args.backend)
+        api = None
+    else:
+        api = resolve.make_api(args.endpoint, args.token)
+        pin = resolve.pin(api, repo_id, version=version, revision=revision)
+        selection = resolve.select_hub(api, pin, args.backend)
+        try:
+            print(f"trust: PASS {check_trust(repo_id, False, api=api).reason}")
+        except WinattnError as e:
+            print(f"trust: WARN {e}")
+    print(f"{pin.describe()}")
+    names = [d.variant.variant_str for d in selection.decisions] if args.all_variants else (
+        [selection.variant] if selection.variant else [])
+    if not names:
+        raise KernelNotFoundError(resolve.not_found_message(pin.describe(), selection, args.backend))
+    reports = []
+    for name in names:
+        variant_dir = resolve.repo_cache_folder(repo_id) / "snapshots" / pin.commit / "build" / name
+        if api is not None:
+            with _variant_lock(repo_id, pin.commit, name):
+                variant_dir = _download(api, pin, name, force=False)
+        report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
+                                bytecode="warn", check_abi=True, use_receipt=False)
+        _print_report(f"variant {name} ({variant_dir})", report, args.files_table)
+        reports.append(report)
+    return reports
+
+
+def run_verify(args) -> int:
+    target = Path(args.target)
+    if target.exists():
+        reports = _verify_dir(target, args)
+    elif _REPO_ID.match(args.target):
+        reports = _verify_repo(args.target, args)
+    else:
+        raise KernelNotFoundError(f"{args.target}: no such directory, and not a Hub repo id (ORG/NAME)")
+    failed = [r for r in reports if not r.ok]
+    print(f"{len(reports) - len(failed)} of {len(reports)} variant(s) verified" +
+          (f"; FAILED: {', '.join(r.variant for r in failed)}" if failed else ""))
+    return 1 if failed or not reports else 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# info
+
+
+def run_info(args) -> int:
+    from huggingface_hub import constants
+
+    from . import resolve
+    from .trust import check_trust
+
+    target = Path(args.target)
+    trust = None
+    if target.exists():
+        base = target / "build" if (target / "build").is_dir() else target
+        what = str(target)
+        selection = resolve.select_local(base, args.backend)
+        if (target / LOCK_FILENAME).is_file():
+            from .load import read_vendor_lock
+
+            lock = read_vendor_lock(target)
+            what = f"{lock['repo_id']} v{lock['version']} @ {lock['commit'][:12]} (vendored in {target})"
+    elif constants.is_offline_mode():
+        pin = resolve.pin_offline(args.target, version=_version(args), revision=args.revision)
+        what = f"{pin.describe()} (local cache, offline)"
+        selection = resolve.select_local(
+            resolve.repo_cache_folder(args.target) / "snapshots" / pin.commit / "build", args.backend
+        )
+        trust = "not checked (offline)"
+    else:
+        api = resolve.make_api(args.endpoint, args.token)
+        pin = resolve.pin(api, args.target, version=_version(args), revision=args.revision)
+        what = pin.describe()
+        selection = resolve.select_hub(api, pin, args.backend)
+        try:
+            trust = f"trusted ({check_trust(args.target, False, api=api).reason})"
+        except WinattnError as e:
+            trust = f"NOT trusted: {e}"
+    system = resolve.system_description(args.backend)
+    if args.json:
+        print(json.dumps({
+            "target": what, "system": system, "selected": selection.variant, "accepted": selection.accepted,
+            "rejected": [{"variant": v, "reason": r} for v, r in selection.rejected], "trust": trust,
+        }, indent=2))
+        return 0 if selection.variant else 1
+    print(f"{what}")
+    print(f"this machine: {system}")
+    if selection.variant:
+        print(f"would load: {selection.variant}")
+    else:
+        print("would load: nothing (no variant fits; winattn.load(fallback='reference') uses the reference)")
+    for name in selection.accepted[1:]:
+        print(f"  compatible, less preferred: {name}")
+    for name, reason in selection.rejected:
+        print(f"  rejected: {name}: {reason}")
+    if not selection.decisions:
+        print("  (no variants)")
+    if trust is not None:
+        print(f"publisher: {trust}")
+    return 0 if selection.variant else 1
+
+
+def main(argv=None) -> int:  # pragma: no cover - convenience for `python -m winattn.inspect_cmd`
+    parser = argparse.ArgumentParser(prog="winattn")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

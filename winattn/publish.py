@@ -1,0 +1,350 @@
+"""`winattn publish`: check, optionally sign, and upload the built variants to a Hub kernel repo.
+
+Layout on the Hub (as `kernel-builder upload`, kernel-builder.md §5):
+
+    main:    README.md              the filled CARD.md
+    v<N>:    build/<variant>/...    every variant in the build dir, stale files of those variants deleted
+             benchmarks/benchmark*.py, benchmarks/RESULTS.md
+
+All variant and benchmark files go to `v<N>` in one `create_commit` (pinned to the branch head it was computed
+against), so a reader of the branch sees either the old or the new version, never a mix. Nothing is uploaded unless
+every variant passes `check_variant`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import PublishError
+
+DEFAULT_REPO = "winattn/window-attention"
+REPO_TYPE = "kernel"
+PYTHON_ABI = "3.9"
+BENCHMARK_PATTERNS = ("benchmark*.py", "RESULTS.md")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    name: str
+    version: int
+    license: str
+    hub_repo_id: str | None
+
+
+def read_build_config(repo_root: Path) -> BuildConfig:
+    """Validate `build.toml` with kernels' own parser (`kernels._rust.Build.open`), then read it with tomllib."""
+    from kernels._rust import Build
+
+    path = Path(repo_root) / "build.toml"
+    if not path.is_file():
+        raise PublishError(f"{path} is missing: run publish from the kernel repo root or pass repo_root")
+    try:
+        Build.open(str(Path(repo_root)))
+    except Exception as e:  # noqa: BLE001  (kernels raises ValueError/OSError with the parser's message)
+        raise PublishError(f"{path} is not a valid kernel-builder config: {e}") from None
+    general = tomllib.loads(path.read_text())["general"]
+    return BuildConfig(
+        name=general["name"],
+        version=int(general["version"]),
+        license=general.get("license", "apache-2.0"),
+        hub_repo_id=general.get("hub", {}).get("repo-id"),
+    )
+
+
+def find_variants(build_dir: Path) -> list[Path]:
+    """Directories of `build_dir` whose name is a kernels variant name (`torch…`, `tvm-ffi…`); others are ignored."""
+    from kernels.variants import parse_variant
+
+    build_dir = Path(build_dir)
+    if not build_dir.is_dir():
+        raise PublishError(f"build dir {build_dir} does not exist: run `winattn build` first")
+    variants = []
+    for entry in sorted(build_dir.iterdir()):
+        if not entry.is_dir():
+            continue
+        try:
+            parse_variant(entry.name)
+        except ValueError:
+            continue
+        variants.append(entry)
+    if not variants:
+        raise PublishError(f"no variants in {build_dir} (expected build/<variant>/ dirs): run `winattn build` first")
+    return variants
+
+
+def variant_files(variant_dir: Path) -> list[Path]:
+    """Files of a variant to upload, relative to it: everything but `__pycache__/` and `*.pyc`."""
+    out = []
+    for path in sorted(Path(variant_dir).rglob("*")):
+        rel = path.relative_to(variant_dir)
+        if "__pycache__" in rel.parts or path.suffix == ".pyc" or path.is_dir():
+            continue
+        out.append(rel)
+    return out
+
+
+def check_variant(
+    variant_dir: Path,
+    *,
+    expect_name: str | None = None,
+    expect_version: int | None = None,
+    check_signature: bool = True,
+) -> None:
+    """Refuse a variant that kernels could not load or that does not match its metadata.
+
+    Checks: `__init__.py` and `_ops.py` exist; exactly one `*.abi3.so`; `metadata.json` parses with
+    `kernels._rust.Metadata` (and matches the build's name/version when given); it has a digest and the files match it
+    (`Digest.hash_variant`); the `.so` uses only the Python 3.9 limited API (`kernel_abi_check`); with
+    `check_signature`, an existing `metadata.json.sigstore` was made for this metadata.json (not stale; the signature
+    itself is verified by loaders, which hold the public keys).
+
+    Raises:
+        PublishError: naming the variant and the first failed check.
+    """
+    from kernels._rust import Digest, DigestValidationError, Metadata
+
+    vdir = Path(variant_dir)
+    variant = vdir.name
+
+    def refuse(cause: str):
+        raise PublishError(f"variant {variant} refused: {cause}")
+
+    for required in ("__init__.py", "_ops.py", "metadata.json"):
+        if not (vdir / required).is_file():
+            refuse(f"{required} is missing (broken build; rebuild with `winattn build`)")
+    libs = sorted(p.name for p in vdir.glob("*.abi3.so"))
+    if len(libs) != 1:
+        refuse(f"expected exactly one *.abi3.so, found {len(libs)}" + (f": {', '.join(libs)}" if libs else ""))
+    try:
+        metadata = Metadata.read_from_file(str(vdir / "metadata.json"))
+    except Exception as e:  # noqa: BLE001
+        refuse(f"metadata.json does not parse: {e}")
+    if expect_name is not None and str(metadata.name) != expect_name:
+        refuse(f"metadata.json name {str(metadata.name)!r} is not build.toml's {expect_name!r}")
+    if expect_version is not None and metadata.version != expect_version:
+        refuse(
+            f"metadata.json version {metadata.version} is not build.toml's {expect_version} "
+            f"(stale build: rebuild before publishing to v{expect_version})"
+        )
+    if metadata.digest is None:
+        refuse("metadata.json has no digest")
+    try:
+        metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, str(vdir)))
+    except DigestValidationError as e:
+        refuse("digest mismatch: " + "; ".join(str(v) for v in e.violations))
+    from .signing import signed_metadata_sha256  # light: model_signing is imported only to sign/verify
+
+    try:
+        signed = signed_metadata_sha256(vdir) if check_signature else None
+    except ValueError as e:
+        refuse(f"unreadable signature: {e}")
+    if signed is not None and signed != hashlib.sha256((vdir / "metadata.json").read_bytes()).hexdigest():
+        refuse(
+            "stale signature: metadata.json changed after metadata.json.sigstore was made "
+            "(re-sign with --signing-key, or delete the .sigstore file)"
+        )
+    import kernel_abi_check
+
+    try:
+        violations = kernel_abi_check.ObjectFile(str(vdir / libs[0])).check_python_abi(PYTHON_ABI)
+    except ValueError as e:
+        refuse(f"{libs[0]} cannot be read as a shared library: {e}")
+    if violations:
+        names = ", ".join(str(getattr(v, "name", v)) for v in violations[:10])
+        refuse(f"{libs[0]} is not abi3 for Python {PYTHON_ABI}: {len(violations)} symbol(s): {names}")
+
+
+def benchmark_files(repo_root: Path) -> list[Path]:
+    """`benchmarks/benchmark*.py` and `benchmarks/RESULTS.md`, relative to repo_root."""
+    bench = Path(repo_root) / "benchmarks"
+    if not bench.is_dir():
+        return []
+    return sorted(
+        p.relative_to(repo_root)
+        for p in bench.iterdir()
+        if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in BENCHMARK_PATTERNS)
+    )
+
+
+def _stale_files(remote: list[str], uploads: set[str], variants: list[str], new_branch: bool) -> list[str]:
+    """Remote files to delete: stale files of uploaded variants and benchmarks; on a new branch, everything else."""
+    stale = []
+    for path in remote:
+        if path in uploads:
+            continue
+        if new_branch:
+            stale.append(path)  # the branch starts as a copy of main (README.md, .gitattributes): keep it build-only
+        elif any(path.startswith(f"build/{v}/") for v in variants):
+            stale.append(path)
+        elif path.startswith("benchmarks/") and "/" not in path[len("benchmarks/"):] and any(
+            fnmatch.fnmatch(path[len("benchmarks/"):], pat) for pat in BENCHMARK_PATTERNS
+        ):
+            stale.append(path)
+    return stale
+
+
+def publish(
+    repo_id: str = DEFAULT_REPO,
+    *,
+    build_dir: Path = Path("build"),
+    endpoint: str | None = None,
+    token: str | None = None,
+    private: bool = False,
+    signing_key: Path | None = None,
+    repo_root: Path = Path("."),
+) -> str:
+    """Upload every variant of `build_dir` and the benchmarks to branch `v<version>`, and the card to `main`.
+
+    Args:
+        repo_id: Hub kernel repo (`org/name`); created (repo type `kernel`) if missing.
+        build_dir: directory holding `<variant>/` dirs (relative paths are relative to the current directory).
+        endpoint, token: Hub endpoint and token; `None` = huggingface_hub's defaults (`HF_ENDPOINT`, `HF_TOKEN`).
+        private: create the repo private (an existing repo keeps its visibility).
+        signing_key: EC P-256 private key (PEM); each variant is signed (`metadata.json.sigstore`) before upload.
+        repo_root: kernel source root holding `build.toml`, `CARD.md` and `benchmarks/`.
+
+    Returns:
+        str: the sha of the commit on `v<version>`.
+
+    Raises:
+        PublishError: bad build.toml, a refused variant (nothing is uploaded then), or a failed Hub call.
+    """
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from .card import render_card
+
+    repo_root = Path(repo_root)
+    build_dir = Path(build_dir)
+    config = read_build_config(repo_root)
+    branch = f"v{config.version}"
+    variant_dirs = find_variants(build_dir)
+    for vdir in variant_dirs:
+        # A signature about to be replaced may be stale; sign_variant re-checks the digest before signing.
+        check_variant(
+            vdir, expect_name=config.name, expect_version=config.version, check_signature=signing_key is None
+        )
+    if signing_key is not None:
+        from .signing import sign_variant
+
+        signing_key = Path(signing_key)
+        if not signing_key.is_file():
+            raise PublishError(f"signing key {signing_key} does not exist (create one with `winattn keygen`)")
+        for vdir in variant_dirs:
+            try:
+                sign_variant(vdir, signing_key)
+            except Exception as e:  # noqa: BLE001  (bad key format, unsupported curve, ...)
+                raise PublishError(f"variant {vdir.name}: signing failed: {e}") from None
+    card = render_card(
+        repo_root,
+        repo_id=repo_id,
+        name=config.name,
+        version=config.version,
+        license=config.license,
+        variant_dirs=variant_dirs,
+    )
+
+    operations: list = []
+    uploads: set[str] = set()
+    for vdir in variant_dirs:
+        for rel in variant_files(vdir):
+            path_in_repo = f"build/{vdir.name}/{rel.as_posix()}"
+            uploads.add(path_in_repo)
+            operations.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(vdir / rel)))
+    for rel in benchmark_files(repo_root):
+        uploads.add(rel.as_posix())
+        operations.append(CommitOperationAdd(path_in_repo=rel.as_posix(), path_or_fileobj=str(repo_root / rel)))
+
+    api = HfApi(endpoint=endpoint, token=token)
+    variant_names = [v.name for v in variant_dirs]
+    try:
+        api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
+        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        heads = {b.name: b.target_commit for b in refs.branches}
+        new_branch = branch not in heads
+        if new_branch:
+            api.create_branch(repo_id, branch=branch, repo_type=REPO_TYPE, exist_ok=True)
+            heads = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
+        parent = heads.get(branch)
+        remote = api.list_repo_files(repo_id, revision=parent or branch, repo_type=REPO_TYPE)
+        for path in _stale_files(remote, uploads, variant_names, new_branch):
+            operations.append(CommitOperationDelete(path_in_repo=path))
+        info = api.create_commit(
+            repo_id,
+            operations,
+            commit_message=f"Publish {config.name} v{config.version}: {', '.join(variant_names)}",
+            commit_description="Uploaded with `winattn publish`.",
+            repo_type=REPO_TYPE,
+            revision=branch,
+            parent_commit=parent,
+        )
+        api.create_commit(
+            repo_id,
+            [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
+            commit_message=f"Card for {config.name} v{config.version}",
+            repo_type=REPO_TYPE,
+            revision="main",
+        )
+    except HfHubHTTPError as e:
+        raise PublishError(f"upload to {repo_id} failed: {e}") from None
+    return info.oid
+
+
+def generate_keys(args) -> int:
+    from .signing import generate_keypair, public_key_fingerprint
+
+    for path in (args.private_key, args.public_key):
+        if path.exists() and not args.force:
+            raise PublishError(f"{path} exists (pass --force to overwrite)")
+    generate_keypair(args.private_key, args.public_key)
+    print(f"private key: {args.private_key}\npublic key:  {args.public_key} (sha256:{public_key_fingerprint(args.public_key)})")
+    return 0
+
+
+def _run(args) -> int:
+    sha = publish(
+        args.repo,
+        build_dir=args.build_dir,
+        endpoint=args.endpoint,
+        token=args.token,
+        private=args.private,
+        signing_key=args.signing_key,
+        repo_root=args.repo_root,
+    )
+    print(sha)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "publish",
+        help="check, sign and upload build/<variant>/ to a Hub kernel repo",
+        description=(
+            "Upload every variant of the build dir and benchmarks/ to branch v<version> (build.toml) in one commit, "
+            "and the filled CARD.md as README.md on main. Prints the commit sha."
+        ),
+    )
+    p.add_argument("--repo", default=DEFAULT_REPO, help=f"Hub repo ORG/NAME (default {DEFAULT_REPO})")
+    p.add_argument("--build-dir", type=Path, default=Path("build"), help="dir holding <variant>/ (default build)")
+    p.add_argument("--repo-root", type=Path, default=Path("."), help="kernel source root with build.toml (default .)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--signing-key", type=Path, help="EC P-256 private key (PEM): sign each variant before upload")
+    p.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT"), help="Hub URL (default $HF_ENDPOINT)")
+    p.add_argument("--token", default=os.environ.get("HF_TOKEN"), help="Hub token (default $HF_TOKEN)")
+    p.set_defaults(func=_run)
+
+    k = subparsers.add_parser(
+        "keygen",
+        help="create an EC P-256 key pair for `winattn publish --signing-key`",
+        description="Write a PEM private key (mode 0600) and its public key; give the public key to loaders.",
+    )
+    k.add_argument("private_key", type=Path)
+    k.add_argument("public_key", type=Path)
+    k.add_argument("--force", action="store_true", help="overwrite existing files")
+    k.set_defaults(func=generate_keys)
+

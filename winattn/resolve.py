@@ -1,0 +1,233 @@
+"""Where a kernel comes from: revision pinning and variant selection, delegated to `kernels` 0.17.2.
+
+Selection is never re-implemented here: the variants of a Hub revision are listed with `kernels.variants.get_variants`
+(the `build/` tree), local ones with `kernels.variants.get_variants_local`, and the choice and the per-variant
+acceptance/rejection reasons come from `kernels.variants.resolve_variant` (the function behind `get_kernel`,
+`get_kernel_variants` and `kernels info`). The only difference with `kernels` is that every Hub call goes through
+the caller's `HfApi` (endpoint, token), and that a `version` is pinned to its commit once, here, for the whole load.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .errors import KernelNotFoundError, OfflineError
+
+logger = logging.getLogger(__name__)
+
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_commit(revision: Optional[str]) -> bool:
+    return bool(revision) and bool(_SHA_RE.match(revision))
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A revision pinned to a commit.
+
+    Attributes:
+        repo_id: the repository.
+        version: the requested major version (branch `v<N>`), or None.
+        revision: the requested revision, or `v<N>` for a version.
+        commit: the 40-hex commit every download of this load uses.
+    """
+
+    repo_id: str
+    version: Optional[int]
+    revision: str
+    commit: str
+
+    def describe(self) -> str:
+        if self.revision == self.commit:
+            return f"{self.repo_id}@{self.commit[:12]}"
+        return f"{self.repo_id} {self.revision} (commit {self.commit[:12]})"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of variant resolution: the chosen variant name (or None) and kernels' decisions for all."""
+
+    variant: Optional[str]
+    decisions: list  # kernels.variants.VariantAccepted | VariantRejected, most preferred first
+
+    @property
+    def rejected(self) -> list:
+        """[(variant, reason)] for every rejected variant."""
+        from kernels.variants import VariantRejected
+
+        return [(d.variant.variant_str, d.reason) for d in self.decisions if isinstance(d, VariantRejected)]
+
+    @property
+    def accepted(self) -> list:
+        from kernels.variants import VariantAccepted
+
+        return [d.variant.variant_str for d in self.decisions if isinstance(d, VariantAccepted)]
+
+    def trace(self) -> str:
+        """kernels' own one-line-per-variant description (`variants_trace_str`)."""
+        from kernels.variants import variants_trace_str
+
+        return variants_trace_str(self.decisions) if self.decisions else "(no variants)"
+
+
+def make_api(endpoint: Optional[str] = None, token=None):
+    """The `HfApi` of a load: the caller's endpoint/token, else huggingface_hub's defaults (HF_ENDPOINT, HF_TOKEN)."""
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=endpoint, token=token, library_name="winattn", library_version=_winattn_version())
+
+
+def _winattn_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("winattn")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def cache_dir() -> str:
+    """The cache kernels downloads into: `KERNELS_CACHE`, else `HF_HUB_CACHE` (read now, not at import)."""
+    from huggingface_hub import constants
+
+    return os.environ.get("KERNELS_CACHE") or constants.HF_HUB_CACHE
+
+
+def repo_cache_folder(repo_id: str) -> Path:
+    from huggingface_hub.file_download import repo_folder_name
+
+    return Path(cache_dir()) / repo_folder_name(repo_id=repo_id, repo_type="kernel")
+
+
+def system_description(backend: Optional[str] = None) -> str:
+    """e.g. "backend cpu, torch 2.13, x86_64-linux" (what the variants were matched against)."""
+    from kernels.backends import _select_backend
+
+    try:
+        import torch
+
+        torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    except ImportError:
+        torch_version = "none"
+    return f"backend {_select_backend(backend).variant_str}, torch {torch_version}, " \
+           f"{platform.machine()}-{platform.system().lower()}"
+
+
+def _check_version_args(version, revision):
+    if version is not None and revision is not None:
+        raise ValueError("pass either version= or revision=, not both")
+    if version is None and revision is None:
+        raise ValueError("a kernel version (version=<major>) or a revision (revision=<branch/tag/commit>) is needed")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        raise ValueError(f"version must be a non-negative integer (branch v<N>), got {version!r}")
+
+
+def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -> Pin:
+    """Resolve `version` (branch `v<N>`, as kernels' `_versions`) or `revision` to a commit, online."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    _check_version_args(version, revision)
+    if version is None and is_commit(revision):
+        return Pin(repo_id, None, revision, revision)
+    try:
+        refs = api.list_repo_refs(repo_id, repo_type="kernel")
+    except RepositoryNotFoundError as e:
+        raise KernelNotFoundError(f"kernel repository '{repo_id}' not found at {api.endpoint}") from e
+    if version is not None:
+        versions = {}
+        for branch in refs.branches:
+            m = re.fullmatch(r"v(\d+)", branch.name)
+            if m:
+                versions[int(m.group(1))] = branch
+        if version not in versions:
+            available = ", ".join(f"v{v}" for v in sorted(versions)) or "none"
+            raise KernelNotFoundError(
+                f"version {version} of '{repo_id}' not found (no branch v{version}); available versions: {available}"
+            )
+        newest = max(versions)
+        if newest > version:
+            logger.warning("You are using version %d of '%s', but version %d is available.", version, repo_id, newest)
+        return Pin(repo_id, version, f"v{version}", versions[version].target_commit)
+    for ref in list(refs.branches) + list(refs.tags):
+        if revision in (ref.name, ref.ref):
+            return Pin(repo_id, None, revision, ref.target_commit)
+    try:
+        info = api.repo_info(repo_id, repo_type="kernel", revision=revision)
+    except RevisionNotFoundError as e:
+        raise KernelNotFoundError(f"revision '{revision}' of '{repo_id}' not found") from e
+    return Pin(repo_id, None, revision, info.sha)
+
+
+def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]) -> Pin:
+    """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers."""
+    from kernels._versions import _get_available_versions_from_cache
+
+    _check_version_args(version, revision)
+    if version is None and is_commit(revision):
+        return Pin(repo_id, None, revision, revision)
+    if version is not None:
+        versions = _get_available_versions_from_cache(repo_id)
+        if version not in versions:
+            raise OfflineError(
+                f"version {version} of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
+                f"offline mode (HF_HUB_OFFLINE); load it once online, or pass revision=<commit>"
+            )
+        return Pin(repo_id, version, f"v{version}", versions[version].target_commit)
+    ref_file = repo_cache_folder(repo_id) / "refs" / revision
+    try:
+        commit = ref_file.read_text().strip()
+    except OSError:
+        raise OfflineError(
+            f"revision '{revision}' of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
+            f"offline mode (HF_HUB_OFFLINE)"
+        ) from None
+    return Pin(repo_id, None, revision, commit)
+
+
+def select(variant_names_or_variants, backend: Optional[str] = None) -> Selection:
+    """kernels' variant resolution over a list of variants (or variant names)."""
+    from kernels.variants import parse_variant, resolve_variant
+
+    variants = []
+    for v in variant_names_or_variants:
+        if isinstance(v, str):
+            try:
+                v = parse_variant(v)
+            except ValueError:
+                continue
+        variants.append(v)
+    variant, decisions = resolve_variant(variants, backend)
+    return Selection(variant.variant_str if variant is not None else None, list(decisions))
+
+
+def select_hub(api, pin_: Pin, backend: Optional[str] = None) -> Selection:
+    """List the `build/` variants of the pinned commit on the Hub and resolve them (kernels' rules)."""
+    from huggingface_hub.errors import EntryNotFoundError
+    from kernels.variants import get_variants
+
+    try:
+        variants = get_variants(api, repo_id=pin_.repo_id, revision=pin_.commit)
+    except EntryNotFoundError:
+        variants = []
+    return select(variants, backend)
+
+
+def select_local(build_dir: Path, backend: Optional[str] = None) -> Selection:
+    """Resolve the variant directories of a local `build/` (or vendored) directory (kernels' rules)."""
+    from kernels.variants import get_variants_local
+
+    return select(get_variants_local(Path(build_dir)), backend)
+
+
+def not_found_message(what: str, selection: Selection, backend: Optional[str] = None) -> str:
+    return (
+        f"no variant of {what} fits this machine ({system_description(backend)}):\n"
+        f"{selection.trace()}"
+    )

@@ -1,0 +1,86 @@
+"""Publisher trust, with the policy of `kernels` 0.17 (`kernels.hf_hub._check_trust_remote_code`).
+
+- `trust_remote_code=True`: every repository is allowed.
+- a list of repository ids: those repositories are allowed, in addition to trusted publishers.
+- `False` (default): the publisher (text before the first `/`) must be an organization whose Hub overview
+  (`GET /api/organizations/<org>/overview`) carries `trustedKernelPublisher: true`.
+
+kernels' own function always talks to the default endpoint and signals refusal with a plain ValueError; this one
+takes the caller's `HfApi` (endpoint, token) and raises `UntrustedKernelError`. The decision is returned as data so
+that it can be reported and stored in the verified-receipt of the variant (offline loads rely on it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Union
+
+from .errors import UntrustedKernelError
+
+logger = logging.getLogger(__name__)
+
+TrustSetting = Union[bool, Iterable[str]]
+
+_HINT = (
+    "Set trust_remote_code=True or add the repository ID to the trust_remote_code allowlist to allow loading "
+    "kernels from untrusted sources."
+)
+
+
+@dataclass(frozen=True)
+class TrustDecision:
+    """Why a repository was allowed.
+
+    Attributes:
+        repo_id: the repository.
+        reason: "trust_remote_code", "allowlist", "trusted publisher <org>", or "offline: <earlier reason>".
+    """
+
+    repo_id: str
+    reason: str
+
+
+def normalize(trust_remote_code: TrustSetting) -> bool | list[str]:
+    """`True`/`False` stay booleans; any other iterable of strings becomes a list (the allowlist)."""
+    if isinstance(trust_remote_code, bool):
+        return trust_remote_code
+    if trust_remote_code is None:
+        return False
+    if isinstance(trust_remote_code, str):
+        return [trust_remote_code]
+    return [str(r) for r in trust_remote_code]
+
+
+def explicit_trust(repo_id: str, trust_remote_code: TrustSetting) -> TrustDecision | None:
+    """The decision when the caller opted in for this repository (no network needed), else None."""
+    setting = normalize(trust_remote_code)
+    if setting is True:
+        return TrustDecision(repo_id, "trust_remote_code")
+    if isinstance(setting, list) and repo_id in setting:
+        return TrustDecision(repo_id, "allowlist")
+    return None
+
+
+def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustDecision:
+    """Check that `repo_id` may be loaded; raise `UntrustedKernelError` otherwise.
+
+    Args:
+        repo_id: "<org>/<name>".
+        trust_remote_code: True, False or an allowlist of repository ids.
+        api: the `huggingface_hub.HfApi` for the Hub the kernel comes from.
+    """
+    decision = explicit_trust(repo_id, trust_remote_code)
+    if decision is not None:
+        return decision
+    publisher = repo_id.split("/", 1)[0]
+    try:
+        info = api.get_organization_overview(publisher)
+    except Exception as e:  # user namespace, unknown org, network error: trust cannot be established
+        raise UntrustedKernelError(
+            f"Kernel repository '{repo_id}' could not verify publisher trust status of '{publisher}' "
+            f"({type(e).__name__}: {e}). {_HINT}"
+        ) from e
+    if getattr(info, "trustedKernelPublisher", False) is True:
+        return TrustDecision(repo_id, f"trusted publisher {publisher}")
+    raise UntrustedKernelError(f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {_HINT}")

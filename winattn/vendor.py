@@ -1,0 +1,276 @@
+"""`winattn vendor`: copy variants of a published kernel into a directory, pinned by a lock, for offline use.
+
+    DIR/<variant>/...              the variant as published (metadata.json, signature, .so, python files)
+    DIR/window-attention.lock      JSON, see `read_lock`
+
+The branch (`--version N` → `v<N>`) or revision is resolved to a commit sha once; every download uses that sha.
+Which variant fits this machine is decided by `kernels` itself (`kernels.variants.resolve_variants`, what
+`get_kernel` and `get_kernel_variants` use), never re-implemented here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import KernelNotFoundError, OfflineError, VerificationError
+
+LOCK_FILENAME = "window-attention.lock"
+LOCK_FORMAT = 1
+REPO_TYPE = "kernel"
+SIGNATURE_FILENAME = "metadata.json.sigstore"
+_SHA1_HEX = re.compile(r"^[0-9a-f]{40}$")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def variant_lock_entry(variant_dir: Path) -> dict:
+    """`{"metadata_sha256": hex, "signature_sha256": hex | None}` for a variant directory as it is on disk."""
+    variant_dir = Path(variant_dir)
+    signature = variant_dir / SIGNATURE_FILENAME
+    return {
+        "metadata_sha256": _sha256(variant_dir / "metadata.json"),
+        "signature_sha256": _sha256(signature) if signature.is_file() else None,
+    }
+
+
+def read_lock(directory: Path) -> dict:
+    """Read and validate `directory/window-attention.lock`.
+
+    Returns:
+        dict: `{"format": 1, "repo": "org/name", "version": int | None, "revision": str, "commit": "<40 hex>",
+        "variants": {"<variant>": {"metadata_sha256": "<64 hex>", "signature_sha256": "<64 hex>" | None}}}`.
+        `revision` is what was asked for (`v<N>` for a version); `commit` the sha it resolved to.
+
+    Raises:
+        OfflineError: there is no lock file in `directory`.
+        VerificationError: the lock is not valid JSON or not of that shape.
+    """
+    path = Path(directory) / LOCK_FILENAME
+    if not path.is_file():
+        raise OfflineError(f"{path} does not exist: vendor the kernel first (`winattn vendor --out {directory}`)")
+
+    def bad(why: str):
+        raise VerificationError(f"invalid lock {path}: {why}", checks=[("lock", False, why)])
+
+    try:
+        lock = json.loads(path.read_text())
+    except ValueError as e:
+        bad(f"not JSON ({e})")
+    if not isinstance(lock, dict):
+        bad("not a JSON object")
+    if lock.get("format") != LOCK_FORMAT:
+        bad(f"format {lock.get('format')!r}, expected {LOCK_FORMAT}")
+    if not isinstance(lock.get("repo"), str) or lock["repo"].count("/") != 1:
+        bad(f"repo {lock.get('repo')!r} is not ORG/NAME")
+    if lock.get("version") is not None and not (isinstance(lock["version"], int) and lock["version"] >= 0):
+        bad(f"version {lock.get('version')!r} is not a non-negative integer or null")
+    if not isinstance(lock.get("commit"), str) or not _SHA1_HEX.match(lock["commit"]):
+        bad(f"commit {lock.get('commit')!r} is not a 40-hex sha")
+    variants = lock.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        bad("no variants")
+    for name, entry in variants.items():
+        if not isinstance(entry, dict) or not _SHA256_HEX.match(str(entry.get("metadata_sha256"))):
+            bad(f"variant {name}: metadata_sha256 is not a sha256 hex digest")
+        sig = entry.get("signature_sha256")
+        if sig is not None and not _SHA256_HEX.match(str(sig)):
+            bad(f"variant {name}: signature_sha256 is neither null nor a sha256 hex digest")
+    return lock
+
+
+def _resolve_commit(api, repo_id: str, version: int | None, revision: str | None) -> tuple[str, str]:
+    """(revision asked for, commit sha), resolved once."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        if version is not None:
+            branches = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
+            branch = f"v{version}"
+            if branch not in branches:
+                available = sorted(int(b[1:]) for b in branches if b[1:].isdigit() and b.startswith("v"))
+                raise KernelNotFoundError(
+                    f"version {version} of {repo_id} not found (no branch {branch}); available versions: "
+                    + (", ".join(map(str, available)) or "none")
+                )
+            return branch, branches[branch]
+        return revision, api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision).sha
+    except RepositoryNotFoundError:
+        raise KernelNotFoundError(f"kernel repo {repo_id} not found (or not accessible with this token)") from None
+    except RevisionNotFoundError:
+        raise KernelNotFoundError(f"revision {revision!r} of {repo_id} not found") from None
+
+
+def _select_variants(api, repo_id: str, commit: str, variants: list[str] | None, all_variants: bool) -> list[str]:
+    from kernels.variants import get_variants, resolve_variants, variants_trace_str
+
+    available = get_variants(api, repo_id=repo_id, revision=commit)
+    names = sorted(v.variant_str for v in available)
+    if not names:
+        raise KernelNotFoundError(f"{repo_id}@{commit[:12]} has no build/<variant>/ directories")
+    if all_variants:
+        return names
+    if variants:
+        unknown = [v for v in variants if v not in names]
+        if unknown:
+            raise KernelNotFoundError(
+                f"variant(s) {', '.join(unknown)} not in {repo_id}@{commit[:12]}; available: {', '.join(names)}"
+            )
+        return list(dict.fromkeys(variants))
+    resolved, trace = resolve_variants(available)
+    if not resolved:
+        raise KernelNotFoundError(
+            f"no variant of {repo_id}@{commit[:12]} fits this machine (use --variant or --all-variants to vendor "
+            f"for another one):\n{variants_trace_str(trace)}"
+        )
+    return [resolved[0].variant_str]
+
+
+def vendor(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    out_dir: Path,
+    variants: list[str] | None = None,
+    all_variants: bool = False,
+    endpoint: str | None = None,
+    token: str | None = None,
+) -> Path:
+    """Download variants of `repo_id` at one pinned commit into `out_dir/<variant>/` and write the lock.
+
+    Args:
+        version / revision: exactly one; `version=N` is branch `v<N>`.
+        variants: variant names to vendor; default (and without `all_variants`) the one kernels picks here.
+        all_variants: vendor every variant of the commit.
+        endpoint, token: Hub endpoint and token (`None` = huggingface_hub's defaults).
+
+    Returns:
+        Path: `out_dir`. A lock for the same repo and commit is extended; one for another commit is replaced and the
+        variants it listed are removed.
+
+    Raises:
+        KernelNotFoundError: unknown repo, version, revision or variant, or no variant fits this machine.
+        VerificationError: a downloaded variant does not match its metadata.json digest (nothing is written then).
+    """
+    from huggingface_hub import HfApi, snapshot_download
+
+    from .signing import check_digest
+
+    if (version is None) == (revision is None):
+        raise ValueError("pass exactly one of version= or revision=")
+    if variants and all_variants:
+        raise ValueError("pass either variants= or all_variants=True, not both")
+    out_dir = Path(out_dir)
+    api = HfApi(endpoint=endpoint, token=token)
+    asked, commit = _resolve_commit(api, repo_id, version, revision)
+    chosen = _select_variants(api, repo_id, commit, variants, all_variants)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix=".vendor-", dir=out_dir) as staging:
+        snapshot_download(
+            repo_id,
+            repo_type=REPO_TYPE,
+            revision=commit,
+            local_dir=staging,
+            allow_patterns=[f"build/{v}/*" for v in chosen],
+            ignore_patterns=["*.pyc", "**/__pycache__/**"],
+            endpoint=endpoint,
+            token=token,
+        )
+        for name in chosen:
+            vdir = Path(staging) / "build" / name
+            if not (vdir / "metadata.json").is_file():
+                raise KernelNotFoundError(f"variant {name} of {repo_id}@{commit[:12]} has no metadata.json")
+            try:
+                check_digest(vdir)
+            except ValueError as e:
+                raise VerificationError(
+                    f"variant {name} of {repo_id}@{commit[:12]}: {e}", checks=[("digest", False, str(e))]
+                ) from None
+            entries[name] = variant_lock_entry(vdir)
+
+        lock = {
+            "format": LOCK_FORMAT,
+            "repo": repo_id,
+            "version": version,
+            "revision": asked,
+            "commit": commit,
+            "variants": {},
+        }
+        try:
+            old = read_lock(out_dir)
+        except (OfflineError, VerificationError):
+            old = None
+        if old and old["repo"] == repo_id and old["commit"] == commit:
+            lock["variants"].update(old["variants"])
+            if old.get("version") is not None and version is None:
+                lock["version"], lock["revision"] = old["version"], old["revision"]
+        elif old:
+            for name in old["variants"]:
+                if name not in chosen and (out_dir / name).is_dir():
+                    shutil.rmtree(out_dir / name)
+        for name in chosen:
+            target = out_dir / name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.move(str(Path(staging) / "build" / name), str(target))
+        lock["variants"].update(entries)
+        lock["variants"] = dict(sorted(lock["variants"].items()))
+        tmp = out_dir / (LOCK_FILENAME + ".tmp")
+        tmp.write_text(json.dumps(lock, indent=2) + "\n")
+        tmp.replace(out_dir / LOCK_FILENAME)
+    return out_dir
+
+
+def _run(args) -> int:
+    out = vendor(
+        args.repo,
+        version=args.version,
+        revision=args.revision,
+        out_dir=args.out,
+        variants=args.variant,
+        all_variants=args.all_variants,
+        endpoint=args.endpoint,
+        token=args.token,
+    )
+    lock = read_lock(out)
+    for name in lock["variants"]:
+        print(out / name)
+    print(f"{out / LOCK_FILENAME}: {lock['repo']}@{lock['commit']}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "vendor",
+        help="download variants at a pinned commit into a directory, with a lock, for offline loading",
+        description=(
+            "Resolve the version branch (or revision) to a commit once, download the variant kernels picks for this "
+            f"machine (or --variant/--all-variants) into OUT/<variant>/ and write OUT/{LOCK_FILENAME}."
+        ),
+    )
+    p.add_argument("--repo", default="winattn/window-attention", help="Hub repo ORG/NAME")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", type=int, help="kernel major version (branch v<N>)")
+    which.add_argument("--revision", help="branch, tag or commit sha")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--variant", action="append", help="variant to vendor (repeatable); default: this machine's")
+    sel.add_argument("--all-variants", action="store_true", help="vendor every variant")
+    p.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT"), help="Hub URL (default $HF_ENDPOINT)")
+    p.add_argument("--token", default=os.environ.get("HF_TOKEN"), help="Hub token (default $HF_TOKEN)")
+    p.set_defaults(func=_run)
