@@ -94,7 +94,27 @@ def variants_markdown(variant_dirs: list[Path]) -> str:
         archs = ", ".join(meta.backend.archs or []) or "–"
         signed = "yes" if (vdir / SIGNATURE_FILENAME).is_file() else "no"
         rows.append(f"| `{vdir.name}` | {str(meta.backend.backend_type).split('.')[-1].lower()} | {archs} | {signed} |")
+    dirty = dirty_variants(variant_dirs)
+    if dirty:
+        rows.append(
+            f"\n> **Note:** {', '.join(f'`{d}`' for d in dirty)} "
+            + ("was" if len(dirty) == 1 else "were")
+            + " built from a dirty git tree (uncommitted changes): the recorded commit does not fully identify the "
+            "sources."
+        )
     return "\n".join(rows)
+
+
+def dirty_variants(variant_dirs: list[Path]) -> list[str]:
+    """Names of the variants whose metadata.json provenance says they were built from a dirty tree."""
+    from kernels._rust import Metadata
+
+    out = []
+    for vdir in sorted(variant_dirs, key=lambda p: p.name):
+        provenance = Metadata.read_from_file(str(vdir / "metadata.json")).provenance
+        if provenance is not None and provenance.dirty:
+            out.append(vdir.name)
+    return out
 
 
 def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines: int = 60) -> str:
@@ -110,7 +130,8 @@ def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines:
     lines = ["#" + line if line.startswith("#") else line for line in lines]
     text = "\n".join(lines).strip()
     if len(lines) > max_lines:
-        text = "\n".join(lines[:max_lines]).rstrip() + f"\n\n_(truncated: see `benchmarks/RESULTS.md` on branch v{version})_"
+        text = "\n".join(lines[:max_lines]).rstrip()
+        text += f"\n\n_(truncated: see `benchmarks/RESULTS.md` on branch v{version})_"
     return f"{text}\n\nFull results: `benchmarks/RESULTS.md` on branch `v{version}`. {how}"
 
 
@@ -118,7 +139,10 @@ def signing_markdown(variant_dirs: list[Path]) -> str:
     signed = [v for v in variant_dirs if (v / SIGNATURE_FILENAME).is_file()]
     if not signed:
         return "The variants of this version are not signed; rely on the pinned commit and `metadata.json`'s digest."
-    scope = "Every variant is" if len(signed) == len(variant_dirs) else f"{len(signed)} of {len(variant_dirs)} variants are"
+    if len(signed) == len(variant_dirs):
+        scope = "Every variant is"
+    else:
+        scope = f"{len(signed)} of {len(variant_dirs)} variants are"
     return (
         f"{scope} signed: `build/<variant>/{SIGNATURE_FILENAME}` is an OpenSSF model-signing bundle (EC P-256 key, "
         "offline) over `metadata.json`, whose `digest` lists the sha256 of every other file. `winattn.load` verifies "

@@ -51,11 +51,11 @@ def _publish_and_serve(root: Path, work: Path) -> int:
             os.environ,
             HF_ENDPOINT=hub.url,
             HF_HOME=str(work / "hf-home"),
-            HF_HUB_DISABLE_TELEMETRY="1",
             PYTHONUNBUFFERED="1",
         )
-        env.pop("HF_HUB_OFFLINE", None)
-        env.pop("LOCAL_KERNELS", None)
+        # kernels 0.17.2 builds an invalid User-Agent when telemetry is disabled, so leave that variable unset.
+        for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HF_HUB_DISABLE_TELEMETRY", "HF_TOKEN"):
+            env.pop(name, None)
         args = [sys.executable, "-m", "winattn.demo", "--client", str(public_key), commit]
         return subprocess.run(args, env=env, cwd=root).returncode
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ def read_build_config(repo_root: Path) -> BuildConfig:
 
 
 def find_variants(build_dir: Path) -> list[Path]:
-    """Directories of `build_dir` whose name is a kernels variant name (`torch…`, `tvm-ffi…`); others are ignored."""
+    """Dirs of `build_dir` named like a kernels variant (`torch…`, `tvm-ffi…`, parsed by kernels); others ignored."""
     from kernels.variants import parse_variant
 
     build_dir = Path(build_dir)
@@ -215,9 +216,8 @@ def publish(
         PublishError: bad build.toml, a refused variant (nothing is uploaded then), or a failed Hub call.
     """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
-    from huggingface_hub.errors import HfHubHTTPError
 
-    from .card import render_card
+    from .card import dirty_variants, render_card
 
     repo_root = Path(repo_root)
     build_dir = Path(build_dir)
@@ -240,6 +240,8 @@ def publish(
                 sign_variant(vdir, signing_key)
             except Exception as e:  # noqa: BLE001  (bad key format, unsupported curve, ...)
                 raise PublishError(f"variant {vdir.name}: signing failed: {e}") from None
+    for name in dirty_variants(variant_dirs):
+        print(f"winattn publish: warning: {name} was built from a dirty git tree (noted on the card)", file=sys.stderr)
     card = render_card(
         repo_root,
         repo_id=repo_id,
@@ -290,9 +292,31 @@ def publish(
             repo_type=REPO_TYPE,
             revision="main",
         )
-    except HfHubHTTPError as e:
-        raise PublishError(f"upload to {repo_id} failed: {e}") from None
+    except hub_call_errors() as e:
+        raise PublishError(f"upload to {repo_id} at {api.endpoint} failed: {describe_hub_error(e)}") from None
     return info.oid
+
+
+def hub_call_errors() -> tuple[type[Exception], ...]:
+    """Exceptions a Hub call raises for HTTP errors and unreachable servers (huggingface_hub 2.x: httpx2)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        import httpx2 as httpx
+    except ImportError:  # huggingface_hub 1.x
+        import httpx
+    return (HfHubHTTPError, httpx.HTTPError)
+
+
+def describe_hub_error(e: Exception) -> str:
+    """One line: HTTP status and the server's message, or the connection problem, plus a hint for auth errors."""
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None) if response is not None else None
+    if status is None:
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no response'}"
+    detail = getattr(e, "server_message", None) or str(e).splitlines()[0]
+    hint = " (pass --token or set HF_TOKEN to a token with write access)" if status in (401, 403) else ""
+    return f"HTTP {status}: {' '.join(detail.split())}{hint}"
 
 
 def generate_keys(args) -> int:
@@ -302,7 +326,8 @@ def generate_keys(args) -> int:
         if path.exists() and not args.force:
             raise PublishError(f"{path} exists (pass --force to overwrite)")
     generate_keypair(args.private_key, args.public_key)
-    print(f"private key: {args.private_key}\npublic key:  {args.public_key} (sha256:{public_key_fingerprint(args.public_key)})")
+    fingerprint = public_key_fingerprint(args.public_key)
+    print(f"private key: {args.private_key}\npublic key:  {args.public_key} (sha256:{fingerprint})")
     return 0
 
 

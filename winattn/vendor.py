@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import KernelNotFoundError, OfflineError, VerificationError
+from .publish import describe_hub_error, hub_call_errors
 
 LOCK_FILENAME = "window-attention.lock"
 LOCK_FORMAT = 1
@@ -111,6 +112,8 @@ def _resolve_commit(api, repo_id: str, version: int | None, revision: str | None
         raise KernelNotFoundError(f"kernel repo {repo_id} not found (or not accessible with this token)") from None
     except RevisionNotFoundError:
         raise KernelNotFoundError(f"revision {revision!r} of {repo_id} not found") from None
+    except hub_call_errors() as e:
+        raise KernelNotFoundError(f"cannot resolve {repo_id} at {api.endpoint}: {describe_hub_error(e)}") from None
 
 
 def _select_variants(api, repo_id: str, commit: str, variants: list[str] | None, all_variants: bool) -> list[str]:

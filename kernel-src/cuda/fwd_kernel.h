@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
             }
             if ((lane & 3) == 0)
               p.lse[(int64_t(b) * p.H + h) * p.Sq + i] =
-                  l > 0.f ? (sm.row_max[mt][hf] + __log2f(l)) * kLn2 : -INFINITY;
+                  l > 0.f ? (sm.row_max[mt][hf] + log2f(l)) * kLn2 : -INFINITY;
           }
         }
       zero_acc(acc_o);

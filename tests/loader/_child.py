@@ -80,6 +80,17 @@ def _start_together(go_file: str) -> None:
         time.sleep(0.01)
 
 
+def spawn_worker(case: dict, barrier, results) -> None:
+    """`multiprocessing` (spawn) entry point: import everything, wait for the others at `barrier`, load, report."""
+    import kernels  # noqa: F401
+    import torch  # noqa: F401
+
+    import winattn  # noqa: F401
+
+    barrier.wait(timeout=120)
+    results.put(run_case(case))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     cases = json.loads(sys.stdin.read())

@@ -11,6 +11,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,10 +42,19 @@ def _lock_and_download(project, sha):
 
 
 def test_kernels_lock_download_and_offline_load_kernel(hub, build_copy, src_root, tmp_path):
+    """The real `kernels` CLI with HF_ENDPOINT at the server, then `load_kernel` with the server stopped."""
     sha = publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
-    _lock_and_download(tmp_path / "project", sha)
-    # The load itself in a subprocess, fully offline (and away from this process's loaded ops namespace).
-    hub.stop()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(f'[tool.kernels.dependencies]\n"{REPO}" = 1\n')
+    cli = [str(Path(sys.executable).with_name("kernels"))]
+    for args in (["lock", str(project)], ["download", str(project)]):
+        r = subprocess.run(cli + args, env=hub.env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"kernels {args[0]}: {r.stderr[-3000:]}"
+    locks = json.loads((project / "kernels.lock").read_text())
+    assert locks == [{"dependency": {"repo-id": REPO, "version": 1}, "lock": {"commit": sha}}]
+
+    hub.stop()  # the load is fully offline
     env = dict(hub.env, HF_HUB_OFFLINE="1")
     r = subprocess.run(
         [sys.executable, "-c", LOAD_LOCKED.format(repo=REPO), str(tmp_path / "project" / "kernels.lock")],

@@ -125,3 +125,26 @@ def test_get_kernel_loads_the_signed_published_variant(hub, api, build_copy, src
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"signed by {keypair[1]}" in r.stdout and f"attention ok (2, 16, 2, 32) {variant}" in r.stdout
+
+
+def test_private_repo_is_invisible_without_the_token(hub, api, build_copy, src_root):
+    from huggingface_hub import HfApi
+
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root, private=True)
+    assert api.repo_info(REPO, repo_type="kernel").private is True
+    assert not HfApi(endpoint=hub.url, token=False).repo_exists(REPO, repo_type="kernel")
+
+
+def test_dirty_build_is_flagged_on_the_card(tmp_path, build_copy, src_root, capsys):
+    import json
+
+    from winattn.card import render_card
+
+    variant = next(build_copy.iterdir())
+    meta = json.loads((variant / "metadata.json").read_text())
+    meta["provenance"] = {"kernel-builder": {"version": "x", "commit": "a" * 40, "dirty": True},
+                          "kernel": {"commit": "a" * 40, "dirty": True}}
+    (variant / "metadata.json").write_text(json.dumps(meta))
+    card = render_card(src_root, repo_id=REPO, name="window-attention", version=1, license="apache-2.0",
+                       variant_dirs=[variant])
+    assert f"`{variant.name}` was built from a dirty git tree" in card

@@ -112,3 +112,12 @@ def test_verify_in_a_hub_cache_layout_where_files_are_symlinks(tmp_path, make_va
         f.symlink_to(target)
     assert (v / "metadata.json").is_symlink()
     assert verify_variant_signature(v, [keypair[1]]) == str(keypair[1])
+
+
+def test_keygen_cli(tmp_path, capsys):
+    from winattn.cli import main
+
+    assert main(["keygen", str(tmp_path / "k.pem"), str(tmp_path / "k.pub")]) == 0
+    assert f"sha256:{public_key_fingerprint(tmp_path / 'k.pub')}" in capsys.readouterr().out
+    assert main(["keygen", str(tmp_path / "k.pem"), str(tmp_path / "k.pub")]) == 1
+    assert "exists (pass --force" in capsys.readouterr().err

@@ -82,3 +82,23 @@ def test_read_lock_errors(tmp_path):
     (tmp_path / LOCK_FILENAME).write_text(json.dumps({"format": 1, "repo": "a/b", "commit": "xyz", "variants": {}}))
     with pytest.raises(VerificationError, match="commit 'xyz' is not a 40-hex sha"):
         read_lock(tmp_path)
+
+
+def test_variant_not_matching_its_digest_is_not_vendored(hub, api, make_variant, tmp_path):
+    from huggingface_hub import CommitOperationAdd
+
+    v = make_variant(tmp_path / "b", name="torch-cpu")
+    (v / "helpers.py").write_text("tampered = True\n")  # after the digest was written
+    api.create_repo(REPO, repo_type="kernel")
+    api.create_branch(REPO, branch="v1", repo_type="kernel")
+    api.create_commit(
+        REPO,
+        [CommitOperationAdd(f"build/torch-cpu/{p.name}", str(p)) for p in v.iterdir()],
+        commit_message="bypass publish checks",
+        repo_type="kernel",
+        revision="v1",
+    )
+    out = tmp_path / "vendor"
+    with pytest.raises(VerificationError, match="variant torch-cpu of .*digest mismatch.*helpers.py"):
+        vendor(REPO, version=1, out_dir=out, endpoint=hub.url)
+    assert sorted(p.name for p in out.iterdir()) == []

@@ -149,7 +149,7 @@ class HubApp:
             hint = (
                 "pass a token that the server was started with (--token)"
                 if self.tokens
-                else ("this server has no tokens configured and is read-only (start it with --token)")
+                else "this server has no tokens configured and is read-only (start it with --token)"
             )
             raise HubError(401, "Unauthorized", f"Authentication required: {hint}")
         return user

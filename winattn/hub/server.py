@@ -222,6 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # snapshot_download opens 8 connections at once; a full backlog costs a 1 s SYN retry
 
     def __init__(self, address, app: HubApp):
         self.app = app

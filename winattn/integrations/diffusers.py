@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAME = "window_attn_hub"
 DEFAULT_REPO_ID = "winattn/window-attention"
 
-__all__ = ["register", "load_backend", "registered_backends", "DEFAULT_NAME", "DEFAULT_REPO_ID"]
+__all__ = ["register", "load_backend", "unload", "registered_backends", "attention_backward", "DEFAULT_NAME", "DEFAULT_REPO_ID"]
 
 
 @dataclass
@@ -146,6 +146,16 @@ def load_backend(name: str = DEFAULT_NAME, *, modules: Optional[Iterable[torch.n
     if modules is not None:
         _check_modules(backend, modules)
     return module
+
+
+def unload(name: Optional[str] = None) -> None:
+    """Forget the loaded kernel of backend `name` (all when None): the next selection runs `winattn.load` again."""
+    from . import clear_kernel_cache
+
+    for value, backend in _BACKENDS.items():
+        if name is None or value == name:
+            backend.module = None
+    clear_kernel_cache()
 
 
 def _trust() -> tuple:

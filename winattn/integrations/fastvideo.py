@@ -49,7 +49,7 @@ MEMBER_VALUE = 0x57_41_48  # "WAH"
 DEFAULT_REPO_ID = "winattn/window-attention"
 SUPPORTED_HEAD_SIZES = list(range(8, 257, 8))
 
-__all__ = ["register", "load_backend", "boot_dir", "WindowAttnHubBackend", "WindowAttnHubImpl", "MEMBER_NAME",
+__all__ = ["register", "load_backend", "unload", "boot_dir", "WindowAttnHubBackend", "WindowAttnHubImpl", "MEMBER_NAME",
            "SUPPORTED_HEAD_SIZES"]
 
 
@@ -117,6 +117,15 @@ def register(repo_id: str = DEFAULT_REPO_ID, version: Optional[int] = 1, *, revi
 def load_backend():
     """Fetch, verify and import the kernel now (what selecting the backend does) and return it."""
     return _kernel()
+
+
+def unload() -> None:
+    """Forget the loaded kernel: the next selection runs `winattn.load` again (tests, or after changing the cache)."""
+    from . import clear_kernel_cache
+
+    with _STATE.lock:
+        _STATE.module = None
+    clear_kernel_cache()
 
 
 def _kernel():

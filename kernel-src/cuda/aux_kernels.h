@@ -1,0 +1,176 @@
+// Small kernels around the attention kernels: table-term expansion, the backward preprocess (delta = rowsum(dO*O)),
+// dQ accumulator conversion, and the fixed-order reductions that turn per-CTA partials / expanded intermediates
+// into dbias and dtable. All are deterministic (fixed summation order) except scatter_dtable_atomic.
+#pragma once
+#include "utils.h"
+
+namespace winattn {
+namespace cuda {
+
+// tb[h, i, j] = table[index[i, j], h]  (fp32 [H, Sq, Sk])
+__global__ void expand_table_kernel(float* tb, const float* table, int64_t t_sr, int64_t t_sh, const int64_t* index,
+                                    int64_t i_sq, int64_t i_sk, int H, int Sq, int Sk) {
+  const int64_t n = int64_t(Sq) * Sk;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int i = int(e / Sk), j = int(e % Sk);
+    const int64_t t = index[i * i_sq + j * i_sk];
+    for (int h = 0; h < H; ++h) tb[h * n + e] = table[t * t_sr + h * t_sh];
+  }
+}
+
+// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]; 4 lanes per row, 16-byte loads.
+template <typename Elem>
+__global__ void bwd_delta_kernel(float* delta, const Elem* dout, int64_t do_sb, int64_t do_ss, int64_t do_sh,
+                                 const Elem* out, int64_t o_sb, int64_t o_ss, int64_t o_sh, int B, int Sq, int H,
+                                 int D) {
+  const int64_t rows = int64_t(B) * Sq * H;
+  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 4;
+  const int sub = threadIdx.x & 3;
+  float acc = 0.f;
+  int b = 0, i = 0, h = 0;
+  if (row < rows) {
+    h = int(row % H);
+    i = int((row / H) % Sq);
+    b = int(row / (int64_t(H) * Sq));
+    const Elem* a = dout + b * do_sb + i * do_ss + h * do_sh;
+    const Elem* c = out + b * o_sb + i * o_ss + h * o_sh;
+    for (int d = sub * 8; d < D; d += 32) {
+      const uint4 x = *reinterpret_cast<const uint4*>(a + d);
+      const uint4 y = *reinterpret_cast<const uint4*>(c + d);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float2 fx = ElemTraits<Elem>::unpack(xs[u]), fy = ElemTraits<Elem>::unpack(ys[u]);
+        acc = fmaf(fx.x, fy.x, acc);
+        acc = fmaf(fx.y, fy.y, acc);
+      }
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (row < rows && sub == 0) delta[(int64_t(b) * H + h) * Sq + i] = acc;
+}
+
+// dq (Elem, contiguous [B, Sq, H, D]) <- dq_accum (fp32, same layout, already scaled)
+template <typename Elem>
+__global__ void dq_convert_kernel(Elem* dq, const float* acc, int64_t n2) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n2; e += int64_t(gridDim.x) * blockDim.x) {
+    const float2 x = reinterpret_cast<const float2*>(acc)[e];
+    reinterpret_cast<uint32_t*>(dq)[e] = ElemTraits<Elem>::pack(x.x, x.y);
+  }
+}
+
+// Window mode: out[pp, hb, ii, jj] (fp32 [P_T, H_T, R_T, C_T], R_T in {1, Sq}, C_T in {1, Sk}) = sum of the
+// per-CTA partial dS tiles of every CTA and element that maps to it. CTA id = ((n * Hx + h) * NR + c * Pg + r);
+// partial tile [mblocks * BM][BN]. 32 outputs per block (one per lane), 8 warps split the contributor list in a
+// fixed interleave and combine in warp order: deterministic.
+struct ReduceParams {
+  const float* partials;
+  float* out;
+  int P_T, H_T, R_T, C_T;
+  int Sq, Sk, BM, BN, mblocks, nblocks, Hx, NR, Pg, NC;
+};
+__global__ void __launch_bounds__(256) reduce_partials_kernel(const ReduceParams rp) {
+  __shared__ float red[8][33];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t nout = int64_t(rp.P_T) * rp.H_T * rp.R_T * rp.C_T;
+  const int64_t e = int64_t(blockIdx.x) * 32 + lane;
+  float sum = 0.f;
+  if (e < nout) {
+    const int jj = int(e % rp.C_T);
+    const int ii = int((e / rp.C_T) % rp.R_T);
+    const int hb = int((e / (int64_t(rp.C_T) * rp.R_T)) % rp.H_T);
+    const int pp = int(e / (int64_t(rp.C_T) * rp.R_T * rp.H_T));
+    const bool cols_full = rp.C_T == rp.Sk && !(rp.Sk == 1 && rp.C_T == 1 && false);
+    const bool rows_full = rp.R_T == rp.Sq;
+    const bool heads_full = rp.H_T == rp.Hx;
+    const int nN = cols_full ? 1 : rp.nblocks;
+    const int nJ = cols_full ? 1 : rp.BN;
+    const int nH = heads_full ? 1 : rp.Hx;
+    const int nR = rp.Pg / rp.P_T;
+    const int nI = rows_full ? 1 : rp.Sq;
+    const int64_t per_cta = int64_t(rp.mblocks) * rp.BM * rp.BN;
+    // contributor index = ((((nn * nH + hh) * nR + rr) * NC + c) * nI + i) * nJ + j
+    const int64_t total = int64_t(nN) * nH * nR * rp.NC * nI * nJ;
+    for (int64_t x = warp; x < total; x += 8) {
+      int64_t y = x;
+      const int j = int(y % nJ); y /= nJ;
+      const int i = int(y % nI); y /= nI;
+      const int c = int(y % rp.NC); y /= rp.NC;
+      const int rr = int(y % nR); y /= nR;
+      const int hh = int(y % nH); y /= nH;
+      const int nn = int(y);
+      const int n = cols_full ? jj / rp.BN : nn;
+      const int col = cols_full ? jj % rp.BN : j;
+      const int row = rows_full ? ii : i;
+      const int h = heads_full ? hb : hh;
+      const int r = pp + rr * rp.P_T;
+      const int64_t cta = (int64_t(n) * rp.Hx + h) * rp.NR + int64_t(c) * rp.Pg + r;
+      sum += rp.partials[cta * per_cta + int64_t(row) * rp.BN + col];
+    }
+  }
+  red[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && e < nout) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) s += red[w][lane];
+    rp.out[e] = s;
+  }
+}
+
+// out[p, hb, ii, jj] = sum over the broadcast rows / cols of the expanded intermediate [P, Hb, Sq, Sk].
+__global__ void reduce_expanded_kernel(float* out, const float* inter, int P, int Hb, int R, int C, int Sq, int Sk) {
+  const int64_t nout = int64_t(P) * Hb * R * C;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < nout; e += int64_t(gridDim.x) * blockDim.x) {
+    const int jj = int(e % C), ii = int((e / C) % R);
+    const int64_t ph = e / (int64_t(C) * R);
+    const float* base = inter + ph * Sq * Sk;
+    float s = 0.f;
+    for (int i = (R == 1 ? 0 : ii); i < (R == 1 ? Sq : ii + 1); ++i)
+      for (int j = (C == 1 ? 0 : jj); j < (C == 1 ? Sk : jj + 1); ++j) s += base[int64_t(i) * Sk + j];
+    out[e] = s;
+  }
+}
+
+// dtable[t, h] += dtb[h, i, j] for index[i, j] == t. Deterministic: each thread owns one (t, h) and scans the index
+// in order (index and dtb staged through shared memory in chunks).
+__global__ void __launch_bounds__(128) scatter_dtable_scan_kernel(float* dtable, int64_t T, int H, const float* dtb,
+                                                                  const int64_t* index, int64_t i_sq, int64_t i_sk,
+                                                                  int Sq, int Sk) {
+  constexpr int kChunk = 2048;
+  __shared__ int s_idx[kChunk];
+  __shared__ float s_val[kChunk];
+  const int h = blockIdx.y;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = int64_t(Sq) * Sk;
+  float sum = 0.f;
+  for (int64_t base = 0; base < n; base += kChunk) {
+    const int len = int(min<int64_t>(kChunk, n - base));
+    __syncthreads();
+    for (int x = threadIdx.x; x < len; x += blockDim.x) {
+      const int64_t e = base + x;
+      const int i = int(e / Sk), j = int(e % Sk);
+      s_idx[x] = int(index[i * i_sq + j * i_sk]);
+      s_val[x] = dtb[int64_t(h) * n + e];
+    }
+    __syncthreads();
+    for (int x = 0; x < len; ++x)
+      if (s_idx[x] == t) sum += s_val[x];
+  }
+  if (t < T) dtable[t * H + h] = sum;
+}
+
+__global__ void scatter_dtable_atomic_kernel(float* dtable, int H, const float* dtb, const int64_t* index, int64_t i_sq,
+                                             int64_t i_sk, int Sq, int Sk) {
+  const int64_t n = int64_t(Sq) * Sk;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n * H; e += int64_t(gridDim.x) * blockDim.x) {
+    const int h = int(e / n);
+    const int64_t r = e % n;
+    const int i = int(r / Sk), j = int(r % Sk);
+    atomicAdd(dtable + index[i * i_sq + j * i_sk] * H + h, dtb[e]);
+  }
+}
+
+}  // namespace cuda
+}  // namespace winattn

@@ -1,0 +1,8 @@
+// bwd kernels for head dim 128 (fp16 and bf16). One translation unit per (head dim, direction).
+#include "../launch_template.h"
+
+namespace winattn {
+namespace cuda {
+template void run_bwd<128>(const KParams&, int, int64_t, int, cudaStream_t);
+}  // namespace cuda
+}  // namespace winattn

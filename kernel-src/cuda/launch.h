@@ -1,0 +1,20 @@
+// Launch templates: one explicit instantiation per (head dim, direction) lives in instantiations/*.cu so the
+// heavy kernels compile in parallel; the dispatch (winattn_cuda.cu) only sees these declarations.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernel_params.h"
+
+namespace winattn {
+namespace cuda {
+
+// dtype: 0 fp16, 1 bf16. `grid` CTAs (already planned by the dispatch), `smem` dynamic shared bytes.
+template <int D>
+void run_fwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
+template <int D>
+void run_bwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
+
+void check_cuda(cudaError_t err, const char* what);
+
+}  // namespace cuda
+}  // namespace winattn
