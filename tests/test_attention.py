@@ -239,14 +239,17 @@ def test_bias_without_grad(kernel, device):
 # --------------------------------------------------------------------------------------------------------------
 # masks, causal, windows, GQA
 
-MASK_SHAPES = [(2, 1, 41, 53), (41, 53), (1, 2, 1, 53), (2, 2, 41, 53)]
+MASK_SHAPES = [(2, 1, 41, 53), (41, 53), (1, 2, 1, 53), (2, 2, 41, 53), (2, 2, 41, 1), "transposed"]
 
 
-@pytest.mark.parametrize("mask_shape", MASK_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mask_shape", MASK_SHAPES, ids=lambda s: s if isinstance(s, str) else "x".join(map(str, s)))
 def test_bool_mask_broadcast(kernel, device, mask_shape):
     dtype = _low_precision(device)
     q, k, v = _qkv(2, 41, 53, 2, 2, 32, dtype, device)
-    mask = torch.rand(mask_shape, device=device) > 0.3
+    if mask_shape == "transposed":  # non-contiguous view: stride(-1) != 1
+        mask = (torch.rand(2, 1, 53, 41, device=device) > 0.3).transpose(-1, -2)
+    else:  # (.., 1): whole rows masked out for some queries
+        mask = torch.rand(mask_shape, device=device) > 0.3
     bias = _rand(1, 2, 41, 53, dtype=dtype, device=device)
     check_attention(kernel, dtype, q, k, v, bias=bias, mask=mask)
 

@@ -174,9 +174,12 @@ def build(
 
         report = _layout.abi_check(built_so, _tc.PY_ABI_TARGET, _tc.MANYLINUX_TARGET)
         tp = _tc.torch_paths()
-        libs = [tp.lib_dir / n for n in ("libtorch.so", "libtorch_cpu.so", "libc10.so") if (tp.lib_dir / n).is_file()]
-        # CUDA shims (aoti_torch_*cuda*) live in libtorch_cuda, which a CPU-only torch lacks: resolved at load.
-        _layout.symbol_check(built_so, libs, report, ("aoti_torch_", "torch_") if backend == "cuda" else ())
+        names = ("libtorch.so", "libtorch_cpu.so", "libc10.so", "libtorch_cuda.so")
+        libs = [tp.lib_dir / n for n in names if (tp.lib_dir / n).is_file()]
+        # The CUDA shims (aoti_torch_get_current_cuda_stream, ...) live in libtorch_cuda.so; building with a
+        # CPU-only torch, they can only be resolved when the variant is loaded by a CUDA torch.
+        lenient = backend == "cuda" and not (tp.lib_dir / "libtorch_cuda.so").is_file()
+        _layout.symbol_check(built_so, libs, report, ("aoti_torch_", "torch_") if lenient else ())
         if report.abi3:
             raise BuildError(
                 f"{built_so.name}: not abi3-clean for Python {_tc.PY_ABI_TARGET}: " + ", ".join(report.abi3)
@@ -211,7 +214,7 @@ def build(
 
     result = BuildResult(
         backend=backend, variant=variant, variant_dir=variant_dir, ops_name=ops_name, so_path=so_path,
-        obj_dir=obj_dir, compiled=run.compiled if run is not plan else [], linked=run.linked if run is not plan else False,
+        obj_dir=obj_dir, compiled=run.compiled, linked=run.linked,
         archs=archs, abi=report, removed=removed, seconds=time.monotonic() - t0,
     )
     _summary(result, log)

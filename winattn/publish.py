@@ -58,7 +58,7 @@ def read_build_config(repo_root: Path) -> BuildConfig:
 
 
 def find_variants(build_dir: Path) -> list[Path]:
-    """Dirs of `build_dir` named like a kernels variant (`torch…`, `tvm-ffi…`, parsed by kernels); others ignored."""
+    """Dirs of `build_dir` named like a kernels variant (`torch…`, `tvm-ffi…`); other dirs are ignored."""
     from kernels.variants import parse_variant
 
     build_dir = Path(build_dir)
@@ -210,7 +210,7 @@ def publish(
         repo_root: kernel source root holding `build.toml`, `CARD.md` and `benchmarks/`.
 
     Returns:
-        str: the sha of the commit on `v<version>`.
+        str: the sha of the commit on `v<version>`. The card on `main` is updated unless a newer `v<N>` exists.
 
     Raises:
         PublishError: bad build.toml, a refused variant (nothing is uploaded then), or a failed Hub call.
@@ -285,13 +285,18 @@ def publish(
             revision=branch,
             parent_commit=parent,
         )
-        api.create_commit(
-            repo_id,
-            [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
-            commit_message=f"Card for {config.name} v{config.version}",
-            repo_type=REPO_TYPE,
-            revision="main",
-        )
+        newer = sorted(int(b[1:]) for b in heads if b[:1] == "v" and b[1:].isdigit() and int(b[1:]) > config.version)
+        if newer:  # a fix to an older major must not turn the card back to it
+            print(f"winattn publish: main's card left as is: v{newer[-1]} is newer than v{config.version}",
+                  file=sys.stderr)
+        else:
+            api.create_commit(
+                repo_id,
+                [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
+                commit_message=f"Card for {config.name} v{config.version}",
+                repo_type=REPO_TYPE,
+                revision="main",
+            )
     except hub_call_errors() as e:
         raise PublishError(f"upload to {repo_id} at {api.endpoint} failed: {describe_hub_error(e)}") from None
     return info.oid

@@ -168,7 +168,7 @@ def verify_variant_signature(variant_dir: Path, public_key_paths: list[Path], *,
             `public_key_paths`), bad signature (metadata.json changed or the bundle is corrupt), or files not
             matching the signed digest. `checks` holds the (check, passed, detail) tuples.
     """
-    import model_signing  # noqa: F401  (fail here, not halfway, if the tools extra is missing)
+    import model_signing
 
     variant_dir = Path(variant_dir)
     variant = variant_dir.name
@@ -190,7 +190,13 @@ def verify_variant_signature(variant_dir: Path, public_key_paths: list[Path], *,
     if hint is None:
         candidates = keys  # pre-1.0 bundles carry no hint: try every key
     else:
-        candidates = [k for k in keys if public_key_fingerprint(k) == hint]
+        fingerprints = {}
+        for k in keys:
+            try:
+                fingerprints[k] = public_key_fingerprint(k)
+            except (OSError, ValueError, TypeError) as e:
+                fail("bad public key", f"cannot read trusted key {k}: {e}")
+        candidates = [k for k in keys if fingerprints[k] == hint]
         if not candidates:
             fail(
                 "unknown key",
@@ -200,8 +206,6 @@ def verify_variant_signature(variant_dir: Path, public_key_paths: list[Path], *,
 
     errors = []
     for key in candidates:
-        import model_signing
-
         config = (
             model_signing.verifying.Config()
             .set_hashing_config(_hashing_config())

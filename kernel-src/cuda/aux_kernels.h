@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(256) reduce_partials_kernel(const ReduceParams
     const int ii = int((e / rp.C_T) % rp.R_T);
     const int hb = int((e / (int64_t(rp.C_T) * rp.R_T)) % rp.H_T);
     const int pp = int(e / (int64_t(rp.C_T) * rp.R_T * rp.H_T));
-    const bool cols_full = rp.C_T == rp.Sk && !(rp.Sk == 1 && rp.C_T == 1 && false);
+    const bool cols_full = rp.C_T == rp.Sk;
     const bool rows_full = rp.R_T == rp.Sq;
     const bool heads_full = rp.H_T == rp.Hx;
     const int nN = cols_full ? 1 : rp.nblocks;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(128) scatter_dtable_scan_kernel(float* dtable,
   const int64_t n = int64_t(Sq) * Sk;
   float sum = 0.f;
   for (int64_t base = 0; base < n; base += kChunk) {
-    const int len = int(min<int64_t>(kChunk, n - base));
+    const int len = int(n - base < kChunk ? n - base : kChunk);
     __syncthreads();
     for (int x = threadIdx.x; x < len; x += blockDim.x) {
       const int64_t e = base + x;

@@ -7,6 +7,11 @@ of the session has imported it, "nothing was imported" can only be proven in a p
 it in torch's dispatcher (`torch._C._dispatch_get_all_op_names()`), shared objects of the kernel mapped into the
 process (`/proc/self/maps`), and kernels' registry of imported variants. A successful load in the same harness shows
 all four light up, so the evidence is not vacuous.
+
+Cache isolation: huggingface_hub copies HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_ENDPOINT... into
+`huggingface_hub.constants` at import; kernels 0.17.2 reads those through the `constants` module at call time, except
+KERNELS_CACHE, which it copies at import (`kernels.hf_hub.CACHE_DIR`, re-bound by name in kernels.resolver and
+kernels.install) — so tests unset KERNELS_CACHE and patch the constants; children inherit the environment.
 """
 
 from __future__ import annotations
@@ -63,9 +68,6 @@ def isolate_cache(monkeypatch, root: Path) -> Path:
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", env["HF_TOKEN_PATH"])
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_PROGRESS_BARS", True)
-    import kernels.hf_hub
-
-    monkeypatch.setattr(kernels.hf_hub, "CACHE_DIR", None)  # KERNELS_CACHE, read by kernels at import
     return Path(env["HF_HUB_CACHE"])
 
 

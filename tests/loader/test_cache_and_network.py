@@ -161,6 +161,21 @@ def test_four_processes_share_one_download(hub, hf_cache, make_build, request_lo
     assert len(list(hf_cache.glob("kernels--*/snapshots/*/build/*"))) == 1
 
 
+def test_same_build_from_a_second_path_reuses_the_imported_module(hub, hf_cache, make_build, monkeypatch, tmp_path):
+    """torch cannot register one op namespace twice: a second verified copy of the same build (other cache, vendored
+    dir) returns the module already imported, after its own verification."""
+    build = make_build()
+    publish_build(hub, build)
+    first = winattn.load(REPO, endpoint=hub.url)
+    isolate_cache(monkeypatch, tmp_path / "second-cache")
+    second = winattn.load(REPO, endpoint=hub.url)
+    assert second is first
+    info = second.__winattn_info__
+    assert info.variant_path.startswith(str(tmp_path / "second-cache"))
+    assert info.reused_from is not None and not info.reused_from.startswith(str(tmp_path / "second-cache"))
+    assert _statuses(second)["digest"] == "pass"
+
+
 def test_hub_restart_loses_nothing(tmp_path, hf_cache, make_build, monkeypatch):
     root = tmp_path / "restart-hub"
     srv = start_hub(root)
@@ -244,6 +259,12 @@ def test_vendored_load_without_network(hub, hf_cache, make_build, keys, tmp_path
     assert info.source == "vendored" and info.commit == commit and info.variant == build.variant
     statuses = _statuses(module)
     assert statuses["lock"] == "pass" and statuses["signature"] == "pass" and statuses["digest"] == "pass"
+    # a lock made from a revision (no version) loads without version=
+    import json
+
+    lock_path = out / "window-attention.lock"
+    lock_path.write_text(json.dumps(dict(json.loads(lock_path.read_text()), version=None, revision=commit)))
+    assert winattn.load(REPO, vendored=out).__winattn_info__.commit == commit
     assert attempts == []
 
 

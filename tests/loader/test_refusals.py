@@ -24,36 +24,32 @@ from .conftest import (
 )
 
 
-def test_round_trip_kernels_and_winattn_load(hub, hf_cache, make_build, keys, monkeypatch):
-    """publish (signed) -> kernels.get_kernel(version=1) and winattn.load both run attention (positive control)."""
+def test_round_trip_kernels_get_kernel_and_winattn_load(hub, hf_cache, make_build, keys, monkeypatch):
+    """publish (signed) -> `kernels.get_kernel(version=1)` (fresh process) and `winattn.load` both run attention."""
+    import torch
+
+    import winattn
+
     build = make_build()
     commit = publish_build(hub, build, signing_key=keys["good"][0])
     with monkeypatch.context() as mp:
         mp.setenv("HF_ENDPOINT", hub.url)  # kernels.get_kernel talks to HF_ENDPOINT (read at import in the child)
-        kernels_result, = run_child([{
-            "name": "kernels", "call": "kernels", "run_attention": True,
-            "kwargs": {"repo_id": REPO, "version": 1},
-        }])
-    assert kernels_result["ok"], kernels_result.get("traceback")
-    assert kernels_result["attention_err"] < 1e-4
-    assert commit in kernels_result["module_file"]
+        result, = run_child([{"name": "kernels", "call": "kernels", "run_attention": True,
+                              "kwargs": {"repo_id": REPO, "version": 1}}])
+    assert result["ok"], result.get("traceback")
+    assert result["attention_err"] < 1e-4
+    assert f"snapshots/{commit}/build/{build.variant}" in result["module_file"]
 
-    winattn_result, = run_child([{
-        "name": "winattn", "run_attention": True,
-        "kwargs": {"endpoint": hub.url, "version": 1, "public_keys": [str(keys["good"][1])],
-                   "require_signature": True},
-    }])
-    assert winattn_result["ok"], winattn_result.get("traceback")
-    assert winattn_result["attention_err"] < 1e-4
-    info = winattn_result["info"]
-    assert info["commit"] == commit and info["variant"] == build.variant and info["source"] == "hub"
-    assert info["trust"] == "trusted publisher winattn"
-    statuses = {name: status for name, _, _, status in info["checks"]}
-    assert statuses["signature"] == "pass" and statuses["digest"] == "pass" and statuses["smoke-test"] == "pass"
-    # The evidence that refusals below check for is really there after a load.
-    ev = winattn_result["evidence"]
-    assert ev["modules"] and ev["ops"] and ev["kernels_loaded"]
-    assert any("/blobs/" in m for m in ev["mapped"]), ev["mapped"]  # the .so, through its HF cache blob
+    module = winattn.load(REPO, version=1, endpoint=hub.url, public_keys=[keys["good"][1]], require_signature=True)
+    info = module.__winattn_info__
+    assert (info.repo_id, info.version, info.revision, info.commit) == (REPO, 1, "v1", commit)
+    assert info.variant == build.variant and info.source == "hub" and info.trust == "trusted publisher winattn"
+    assert {c.name: c.status for c in info.checks} == {
+        "files": "pass", "signature": "pass", "metadata": "pass", "digest": "pass", "kernels-minver": "pass",
+        "arch": "skip", "python-depends": "pass", "smoke-test": "pass",
+    }
+    q, k, v = (torch.randn(2, 24, 4, 32) for _ in range(3))
+    assert torch.allclose(module.attention(q, k, v), module.reference.attention(q, k, v), atol=1e-5)
 
 
 def _b64_sha256(data: bytes) -> str:
@@ -148,12 +144,20 @@ def _refusal_results(hub, hf_cache, make_build, keys):
     case("untrusted-org-other-allowlist", "evil/window-attention",
          ("UntrustedKernelError", "not from a trusted publisher"), trust_remote_code=["winattn/something-else"])
 
-    results = run_child([{"name": c["name"], "kwargs": c["kwargs"]} for c in cases])
+    # Positive control, attempted LAST in the same interpreter: a good signed publication loads, and the evidence
+    # that every refusal above was checked against lights up.
+    b = make_build()
+    control_commit = publish_build(hub, b, REPO, signing_key=keys["good"][0])
+    case("control", REPO, None, **signed)
+    cases[-1]["run_attention"] = True
+
+    results = run_child([{"name": c["name"], "kwargs": c["kwargs"], "run_attention": c.get("run_attention", False)}
+                         for c in cases])
     out = {}
     for c, r in zip(cases, results):
         r["expect"] = c["expect"]
         out[c["name"]] = r
-    out["_context"] = {"signed_commit": signed_commit, "unsigned_commit": unsigned_commit, "hf_cache": hf_cache,
+    out["_context"] = {"control_commit": control_commit, "signed_commit": signed_commit, "unsigned_commit": unsigned_commit, "hf_cache": hf_cache,
                        "keys": keys, "hub": hub}
     return out
 
@@ -185,6 +189,16 @@ def test_every_refusal_imports_nothing(refusal_results):
         except AssertionError as e:
             failures.append(f"{name}: {e}")
     assert not failures, "\n".join(failures)
+
+
+def test_positive_control_imports_and_shows_up_in_the_evidence(refusal_results):
+    r = refusal_results["control"]
+    assert r["ok"], r.get("traceback")
+    assert r["info"]["commit"] == refusal_results["_context"]["control_commit"]
+    assert r["attention_err"] < 1e-4
+    ev = r["evidence"]
+    assert ev["modules"] and ev["ops"] and ev["kernels_loaded"], ev
+    assert any("/blobs/" in m for m in ev["mapped"]), ev["mapped"]  # the .so, mapped through its HF cache blob
 
 
 def test_untrusted_org_downloads_nothing(refusal_results):

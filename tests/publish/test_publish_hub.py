@@ -148,3 +148,15 @@ def test_dirty_build_is_flagged_on_the_card(tmp_path, build_copy, src_root, caps
     card = render_card(src_root, repo_id=REPO, name="window-attention", version=1, license="apache-2.0",
                        variant_dirs=[variant])
     assert f"`{variant.name}` was built from a dirty git tree" in card
+
+
+def test_publishing_an_older_major_leaves_the_card_of_the_newer_one(hub, api, build_copy, src_root, capsys):
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    card_commit = api.list_repo_commits(REPO, repo_type="kernel", revision="main")[0].commit_id
+    api.create_branch(REPO, branch="v2", repo_type="kernel")
+    (next(build_copy.iterdir()) / "extra.py").write_text("fix = 1\n")
+    redigest(next(build_copy.iterdir()))
+    sha = publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    assert api.list_repo_commits(REPO, repo_type="kernel", revision="v1")[0].commit_id == sha
+    assert api.list_repo_commits(REPO, repo_type="kernel", revision="main")[0].commit_id == card_commit
+    assert "v2 is newer than v1" in capsys.readouterr().err

@@ -121,3 +121,12 @@ def test_keygen_cli(tmp_path, capsys):
     assert f"sha256:{public_key_fingerprint(tmp_path / 'k.pub')}" in capsys.readouterr().out
     assert main(["keygen", str(tmp_path / "k.pem"), str(tmp_path / "k.pub")]) == 1
     assert "exists (pass --force" in capsys.readouterr().err
+
+
+def test_unreadable_trusted_key_is_named(tmp_path, make_variant, keypair):
+    v = make_variant(tmp_path)
+    sign_variant(v, keypair[0])
+    bad = tmp_path / "bad.pub"
+    bad.write_text("not a key")
+    with pytest.raises(VerificationError, match=f"bad public key: cannot read trusted key {bad}"):
+        verify_variant_signature(v, [bad, keypair[1]])

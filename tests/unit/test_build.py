@@ -121,10 +121,43 @@ void bwd(const BwdParams&, void*, void*) {}
 """
 
 
+TREE_BUILD_TOML = """\
+# The repository's build.toml with one source per backend (the throwaway backends below).
+[general]
+name = "window-attention"
+version = 1
+edition = 5
+license = "Apache-2.0"
+backends = ["cpu", "cuda"]
+
+[general.hub]
+repo-id = "winattn/window-attention"
+
+[torch]
+src = ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h"]
+include = ["kernel-src"]
+stable-abi = "2.10"
+
+[kernel.window_attention_cpu]
+backend = "cpu"
+depends = ["torch"]
+include = ["kernel-src"]
+src = ["kernel-src/winattn_params.h", "kernel-src/winattn_backend.h", "kernel-src/cpu/winattn_cpu.cpp"]
+
+[kernel.window_attention_cuda]
+backend = "cuda"
+depends = ["torch"]
+include = ["kernel-src"]
+cuda-capabilities = ["8.0", "8.6", "8.9", "9.0"]
+src = ["kernel-src/winattn_params.h", "kernel-src/winattn_backend.h", "kernel-src/cuda/winattn_cuda.cu"]
+"""
+
+
 def make_tree(dest: Path) -> Path:
-    """A kernel repository in `dest`: repo build.toml/binding/package, kernel-src headers, naive backends."""
+    """A kernel repository in `dest`: the repo's binding, Python package and kernel-src interface headers, with
+    naive backends and a fixed build.toml (independent of the real kernels' source lists)."""
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO_ROOT / "build.toml", dest / "build.toml")
+    (dest / "build.toml").write_text(TREE_BUILD_TOML)
     shutil.copytree(REPO_ROOT / "torch-ext", dest / "torch-ext", ignore=shutil.ignore_patterns("__pycache__", "_ops.py"))
     (dest / "kernel-src" / "cpu").mkdir(parents=True)
     (dest / "kernel-src" / "cuda").mkdir(parents=True)

@@ -205,6 +205,15 @@ def link_flags(backend: str, cuda: CudaToolkit | None, obj_dir: Path) -> list[st
     return flags
 
 
+def nvcc_jobs(units: list[Unit]) -> int:
+    """Concurrent nvcc processes: each runs --threads=<archs> compilations, so cores / archs of them at once
+    (WINATTN_NVCC_JOBS overrides). Keeps a 2-core CI machine from running 16 cicc/ptxas processes."""
+    if os.environ.get("WINATTN_NVCC_JOBS"):
+        return max(1, int(os.environ["WINATTN_NVCC_JOBS"]))
+    threads = max([int(f.split("=", 1)[1]) for u in units for f in u.flags if f.startswith("--threads=")] or [1])
+    return max(1, (os.cpu_count() or 1) // threads)
+
+
 def write_build_ninja(obj_dir: Path, cxx: str, cuda: CudaToolkit | None, units: list[Unit], so_name: str,
                       ldflags: list[str]) -> Path:
     lines = [
@@ -214,6 +223,7 @@ def write_build_ninja(obj_dir: Path, cxx: str, cuda: CudaToolkit | None, units: 
     ]
     if cuda is not None:
         lines.append(f"nvcc = {_cmd([cuda.nvcc])}")
+        lines += ["", "pool nvcc_pool", f"  depth = {nvcc_jobs(units)}"]
     lines += [
         "",
         "rule cxx",
@@ -227,6 +237,7 @@ def write_build_ninja(obj_dir: Path, cxx: str, cuda: CudaToolkit | None, units: 
         "  depfile = $out.d",
         "  deps = gcc",
         "  description = NVCC $src",
+        "  pool = nvcc_pool",
         "",
         "rule link",
         "  command = $cxx -o $out $in $ldflags",

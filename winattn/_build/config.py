@@ -124,7 +124,7 @@ def load_config(root: Path) -> BuildConfig:
     if not path.is_file():
         raise BuildError(f"{path}: not found (is {root} a kernel repository?)")
 
-    from kernels._rust import Build
+    from kernels._rust import Backend, Build
 
     try:
         parsed = Build.open(str(root))
@@ -132,8 +132,6 @@ def load_config(root: Path) -> BuildConfig:
         raise BuildError(f"{path}: {e}") from None
     backends = [str(b).split(".")[-1].lower() for b in parsed.general.backends]
     for b in backends:
-        from kernels._rust import Backend
-
         if parsed.all_kernel_depends(Backend.from_str(b)):
             raise BuildError(f"{BUILD_TOML}: kernel-depends (backend {b}) is not supported by winattn build")
 

@@ -195,12 +195,17 @@ def _wrap_platform_selector() -> None:
     current = cls.get_attn_backend_cls
     if getattr(current, "_winattn_hook", False):
         return
-    original = current.__func__
+    # A platform that defines its own chain (CUDA, ROCm, MPS, NPU) keeps it for every other member; one that
+    # inherits it (CPU) keeps inheriting, looked up at call time.
+    own = cls.__dict__.get("get_attn_backend_cls")
+    original = own.__func__ if isinstance(own, classmethod) else None
 
     def get_attn_backend_cls(platform_cls, selected_backend, head_size, dtype):
         if selected_backend is not None and selected_backend is _STATE.member:
             return _select(head_size, dtype, platform_cls)
-        return original(platform_cls, selected_backend, head_size, dtype)
+        if original is not None:
+            return original(platform_cls, selected_backend, head_size, dtype)
+        return super(cls, platform_cls).get_attn_backend_cls(selected_backend, head_size, dtype)
 
     get_attn_backend_cls._winattn_hook = True
     get_attn_backend_cls.__wrapped__ = original

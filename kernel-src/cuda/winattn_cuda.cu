@@ -1,0 +1,449 @@
+// CUDA backend of window-attention: the four entry points of winattn_backend.h.
+//
+// Plans the launch (tile config per head dim, window-mode batching, where each gradient goes), carves the workspace
+// the binding allocated, and runs: [table-term expansion] -> forward kernel, or
+// [memset of accumulators] -> [table-term expansion] -> delta -> backward kernel -> [dQ conversion] ->
+// [fixed-order reductions to dbias / dtb] -> [dtable scatter].
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "aux_kernels.h"
+#include "block_info.h"
+#include "bwd_kernel.h"
+#include "kernel_params.h"
+#include "kernel_traits.h"
+#include "launch.h"
+#include "winattn_backend.h"
+
+namespace winattn {
+namespace cuda {
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+}  // namespace cuda
+
+namespace {
+using namespace cuda;
+
+void require(bool cond, const std::string& msg) {
+  if (!cond) throw std::runtime_error("window_attention (cuda): " + msg);
+}
+
+struct DeviceInfo {
+  int sms = 132, smem_optin = 101376;
+};
+DeviceInfo device_info() {
+  static DeviceInfo cache[64];
+  static bool have[64] = {};
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev >= 0 && dev < 64 && have[dev]) return cache[dev];
+  DeviceInfo d;
+  check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
+  check_cuda(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
+  if (dev >= 0 && dev < 64) {
+    cache[dev] = d;
+    have[dev] = true;
+  }
+  return d;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+struct TileConfig {
+  int fwd_bm, fwd_bn, fwd_smem, bwd_bm, bwd_bn, bwd_smem, bwd_ld_acc;
+};
+template <int D>
+TileConfig tile_config_for() {
+  return {FwdTraits<D>::kBlockM, FwdTraits<D>::kBlockN, FwdTraits<D>::kSmemBytes, BwdTraits<D>::kBlockM,
+          BwdTraits<D>::kBlockN, BwdTraits<D>::kSmemBytes, BwdTraits<D>::kLdAcc};
+}
+TileConfig tile_config(int dk) {
+  switch (dk) {
+    case 32: return tile_config_for<32>();
+    case 64: return tile_config_for<64>();
+    case 96: return tile_config_for<96>();
+    case 128: return tile_config_for<128>();
+    case 160: return tile_config_for<160>();
+    case 192: return tile_config_for<192>();
+    default: return tile_config_for<256>();
+  }
+}
+
+int dtype_code(DType t) { return t == DType::kFloat16 ? 0 : t == DType::kBFloat16 ? 1 : 2; }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+void check_rows(const void* p, int64_t sb, int64_t ss, int64_t sh, const char* name) {
+  require(aligned16(p) && sb % 8 == 0 && ss % 8 == 0 && sh % 8 == 0,
+          std::string(name) + " must be 16-byte aligned with strides (batch, seq, head) that are multiples of 8 "
+                              "elements (call .contiguous() first)");
+}
+
+Operand4d operand(const Broadcast4d& b, int Sk, bool is_mask) {
+  Operand4d o;
+  o.ptr = b.ptr;
+  if (!b.ptr) return o;
+  o.dtype = is_mask ? 0 : dtype_code(b.dtype);
+  o.period = int(b.period);
+  o.heads = int(b.heads);
+  o.rows = int(b.rows);
+  o.cols = int(b.cols);
+  o.sb = b.stride_b;
+  o.sh = b.stride_h;
+  o.sq = b.stride_q;
+  o.sk = b.stride_k;
+  const int esize = is_mask ? 1 : (o.dtype == 2 ? 4 : 2);
+  o.vec2 = b.cols == Sk && b.stride_k == 1 && (reinterpret_cast<uintptr_t>(b.ptr) % (2 * esize)) == 0 &&
+           b.stride_b % 2 == 0 && b.stride_h % 2 == 0 && b.stride_q % 2 == 0;
+  return o;
+}
+
+void fill_common(const FwdParams& fp, KParams& p) {
+  require(fp.dtype != DType::kFloat32, "q/k/v must be float16 or bfloat16");
+  require(fp.head_dim % 8 == 0 && fp.head_dim >= 8 && fp.head_dim <= 256, "head dim must be a multiple of 8 <= 256");
+  require(fp.batch < (int64_t(1) << 31) && fp.seqlen_q < (int64_t(1) << 30) && fp.seqlen_k < (int64_t(1) << 30) &&
+              fp.heads < (int64_t(1) << 30),
+          "sizes out of range");
+  p.B = int(fp.batch);
+  p.Sq = int(fp.seqlen_q);
+  p.Sk = int(fp.seqlen_k);
+  p.H = int(fp.heads);
+  p.Hkv = int(fp.heads_kv);
+  p.D = int(fp.head_dim);
+  p.hgroup = p.H / p.Hkv;
+  p.q = fp.q;
+  p.k = fp.k;
+  p.v = fp.v;
+  p.o = fp.out;
+  p.lse = fp.lse;
+  p.q_sb = fp.q_stride_b; p.q_ss = fp.q_stride_s; p.q_sh = fp.q_stride_h;
+  p.k_sb = fp.k_stride_b; p.k_ss = fp.k_stride_s; p.k_sh = fp.k_stride_h;
+  p.v_sb = fp.v_stride_b; p.v_ss = fp.v_stride_s; p.v_sh = fp.v_stride_h;
+  p.o_sb = fp.o_stride_b; p.o_ss = fp.o_stride_s; p.o_sh = fp.o_stride_h;
+  check_rows(fp.q, p.q_sb, p.q_ss, p.q_sh, "q");
+  check_rows(fp.k, p.k_sb, p.k_ss, p.k_sh, "k");
+  check_rows(fp.v, p.v_sb, p.v_ss, p.v_sh, "v");
+  check_rows(fp.out, p.o_sb, p.o_ss, p.o_sh, "out");
+  p.bias = operand(fp.bias, p.Sk, false);
+  p.mask = operand(fp.mask, p.Sk, true);
+  p.kp = fp.key_padding;
+  p.kp_sb = fp.kp_stride_b;
+  p.kp_sk = fp.kp_stride_k;
+  p.scale = fp.scale;
+  p.scale_log2 = fp.scale * kLog2e;
+  int64_t right = fp.window_right;
+  if (fp.causal) right = right >= 0 ? std::min<int64_t>(right, 0) : 0;
+  p.has_band = fp.window_left >= 0 || right >= 0;
+  const int64_t off = int64_t(p.Sk) - p.Sq, inf = int64_t(1) << 40;
+  p.band_lo = fp.window_left >= 0 ? off - fp.window_left : -inf;
+  p.band_hi = right >= 0 ? off + right : inf;
+}
+
+// ---- workspace carving -----------------------------------------------------------------------------------------
+struct Carver {
+  int64_t size = 0;
+  int64_t take(int64_t bytes) {
+    const int64_t off = size;
+    size += (bytes + 255) / 256 * 256;
+    return off;
+  }
+};
+
+// ---- forward plan ----------------------------------------------------------------------------------------------
+struct FwdPlan {
+  KParams p;
+  int dk = 32, smem = 0;
+  int64_t grid = 0;
+  int64_t ws_bytes = 0, off_tb = -1;
+};
+
+FwdPlan plan_fwd(const FwdParams& fp) {
+  FwdPlan pl;
+  KParams& p = pl.p;
+  fill_common(fp, p);
+  pl.dk = kernel_head_dim(p.D);
+  const TileConfig tc = tile_config(pl.dk);
+  const DeviceInfo dev = device_info();
+  const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
+  int G = 1;
+  if (mblocks == 1 && nblocks == 1 && p.B > 1) {
+    const int64_t items = int64_t(p.B) * p.H;
+    G = int(std::max<int64_t>(1, std::min<int64_t>(32, items / (16 * int64_t(dev.sms)))));
+    G = env_int("WINATTN_FWD_G", G);
+    G = std::max(1, std::min(G, p.B));
+  }
+  p.G = G;
+  p.Pg = 1;
+  p.NC = ceil_div(p.B, G);
+  p.NR = p.NC;
+  p.cache_tb = G > 1;
+  pl.grid = int64_t(mblocks) * p.H * p.NR;
+  pl.smem = tc.fwd_smem;
+  Carver cv;
+  if (fp.rel_table) pl.off_tb = cv.take(int64_t(p.H) * p.Sq * p.Sk * 4);
+  pl.ws_bytes = cv.size;
+  return pl;
+}
+
+void launch_expand_table(const FwdParams& fp, const KParams& p, float* tb, cudaStream_t stream) {
+  const int64_t n = int64_t(p.Sq) * p.Sk;
+  const int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
+  expand_table_kernel<<<blocks, 256, 0, stream>>>(tb, fp.rel_table, fp.table_stride_r, fp.table_stride_h,
+                                                 fp.rel_index, fp.index_stride_q, fp.index_stride_k, p.H, p.Sq, p.Sk);
+  check_cuda(cudaGetLastError(), "window_attention table expansion");
+}
+
+template <typename F>
+void dispatch_hdim(int dk, F&& f) {
+  switch (dk) {
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 96: f(std::integral_constant<int, 96>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    case 160: f(std::integral_constant<int, 160>{}); break;
+    case 192: f(std::integral_constant<int, 192>{}); break;
+    default: f(std::integral_constant<int, 256>{}); break;
+  }
+}
+
+// ---- backward plan ---------------------------------------------------------------------------------------------
+struct BwdPlan {
+  KParams p;
+  int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
+  int64_t grid = 0;
+  bool window = false, expand = false, dtable = false;
+  int dbias_accum = 0;  // window mode: dbias comes from the partials
+  int64_t ws_bytes = 0, zero_bytes = 0;
+  int64_t off_dqacc = -1, off_dqsem = -1, off_sem_bias = -1, off_sem_tb = -1, off_dtb = -1, off_inter = -1;
+  int64_t off_tb = -1, off_delta = -1, off_partials = -1;
+};
+
+BwdPlan plan_bwd(const BwdParams& bp) {
+  BwdPlan pl;
+  KParams& p = pl.p;
+  fill_common(bp, p);
+  p.dout = bp.dout;
+  p.do_sb = bp.do_stride_b;
+  p.do_ss = bp.do_stride_s;
+  p.do_sh = bp.do_stride_h;
+  check_rows(bp.dout, p.do_sb, p.do_ss, p.do_sh, "grad_out");
+  pl.dk = kernel_head_dim(p.D);
+  const TileConfig tc = tile_config(pl.dk);
+  const DeviceInfo dev = device_info();
+  pl.bm = tc.bwd_bm;
+  pl.bn = tc.bwd_bn;
+  pl.mblocks = ceil_div(p.Sq, pl.bm);
+  pl.nblocks = ceil_div(p.Sk, pl.bn);
+  pl.dtable = bp.dtable != nullptr;
+  p.dq_mode = pl.nblocks <= 1 ? DqMode::kDirect : bp.deterministic ? DqMode::kOrdered : DqMode::kAtomic;
+
+  const bool dbias = bp.dbias != nullptr;
+  const Broadcast4d& bias = bp.bias;
+  const bool full_rc = bias.rows == p.Sq && bias.cols == p.Sk;
+  const bool dbias_store = dbias && full_rc && bias.period == p.B && bias.heads == p.H;
+
+  // window mode: many items per CTA, dS summed in shared memory (one partial tile per CTA)
+  const int acc_bytes = ceil_div(p.Sq, pl.bm) * pl.bm * tc.bwd_ld_acc * 4;
+  const bool wants_accum = pl.dtable || (dbias && !dbias_store);
+  int G = 1, Pg = 1;
+  if (wants_accum && p.H == p.Hkv && tc.bwd_smem + acc_bytes <= dev.smem_optin) {
+    Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
+    const int per_r = p.B / Pg;
+    const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
+    G = int(std::max<int64_t>(1, std::min<int64_t>(64, items / (16 * int64_t(dev.sms)))));
+    G = env_int("WINATTN_BWD_G", G);
+    G = std::max(1, std::min(G, per_r));
+  }
+  pl.window = G > 1;
+  if (!pl.window) Pg = 1;
+  p.G = G;
+  p.Pg = Pg;
+  p.NC = ceil_div(p.B / Pg, G);
+  p.NR = p.NC * Pg;
+  pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
+  pl.smem = tc.bwd_smem + (pl.window ? acc_bytes : 0);
+
+  // targets
+  if (dbias) {
+    if (pl.window) {
+      if (dbias_store) {
+        p.t_bias.mode = TargetMode::kStore;
+      } else {
+        p.t_bias.mode = TargetMode::kAccum;
+        pl.dbias_accum = 1;
+      }
+    } else {
+      pl.expand = !full_rc;
+      p.t_bias.mode = (bias.period == p.B && bias.heads == p.H) ? TargetMode::kStore : TargetMode::kOrdered;
+    }
+    p.t_bias.period = int(bias.period);
+    p.t_bias.heads = int(bias.heads);
+  }
+  if (pl.dtable) {
+    p.t_tb.mode = pl.window ? TargetMode::kAccum : (p.B == 1 ? TargetMode::kStore : TargetMode::kOrdered);
+    p.t_tb.period = 1;
+    p.t_tb.heads = p.H;
+  }
+
+  // workspace: zero-filled regions first (one memset), then the rest
+  Carver cv;
+  const int64_t sqsk = int64_t(p.Sq) * p.Sk;
+  if (p.dq_mode != DqMode::kDirect) pl.off_dqacc = cv.take(int64_t(p.B) * p.Sq * p.H * p.D * 4);
+  if (p.dq_mode == DqMode::kOrdered) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * pl.mblocks * 4);
+  if (p.t_bias.mode == TargetMode::kOrdered)
+    pl.off_sem_bias = cv.take(int64_t(bias.period) * bias.heads * pl.mblocks * pl.nblocks * 4);
+  if (p.t_tb.mode == TargetMode::kOrdered) pl.off_sem_tb = cv.take(int64_t(p.H) * pl.mblocks * pl.nblocks * 4);
+  if (pl.dtable && !pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
+  if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
+  pl.zero_bytes = cv.size;
+  if (bp.rel_table) pl.off_tb = cv.take(int64_t(p.H) * sqsk * 4);
+  pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
+  if (pl.window) pl.off_partials = cv.take(pl.grid * pl.mblocks * pl.bm * pl.bn * 4);
+  if (pl.dtable && pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
+  pl.ws_bytes = cv.size;
+  return pl;
+}
+
+}  // namespace
+
+int64_t fwd_workspace_bytes(const FwdParams& params) {
+  if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0) return 0;
+  return plan_fwd(params).ws_bytes;
+}
+
+void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
+  if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0) return;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  FwdPlan pl = plan_fwd(params);
+  KParams& p = pl.p;
+  char* ws = static_cast<char*>(workspace);
+  if (params.rel_table) {
+    float* tb = reinterpret_cast<float*>(ws + pl.off_tb);
+    if (p.Sk > 0) launch_expand_table(params, p, tb, stream);
+    p.tb = tb;
+  }
+  const int dt = dtype_code(params.dtype);
+  dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+}
+
+int64_t bwd_workspace_bytes(const BwdParams& params) {
+  if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0 || params.seqlen_k == 0) return 0;
+  return plan_bwd(params).ws_bytes;
+}
+
+void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const int64_t B = params.batch, Sq = params.seqlen_q, Sk = params.seqlen_k, H = params.heads;
+  if (B == 0 || H == 0) return;
+  const int64_t esz = 2;
+  if (Sq == 0 || Sk == 0) {  // nothing attends: all gradients are zero (dbias / dtable arrive zero-filled)
+    check_cuda(cudaMemsetAsync(params.dq, 0, B * Sq * H * params.head_dim * esz, stream), "memset");
+    check_cuda(cudaMemsetAsync(params.dk, 0, B * Sk * params.heads_kv * params.head_dim * esz, stream), "memset");
+    check_cuda(cudaMemsetAsync(params.dv, 0, B * Sk * params.heads_kv * params.head_dim * esz, stream), "memset");
+    return;
+  }
+  BwdPlan pl = plan_bwd(params);
+  KParams& p = pl.p;
+  char* ws = static_cast<char*>(workspace);
+  auto at = [&](int64_t off) -> void* { return off >= 0 ? ws + off : nullptr; };
+  if (pl.zero_bytes > 0) check_cuda(cudaMemsetAsync(ws, 0, pl.zero_bytes, stream), "workspace memset");
+
+  p.dq = params.dq;
+  p.dk = params.dk;
+  p.dv = params.dv;
+  p.dq_accum = static_cast<float*>(at(pl.off_dqacc));
+  p.dq_sems = static_cast<int*>(at(pl.off_dqsem));
+  float* delta = static_cast<float*>(at(pl.off_delta));
+  p.delta = delta;
+  p.partials = static_cast<float*>(at(pl.off_partials));
+  float* dtb = static_cast<float*>(at(pl.off_dtb));
+  if (p.t_bias.mode != TargetMode::kNone) {
+    p.t_bias.ptr = pl.expand ? static_cast<float*>(at(pl.off_inter)) : params.dbias;
+    p.t_bias.sems = static_cast<int*>(at(pl.off_sem_bias));
+  }
+  if (p.t_tb.mode != TargetMode::kNone) {
+    p.t_tb.ptr = dtb;
+    p.t_tb.sems = static_cast<int*>(at(pl.off_sem_tb));
+  }
+  if (params.rel_table) {
+    float* tb = static_cast<float*>(at(pl.off_tb));
+    launch_expand_table(params, p, tb, stream);
+    p.tb = tb;
+  }
+
+  const int dt = dtype_code(params.dtype);
+  {  // delta = rowsum(dO * O)
+    const int64_t threads = B * Sq * H * 4;
+    const int blocks = int((threads + 255) / 256);
+    if (dt == 0)
+      bwd_delta_kernel<__half><<<blocks, 256, 0, stream>>>(
+          delta, static_cast<const __half*>(p.dout), p.do_sb, p.do_ss, p.do_sh, static_cast<const __half*>(p.o),
+          p.o_sb, p.o_ss, p.o_sh, p.B, p.Sq, p.H, p.D);
+    else
+      bwd_delta_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(
+          delta, static_cast<const __nv_bfloat16*>(p.dout), p.do_sb, p.do_ss, p.do_sh,
+          static_cast<const __nv_bfloat16*>(p.o), p.o_sb, p.o_ss, p.o_sh, p.B, p.Sq, p.H, p.D);
+    check_cuda(cudaGetLastError(), "window_attention bwd preprocess");
+  }
+
+  dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+
+  if (p.dq_mode != DqMode::kDirect) {
+    const int64_t n2 = B * Sq * H * p.D / 2;
+    const int blocks = int(std::min<int64_t>((n2 + 255) / 256, 65535));
+    if (dt == 0)
+      dq_convert_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(p.dq), p.dq_accum, n2);
+    else
+      dq_convert_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(p.dq), p.dq_accum, n2);
+    check_cuda(cudaGetLastError(), "window_attention dq conversion");
+  }
+
+  const Broadcast4d& bias = params.bias;
+  auto reduce_partials = [&](float* out, int P_T, int H_T, int R_T, int C_T) {
+    ReduceParams rp;
+    rp.partials = p.partials;
+    rp.out = out;
+    rp.P_T = P_T; rp.H_T = H_T; rp.R_T = R_T; rp.C_T = C_T;
+    rp.Sq = p.Sq; rp.Sk = p.Sk; rp.BM = pl.bm; rp.BN = pl.bn; rp.mblocks = pl.mblocks; rp.nblocks = pl.nblocks;
+    rp.Hx = p.Hkv; rp.NR = p.NR; rp.Pg = p.Pg; rp.NC = p.NC;
+    const int64_t nout = int64_t(P_T) * H_T * R_T * C_T;
+    reduce_partials_kernel<<<int((nout + 31) / 32), 256, 0, stream>>>(rp);
+    check_cuda(cudaGetLastError(), "window_attention dbias reduction");
+  };
+  if (pl.window && pl.dbias_accum)
+    reduce_partials(params.dbias, int(bias.period), int(bias.heads), int(bias.rows), int(bias.cols));
+  if (pl.window && pl.dtable) reduce_partials(dtb, 1, p.H, p.Sq, p.Sk);
+  if (pl.expand) {
+    const int64_t nout = bias.period * bias.heads * bias.rows * bias.cols;
+    const int blocks = int(std::min<int64_t>((nout + 255) / 256, 65535));
+    reduce_expanded_kernel<<<blocks, 256, 0, stream>>>(params.dbias, static_cast<const float*>(at(pl.off_inter)),
+                                                       int(bias.period), int(bias.heads), int(bias.rows),
+                                                       int(bias.cols), p.Sq, p.Sk);
+    check_cuda(cudaGetLastError(), "window_attention dbias reduction");
+  }
+  if (pl.dtable) {
+    const int64_t T = params.table_rows;
+    if (params.deterministic || Sq * Sk <= 65536) {
+      dim3 grid(unsigned((T + 127) / 128), unsigned(p.H));
+      scatter_dtable_scan_kernel<<<grid, 128, 0, stream>>>(params.dtable, T, p.H, dtb, params.rel_index,
+                                                          params.index_stride_q, params.index_stride_k, p.Sq, p.Sk);
+    } else {
+      const int64_t n = Sq * Sk * H;
+      const int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
+      scatter_dtable_atomic_kernel<<<blocks, 256, 0, stream>>>(params.dtable, p.H, dtb, params.rel_index,
+                                                              params.index_stride_q, params.index_stride_k, p.Sq, p.Sk);
+    }
+    check_cuda(cudaGetLastError(), "window_attention dtable scatter");
+  }
+}
+
+}  // namespace winattn

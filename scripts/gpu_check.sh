@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# GPU check (`make gpu-check`): build the CUDA variant if needed, run the GPU tests, a compute-sanitizer memcheck +
+# racecheck pass on small cases, and the benchmarks. Results go to results/ (and to $OUT when set, e.g. on the
+# device machine). Environment:
+#   WINATTN_VARIANT_DIR  prebuilt variant (default build/torch-stable-abi210-cu130-x86_64-linux, built if missing)
+#   GPU_CHECK_STEPS      subset of "tests sanitize bench" (default: all three)
+#   PYTEST_ARGS          extra pytest arguments (e.g. "-k swin")
+#   BENCH_ARGS           extra bench_cuda.py arguments (e.g. "--reps 10 --only swin_w7")
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PYTHONUNBUFFERED=1
+steps=${GPU_CHECK_STEPS:-"tests sanitize bench"}
+results=${RESULTS_DIR:-results}
+mkdir -p "$results"
+# Packages the GPU image lacks travel as wheels in .whl/ (../shared/device/wheelhouse.sh)
+if [ -d .whl ] && ! python3 -c "import kernels" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH="$root:${PYTHONPATH:-}"
+variant=${WINATTN_VARIANT_DIR:-build/torch-stable-abi210-cu130-x86_64-linux}
+if [ ! -f "$variant/metadata.json" ]; then
+  echo "== building the CUDA variant"
+  python3 -m winattn build --backend cuda || exit 1
+fi
+export WINATTN_VARIANT_DIR=$variant
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$results/gpu.txt"
+rc=0
+
+if [[ " $steps " == *" tests "* ]]; then
+  echo "== GPU tests"
+  python3 -m pytest -q -m gpu tests/gpu tests/test_attention.py -p no:cacheprovider \
+    --junitxml="$results/gpu_tests.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$results/gpu_tests.log" | tail -40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+if [[ " $steps " == *" sanitize "* ]]; then
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer --tool $tool"
+      compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
+        python3 tests/gpu/sanitize_case.py "$variant" > "$results/sanitize_$tool.log" 2>&1
+      s=$?
+      tail -5 "$results/sanitize_$tool.log"
+      [ $s -eq 0 ] || { echo "compute-sanitizer $tool: FAILED ($s)"; rc=1; }
+    done
+  else
+    echo "compute-sanitizer not found: skipped" | tee "$results/sanitize_skipped.log"
+  fi
+fi
+
+if [[ " $steps " == *" bench "* ]]; then
+  echo "== benchmarks"
+  python3 benchmarks/bench_cuda.py --variant "$variant" --out "$results/bench_cuda.json" ${BENCH_ARGS:-} \
+    2>"$results/bench_cuda.err" | tee "$results/bench_cuda.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+if [ -n "${OUT:-}" ]; then cp -r "$results"/. "$OUT"/ 2>/dev/null; fi
+exit $rc

@@ -1,0 +1,207 @@
+"""CUDA-specific correctness tests of the window-attention kernels (marked `gpu`, skipped without a GPU).
+
+Every case draws fresh random inputs, poisons the caching allocator with NaNs before the kernel runs, and checks
+out / dq / dk / dv by the FlashAttention rule and dbias / dtable by relative L2 (see _helpers.py).
+"""
+
+import os
+
+import pytest
+import torch
+
+from ._helpers import assert_rel_l2, poison, rand, run_case
+
+pytestmark = pytest.mark.gpu
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    yield
+
+
+def qkv(B, Sq, Sk, H, D, dtype, Hkv=None, grad=True):
+    Hkv = Hkv or H
+    return dict(q=rand(B, Sq, H, D, dtype=dtype, grad=grad), k=rand(B, Sk, Hkv, D, dtype=dtype, grad=grad),
+                v=rand(B, Sk, Hkv, D, dtype=dtype, grad=grad))
+
+
+# ---- head dims (all instantiated kernels and rounded-up ones), dense bias with gradient ----------------------
+@pytest.mark.parametrize("D", [32, 40, 64, 72, 80, 96, 128, 160, 192, 256])
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_head_dims_dense_bias(kernel, D, dtype):
+    B, S, H = 2, 197, 3
+    inp = qkv(B, S, S, H, D, dtype)
+    inp["bias"] = rand(1, H, S, S, dtype=dtype, grad=True)
+    run_case(kernel, inp, {})
+
+
+@pytest.mark.parametrize("D", [32, 64, 128])
+def test_no_bias_multi_block(kernel, D):
+    inp = qkv(2, 300, 520, 4, D, BF16)
+    run_case(kernel, inp, {})
+
+
+# ---- every bias broadcast pattern (and dtypes / strides), deterministic and not -----------------------------
+BIAS_SHAPES = [
+    (2, 3, 150, 170), (1, 3, 150, 170), (2, 1, 150, 170), (1, 1, 150, 170), (150, 170), (2, 3, 1, 170),
+    (1, 1, 1, 170), (170,), (2, 1, 150, 1), (3, 150, 1), (2, 3, 1, 1), (1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("shape", BIAS_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("det", [False, True])
+def test_bias_broadcast(kernel, shape, det):
+    B, Sq, Sk, H, D = 2, 150, 170, 3, 64
+    inp = qkv(B, Sq, Sk, H, D, BF16)
+    inp["bias"] = rand(*shape, dtype=BF16, grad=True)
+    run_case(kernel, inp, {}, deterministic=det)
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float32, FP16])
+def test_bias_dtype_and_strides(kernel, bias_dtype):
+    B, S, H, D = 2, 130, 4, 64
+    inp = qkv(B, S, S, H, D, FP16)
+    base = torch.randn(1, S, H, S, device="cuda", dtype=torch.float32).to(bias_dtype)
+    inp["bias"] = base.transpose(1, 2).requires_grad_(True)  # non-contiguous view [1, H, S, S]
+    run_case(kernel, inp, {})
+
+
+# ---- masks, causal, sliding window, fully masked rows ---------------------------------------------------------
+@pytest.mark.parametrize("causal,window", [(True, None), (False, (64, 0)), (False, (100, 30)), (True, (50, 0)),
+                                           (False, (0, 0))])
+@pytest.mark.parametrize("sq,sk", [(256, 256), (200, 333), (333, 200)])
+def test_causal_window(kernel, causal, window, sq, sk):
+    inp = qkv(2, sq, sk, 2, 64, BF16)
+    inp["bias"] = rand(1, 2, sq, sk, dtype=BF16, grad=True)
+    run_case(kernel, inp, {"causal": causal, "window": window})
+
+
+@pytest.mark.parametrize("det", [False, True])
+def test_masks_and_fully_masked_rows(kernel, det):
+    B, S, H, D = 3, 140, 2, 32
+    inp = qkv(B, S, S, H, D, BF16)
+    mask = torch.rand(B, 1, S, S, device="cuda") > 0.3
+    mask[0, 0, 5] = False  # fully masked query row
+    mask[1, 0, 17:40] = False
+    kpm = torch.rand(B, S, device="cuda") > 0.2
+    kpm[2] = False  # a batch item with no real key at all
+    inp["mask"] = mask
+    inp["key_padding_mask"] = kpm
+    inp["bias"] = rand(B, H, S, S, dtype=BF16, grad=True)
+    rep = run_case(kernel, inp, {}, deterministic=det)
+    assert rep
+
+
+def test_fully_masked_outputs_zero(kernel):
+    B, S, H, D = 2, 70, 2, 64
+    q, k, v = (rand(B, S, H, D, dtype=BF16, grad=True) for _ in range(3))
+    kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+    kpm[1] = False
+    poison()
+    out, lse = kernel.attention(q, k, v, key_padding_mask=kpm, return_lse=True)
+    assert torch.all(out[1] == 0) and torch.all(torch.isneginf(lse[1]))
+    out.sum().backward()
+    assert torch.all(q.grad[1] == 0) and torch.all(k.grad[1] == 0) and torch.all(v.grad[1] == 0)
+
+
+# ---- GQA / MQA --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("Hkv", [1, 2])
+@pytest.mark.parametrize("bias_heads", [8, 1])
+@pytest.mark.parametrize("det", [False, True])
+def test_gqa(kernel, Hkv, bias_heads, det):
+    B, S, H, D = 2, 160, 8, 64
+    inp = qkv(B, S, S, H, D, BF16, Hkv=Hkv)
+    inp["bias"] = rand(1, bias_heads, S, S, dtype=BF16, grad=True)
+    run_case(kernel, inp, {"causal": True}, deterministic=det)
+
+
+# ---- Swin window attention --------------------------------------------------------------------------------------
+def swin_inputs(nimg, win, nW, H, D, dtype, shift=True):
+    N = win * win
+    Bw = nimg * nW
+    inp = qkv(Bw, N, N, H, D, dtype)
+    coords = torch.stack(torch.meshgrid(torch.arange(win), torch.arange(win), indexing="ij")).flatten(1)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (win - 1)
+    index = (rel[..., 0] * (2 * win - 1) + rel[..., 1]).cuda()
+    inp["rel_pos_table"] = (torch.randn((2 * win - 1) ** 2, H, device="cuda") * 0.5).requires_grad_(True)
+    inp["rel_pos_index"] = index
+    if shift:
+        region = torch.randint(0, 3, (nW, N), device="cuda")
+        inp["swin_mask"] = torch.where(region[:, :, None] == region[:, None, :], 0.0, -100.0)
+    return inp
+
+
+@pytest.mark.parametrize("win,nimg,nW", [(7, 2, 64), (7, 32, 64), (12, 2, 16), (12, 16, 64), (4, 4, 16), (8, 8, 16)])
+def test_swin(kernel, win, nimg, nW):
+    inp = swin_inputs(nimg, win, nW, 4, 32, BF16)
+    run_case(kernel, inp, {}, swin=True)
+
+
+@pytest.mark.parametrize("G", ["1", "3", "8"])
+def test_swin_window_mode_forced(kernel, G, monkeypatch):
+    monkeypatch.setenv("WINATTN_BWD_G", G)
+    monkeypatch.setenv("WINATTN_FWD_G", G)
+    inp = swin_inputs(3, 7, 16, 3, 32, FP16)
+    inp["bias"] = rand(1, 3, 49, 49, dtype=FP16, grad=True)  # extra learnable bias: dbias from the partials too
+    run_case(kernel, inp, {}, swin=True)
+
+
+def test_swin_shift_mask_grad(kernel):
+    # [nW, N, N] additive shift mask with a gradient: dbias grouped by window index (b % nW)
+    inp = swin_inputs(4, 7, 8, 2, 32, BF16, shift=False)
+    inp["swin_mask"] = (torch.randn(8, 49, 49, device="cuda") * 0.5).requires_grad_(True)
+    run_case(kernel, inp, {}, swin=True)
+
+
+# ---- long sequence, large batch*heads ---------------------------------------------------------------------------
+def test_long_4096(kernel):
+    inp = qkv(1, 4096, 4096, 2, 64, BF16)
+    inp["bias"] = rand(1, 2, 4096, 4096, dtype=BF16, grad=True)
+    run_case(kernel, inp, {})
+
+
+def test_batch_heads_65536(kernel):
+    B, S, H, D = 16384, 16, 4, 32  # B * H = 65536 (grid is 1-D, never on gridDim.y/z)
+    inp = qkv(B, S, S, H, D, BF16)
+    inp["bias"] = rand(1, H, S, S, dtype=BF16, grad=True)
+    run_case(kernel, inp, {})
+
+
+# ---- deterministic mode -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["long_bias", "gqa_bias1", "swin", "rowbias"])
+def test_deterministic_bitwise(kernel, case):
+    if case == "swin":
+        inp = swin_inputs(16, 7, 64, 4, 32, BF16)
+        kw, swin = {}, True
+    else:
+        H, Hkv = (8, 2) if case == "gqa_bias1" else (4, 4)
+        inp = qkv(2, 700, 900, H, 64, BF16, Hkv=Hkv)
+        shape = {"long_bias": (1, H, 700, 900), "gqa_bias1": (1, 1, 700, 900), "rowbias": (2, 1, 700, 1)}[case]
+        inp["bias"] = rand(*shape, dtype=BF16, grad=True)
+        kw, swin = {"causal": case == "gqa_bias1"}, False
+    dout = None
+    results = []
+    for _ in range(2):
+        t = {n: (x.detach().clone().requires_grad_(x.requires_grad) if x is not None else None) for n, x in inp.items()}
+        poison()
+        if swin:
+            out = kernel.window_attention(t["q"], t["k"], t["v"], rel_pos_table=t["rel_pos_table"],
+                                          rel_pos_index=t["rel_pos_index"], mask=t.get("swin_mask"))
+        else:
+            out = kernel.attention(t["q"], t["k"], t["v"], bias=t["bias"], deterministic=True, **kw)
+        if dout is None:
+            dout = torch.randn_like(out)
+        out.backward(dout)
+        results.append([out] + [x.grad for x in t.values() if x is not None and x.requires_grad])
+    for a, b in zip(*results):
+        assert torch.equal(a, b), "deterministic mode must give bit-identical results"
+
+
+def test_dtable_matches_reference_large(kernel):
+    # W12-like, enough windows for window mode with the default heuristic
+    inp = swin_inputs(8, 12, 64, 4, 32, BF16)
+    rep = run_case(kernel, inp, {}, swin=True)
+    assert rep["drel_pos_table"] <= 1e-2
