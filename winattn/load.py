@@ -208,13 +208,16 @@ def _network_step(what: str):
 
     @contextlib.contextmanager
     def step():
-        import httpx2
+        try:
+            import httpx2 as httpx
+        except ImportError:  # huggingface_hub < 2
+            import httpx
 
         try:
             yield
         except WinattnError:
             raise
-        except (OSError, httpx2.HTTPError) as e:
+        except (OSError, httpx.HTTPError) as e:
             from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
             if isinstance(e, (RepositoryNotFoundError, RevisionNotFoundError)):
@@ -366,10 +369,10 @@ def _load_offline(repo_id, version, revision, trust_remote_code, keys, require_s
                          repo_id, version, pin.revision, pin.commit, selection)
     variant_dir = build_dir / selection.variant
     trust = explicit_trust(repo_id, trust_remote_code)
-    origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason} if trust else None
     with _variant_lock(repo_id, pin.commit, selection.variant):
+        # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not recorded
         report = verify_variant(variant_dir, public_keys=keys, require_signature=require_signature,
-                                bytecode="purge", origin=origin)
+                                bytecode="purge", origin=None)
     if not report.ok:
         raise _verification_error(f"{pin.describe()}, variant {selection.variant} (local cache, offline)", report)
     if trust is None:

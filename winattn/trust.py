@@ -76,7 +76,9 @@ def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustD
     publisher = repo_id.split("/", 1)[0]
     try:
         info = api.get_organization_overview(publisher)
-    except Exception as e:  # user namespace, unknown org, network error: trust cannot be established
+    except Exception as e:  # user namespace, unknown org, HTTP error: trust cannot be established
+        if _is_transport_error(e):
+            raise  # the Hub is unreachable: the caller reports that, not a verdict on the publisher
         raise UntrustedKernelError(
             f"Kernel repository '{repo_id}' could not verify publisher trust status of '{publisher}' "
             f"({type(e).__name__}: {e}). {_HINT}"
@@ -84,3 +86,18 @@ def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustD
     if getattr(info, "trustedKernelPublisher", False) is True:
         return TrustDecision(repo_id, f"trusted publisher {publisher}")
     raise UntrustedKernelError(f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {_HINT}")
+
+
+def _is_transport_error(e: BaseException) -> bool:
+    """Connection-level failures (no HTTP answer at all), as opposed to an answer saying no."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    if isinstance(e, HfHubHTTPError):
+        return False
+    if isinstance(e, (OfflineModeIsEnabled, ConnectionError, TimeoutError)):
+        return True
+    try:
+        import httpx2 as httpx
+    except ImportError:  # huggingface_hub < 2
+        import httpx
+    return isinstance(e, httpx.TransportError)

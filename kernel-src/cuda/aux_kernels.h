@@ -2,19 +2,37 @@
 // dQ accumulator conversion, and the fixed-order reductions that turn per-CTA partials / expanded intermediates
 // into dbias and dtable. All are deterministic (fixed summation order) except scatter_dtable_atomic.
 #pragma once
+#include "kernel_params.h"
 #include "utils.h"
 
 namespace winattn {
 namespace cuda {
 
-// tb[h, i, j] = table[index[i, j], h]  (fp32 [H, Sq, Sk])
-__global__ void expand_table_kernel(float* tb, const float* table, int64_t t_sr, int64_t t_sh, const int64_t* index,
-                                    int64_t i_sq, int64_t i_sk, int H, int Sq, int Sk) {
-  const int64_t n = int64_t(Sq) * Sk;
+// Swin / relative-position path: comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j]), fp32
+// [P, H, Sq, Skp] with rows padded to Skp (a multiple of 4) so the kernels stage it with 16-byte cp.async.
+// P is the bias period (1 without a bias). Small for window attention (nW * H * N^2 floats, L2-resident).
+__global__ void combine_terms_kernel(float* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
+                                     int64_t t_sr, int64_t t_sh, const int64_t* index, int64_t i_sq, int64_t i_sk,
+                                     Operand4d bias) {
+  const int64_t n = int64_t(P) * H * Sq * Skp;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int i = int(e / Sk), j = int(e % Sk);
-    const int64_t t = index[i * i_sq + j * i_sk];
-    for (int h = 0; h < H; ++h) tb[h * n + e] = table[t * t_sr + h * t_sh];
+    const int j = int(e % Skp);
+    const int i = int((e / Skp) % Sq);
+    const int h = int((e / (int64_t(Skp) * Sq)) % H);
+    const int pp = int(e / (int64_t(Skp) * Sq * H));
+    float x = 0.f;
+    if (j < Sk) {
+      x = table[index[i * i_sq + j * i_sk] * t_sr + h * t_sh];
+      if (bias.ptr != nullptr) {
+        const int64_t off = int64_t(pp % bias.period) * bias.sb + int64_t(h) * bias.sh + int64_t(i) * bias.sq +
+                            int64_t(j) * bias.sk;
+        const float bv = bias.dtype == 2   ? static_cast<const float*>(bias.ptr)[off]
+                         : bias.dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias.ptr)[off])
+                                           : __half2float(static_cast<const __half*>(bias.ptr)[off]);
+        x += bv;
+      }
+    }
+    comb[e] = x;
   }
 }
 

@@ -7,7 +7,7 @@
 //   dV += P^T dO, dK += dS^T Q, dQ (+)= dS K
 // dQ: written directly when there is a single key block; otherwise added into an fp32 accumulator (atomics, or a
 // fixed contributor order with semaphores in deterministic mode).
-// dS for dbias / dtb (see Target): plain store, ordered read-add-write, or (window mode) summed over the CTA's items
+// dS for dbias / dtb (see Target): plain store, atomics, ordered read-add-write, or (window mode) summed over the CTA's items
 // in a shared fp32 tile that is flushed once to per-CTA partials (reduced in a fixed order by a later kernel).
 #pragma once
 #include "block_info.h"
@@ -20,6 +20,75 @@
 
 namespace winattn {
 namespace cuda {
+
+// Non-deterministic dS reduction into a [rows in {1, Sq}, cols in {1, Sk}] slot with fp32 atomics; broadcast rows /
+// cols are summed inside the warp first (quad / column shuffles) so a broadcast slot gets one atomic per warp row /
+// column instead of one per score.
+template <int MT, int NT>
+__device__ __forceinline__ void target_atomic(float* base, int rows, int cols, const float (&ds)[MT][NT][4], int Sq,
+                                              int Sk, int i_w, int j_w, int lane) {
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
+  if (rows != 1 && cols != 1) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = i_w + mt * 16 + qr + hf * 8;
+        if (i >= Sq) continue;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = j_w + nt * 8 + qc + e;
+            if (j < Sk) atomicAdd(base + int64_t(i) * cols + j, ds[mt][nt][2 * hf + e]);
+          }
+      }
+    return;
+  }
+  if (cols == 1 && rows != 1) {  // row sums
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) sum += (j_w + nt * 8 + qc + e < Sk) ? ds[mt][nt][2 * hf + e] : 0.f;
+        sum = quad_sum(sum);
+        const int i = i_w + mt * 16 + qr + hf * 8;
+        if ((lane & 3) == 0 && i < Sq) atomicAdd(base + i, sum);
+      }
+    return;
+  }
+  // column sums (rows == 1), or everything (rows == cols == 1)
+  float total = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float sum = 0.f;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) sum += (i_w + mt * 16 + qr + hf * 8 < Sq) ? ds[mt][nt][2 * hf + e] : 0.f;
+      const int j = j_w + nt * 8 + qc + e;
+      if (j >= Sk) sum = 0.f;
+      if (cols == 1) {
+        total += sum;
+      } else {
+        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+        if (lane < 4 && j < Sk) atomicAdd(base + j, sum);
+      }
+    }
+  if (cols == 1) {
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane == 0) atomicAdd(base, total);
+  }
+}
 
 template <typename Tr>
 __host__ __device__ constexpr int bwd_acc_smem_bytes(int Sq) {
@@ -43,7 +112,8 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
   Elem* sdS = sP + Tr::kSElems;                   // [BM][LDS]
   float* sLse = reinterpret_cast<float*>(sdS + Tr::kSElems);  // [QS][BM]
   float* sDelta = sLse + QS * BM;                             // [QS][BM]
-  float* sAcc = sDelta + QS * BM;                             // window mode: [mblocks * BM][kLdAcc]
+  unsigned char* sBias = reinterpret_cast<unsigned char*>(sDelta + QS * BM);  // [bias_stages][BM][bias_pitch]
+  float* sAcc = reinterpret_cast<float*>(sBias + p.bias_stages * BM * p.bias_pitch);  // window: [mblocks*BM][kLdAcc]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2;
@@ -92,8 +162,9 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
     }
   }
 
-  const bool has_static = p.tb != nullptr || p.has_band || (p.Sk % BN) != 0;
-  const bool has_batch = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool bias_smem = p.bias.ptr != nullptr && p.bias_stages > 0;
+  const int bias_tile = BM * p.bias_pitch;
 
   auto step_coords = [&](int s, int& t, int& g, int& m) {
     t = s / per_item;
@@ -114,6 +185,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
     const int64_t row0 = (int64_t(b) * p.H + h) * p.Sq + i0;
     load_vec_async<BM, NTH>(sLse + stage * BM, p.lse + row0, rows, tid);
     load_vec_async<BM, NTH>(sDelta + stage * BM, p.delta + row0, rows, tid);
+    if (bias_smem) load_bias_tile<BM, BN, NTH>(sBias + stage * bias_tile, p, b, h, i0, j0, tid);
   };
   auto load_kv = [&](int t, int stage) {
     const int b = w.batch(p, t);
@@ -183,14 +255,20 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
     zero_acc(acc_s);
     zero_acc(acc_dp);
     if (sdp_warp) {
-      float add[SMT][SNT][4];
-      const bool need_terms = has_batch || (has_static && (p.tb != nullptr || tile_needs_mask(p, m, n_block, BM, BN)));
-      if (need_terms) {
-        terms_static<SMT, SNT>(add, p, h, i0 + sdp_r, j0 + sdp_c, lane);
-        terms_batch<SMT, SNT>(add, p, b, h, i0 + sdp_r, j0 + sdp_c, lane);
-      }
       gemm_ss<Elem, SMT, SNT, DK / 16, false, false>(acc_s, cQ + sdp_r * LD, LD, cK + sdp_c * LD, LD, lane);
       gemm_ss<Elem, SMT, SNT, DK / 16, false, false>(acc_dp, cdO + sdp_r * LD, LD, cV + sdp_c * LD, LD, lane);
+      const bool need_mask = tile_needs_mask(p, m, n_block, BM, BN);
+      if (has_terms || need_mask) {
+        apply_terms<SMT, SNT>(acc_s, p, bias_smem ? sBias + qs * bias_tile : nullptr, b, h, i0, sdp_r, j0, sdp_c,
+                              lane, need_mask);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < SMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < SNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] *= p.scale_log2;
+      }
 #pragma unroll
       for (int mt = 0; mt < SMT; ++mt)
 #pragma unroll
@@ -205,9 +283,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int x = 2 * hf + e;
-              const float s2 = need_terms ? fmaf(acc_s[mt][nt][x], p.scale_log2, add[mt][nt][x])
-                                          : acc_s[mt][nt][x] * p.scale_log2;
-              const float pv = row_ok ? fast_exp2(s2 - base) : 0.f;
+              const float pv = row_ok ? fast_exp2(acc_s[mt][nt][x] - base) : 0.f;
               acc_s[mt][nt][x] = pv;
               acc_dp[mt][nt][x] = pv * (acc_dp[mt][nt][x] - delta);  // dS
             }
@@ -235,9 +311,13 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const Target& T = which == 0 ? p.t_bias : p.t_tb;
-      if (T.mode != TargetMode::kStore && T.mode != TargetMode::kOrdered) continue;
+      if (T.mode == TargetMode::kNone || T.mode == TargetMode::kAccum) continue;
       const int hT = T.heads == 1 ? 0 : h;
-      float* base = T.ptr + (int64_t(b % T.period) * T.heads + hT) * int64_t(p.Sq) * p.Sk;
+      float* base = T.ptr + (int64_t(b % T.period) * T.heads + hT) * int64_t(T.rows) * T.cols;
+      if (T.mode == TargetMode::kAtomic) {
+        if (sdp_warp) target_atomic<SMT, SNT>(base, T.rows, T.cols, acc_dp, p.Sq, p.Sk, i0 + sdp_r, j0 + sdp_c, lane);
+        continue;
+      }
       const bool ordered = T.mode == TargetMode::kOrdered;
       int* sem = nullptr;
       int rank = 0;

@@ -1,9 +1,9 @@
 // Forward kernel: tiled online softmax (flash-attention 2 style) with the score terms of score_mod.h.
 //
 // A CTA owns one query block of one head and a chunk of G batch items (window mode: many small windows per CTA;
-// G = 1 for long sequences). It walks the flattened (item, key block) steps with K/V double-buffered through
-// cp.async: the loads of step s + 1 are issued at the top of step s. Q is single-buffered: the next item's Q is
-// loaded after the last S = Q K^T of the current item.
+// G = 1 for long sequences). It walks the flattened (item, key block) steps; the loads of step s + 1 (K, V, the
+// additive-term tile, and the next item's Q when Q is double-buffered) are issued through cp.async at the top of
+// step s. With a single Q buffer the next item's Q is loaded after the last S = Q K^T of the current item.
 #pragma once
 #include "block_info.h"
 #include "gemm.h"
@@ -19,11 +19,12 @@ namespace cuda {
 template <typename Tr, typename Elem>
 __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, LD = Tr::kLd;
-  constexpr int MT = Tr::kMT, NT = Tr::kNT, DT = Tr::kDT, NTH = Tr::kNThreads;
+  constexpr int MT = Tr::kMT, NT = Tr::kNT, DT = Tr::kDT, NTH = Tr::kNThreads, QS = Tr::kQStages;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sK = sQ + Tr::kQElems;        // [2][BN][LD]
-  Elem* sV = sK + 2 * Tr::kKVElems;   // [2][BN][LD]
+  Elem* sQ = reinterpret_cast<Elem*>(smem_raw);  // [QS][BM][LD]
+  Elem* sK = sQ + QS * Tr::kQElems;               // [2][BN][LD]
+  Elem* sV = sK + 2 * Tr::kKVElems;               // [2][BN][LD]
+  unsigned char* sBias = reinterpret_cast<unsigned char*>(sV + 2 * Tr::kKVElems);  // [bias_stages][BM][pitch]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const Work w = decode_work(p, p.H);
@@ -52,14 +53,17 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
   }
   const int nper = n_hi - n_lo;
   const int nsteps = w.nitems * nper;
-  const bool has_static = p.tb != nullptr || p.has_band || (p.Sk % BN) != 0;
-  const bool has_batch = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool has_bias = p.bias.ptr != nullptr;
+  const int bias_tile = BM * p.bias_pitch;
 
-  auto load_q = [&](int b) {
-    load_rows_async<Elem, BM, DK, NTH>(sQ, q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh,
+  auto load_q = [&](int b, int stage) {
+    load_rows_async<Elem, BM, DK, NTH>(sQ + stage * Tr::kQElems,
+                                       q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh,
                                        p.q_ss, rows_valid, p.D, p.q, tid);
   };
-  auto load_kv = [&](int b, int n, int stage) {
+  auto load_step = [&](int s, int stage) {  // K, V (and the additive tile when prefetched) of step s
+    const int b = w.batch(p, s / nper), n = n_lo + s % nper;
     const int j0 = n * BN, kv_rows = min(BN, p.Sk - j0);
     load_rows_async<Elem, BN, DK, NTH>(sK + stage * Tr::kKVElems,
                                        k + int64_t(b) * p.k_sb + int64_t(j0) * p.k_ss + int64_t(hkv) * p.k_sh,
@@ -67,67 +71,64 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
     load_rows_async<Elem, BN, DK, NTH>(sV + stage * Tr::kKVElems,
                                        v + int64_t(b) * p.v_sb + int64_t(j0) * p.v_ss + int64_t(hkv) * p.v_sh,
                                        p.v_ss, kv_rows, p.D, p.v, tid);
+    if (has_bias && p.bias_stages == 2) load_bias_tile<BM, BN, NTH>(sBias + stage * bias_tile, p, b, h, i0, j0, tid);
   };
 
   float acc_o[MT][DT][4];
   zero_acc(acc_o);
   OnlineSoftmax<MT> sm;
   sm.reset();
-  float tbc[Tr::kCacheTB ? MT : 1][Tr::kCacheTB ? NT : 2][4];
-  const bool use_cache = Tr::kCacheTB && p.cache_tb && nper == 1;
 
-  load_q(w.batch(p, 0));
-  load_kv(w.batch(p, 0), n_lo, 0);
+  load_q(w.batch(p, 0), 0);
+  load_step(0, 0);
   cp_async_commit();
 
   for (int s = 0; s < nsteps; ++s) {
     const int t = s / nper, n = n_lo + s % nper;
     const int b = w.batch(p, t);
+    const int qs = QS == 2 ? (t & 1) : 0;
+    const bool item_end = (n == n_hi - 1);
     cp_async_wait_all();
     __syncthreads();
-    if (s + 1 < nsteps) load_kv(w.batch(p, (s + 1) / nper), n_lo + (s + 1) % nper, (s + 1) & 1);
+    if (s + 1 < nsteps) {
+      load_step(s + 1, (s + 1) & 1);
+      if constexpr (QS == 2)
+        if (item_end) load_q(w.batch(p, t + 1), (t + 1) & 1);
+    }
     cp_async_commit();
-
-    // score terms (issued before the GEMM so their loads overlap it)
-    float add[MT][NT][4];
-    const bool need_terms = has_batch || (has_static && (p.tb != nullptr || tile_needs_mask(p, m_block, n, BM, BN)));
-    if (need_terms) {
-      if constexpr (Tr::kCacheTB) {
-        if (use_cache) {
-          if (s == 0) terms_static<MT, NT>(tbc, p, h, i0 + wr, n * BN, lane);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) add[mt][nt][e] = tbc[mt][nt][e];
-        } else {
-          terms_static<MT, NT>(add, p, h, i0 + wr, n * BN, lane);
-        }
-      } else {
-        terms_static<MT, NT>(add, p, h, i0 + wr, n * BN, lane);
-      }
-      terms_batch<MT, NT>(add, p, b, h, i0 + wr, n * BN, lane);
+    const unsigned char* sB = nullptr;
+    if (has_bias && p.bias_stages == 2) sB = sBias + (s & 1) * bias_tile;
+    if (has_bias && p.bias_stages == 1) {  // not prefetched: load this step's tile now
+      load_bias_tile<BM, BN, NTH>(sBias, p, b, h, i0, n * BN, tid);
+      cp_async_commit();
+      cp_async_wait_all();
+      __syncthreads();
+      sB = sBias;
     }
 
     // S = Q K^T
     float acc_s[MT][NT][4];
     zero_acc(acc_s);
-    gemm_ss<Elem, MT, NT, DK / 16, false, false>(acc_s, sQ + wr * LD, LD, sK + (s & 1) * Tr::kKVElems, LD, lane);
-    const bool item_end = (n == n_hi - 1);
-    if (item_end && t + 1 < w.nitems) {
-      __syncthreads();  // every warp is done with sQ
-      load_q(w.batch(p, t + 1));
-      cp_async_commit();
+    gemm_ss<Elem, MT, NT, DK / 16, false, false>(acc_s, sQ + qs * Tr::kQElems + wr * LD, LD,
+                                                 sK + (s & 1) * Tr::kKVElems, LD, lane);
+    if constexpr (QS == 1) {
+      if (item_end && t + 1 < w.nitems) {
+        __syncthreads();  // every warp is done with sQ
+        load_q(w.batch(p, t + 1), 0);
+        cp_async_commit();
+      }
     }
+    const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
+    if (has_terms || need_mask) {
+      apply_terms<MT, NT>(acc_s, p, sB, b, h, i0, wr, n * BN, 0, lane, need_mask);
+    } else {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_s[mt][nt][e] = need_terms ? fmaf(acc_s[mt][nt][e], p.scale_log2, add[mt][nt][e])
-                                        : acc_s[mt][nt][e] * p.scale_log2;
+          for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] *= p.scale_log2;
+    }
 
     sm.template update<NT, DT>(acc_s, acc_o);
 

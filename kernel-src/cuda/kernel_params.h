@@ -23,11 +23,12 @@ enum class TargetMode : int {
   kStore = 1,    // every slot written by exactly one (b, h, i, j): plain store
   kOrdered = 2,  // slots shared over b and/or h: read-add-write in a fixed contributor order (semaphores)
   kAccum = 3,    // window mode: summed over the CTA's items in shared memory, flushed to per-CTA partials
+  kAtomic = 4,   // non-deterministic: fp32 atomics (pre-reduced in the warp for broadcast rows / cols)
 };
 struct Target {
   TargetMode mode = TargetMode::kNone;
   float* ptr = nullptr;
-  int period = 1, heads = 1;  // rows/cols are Sq/Sk
+  int period = 1, heads = 1, rows = 1, cols = 1;  // rows in {1, Sq}, cols in {1, Sk} (full for kStore/kOrdered)
   int* sems = nullptr;        // kOrdered: one counter per (period, heads, m-block, n-block) tile
 };
 
@@ -47,8 +48,12 @@ struct KParams {
   int64_t o_sb = 0, o_ss = 0, o_sh = 0;
 
   // score terms
-  Operand4d bias;  // user additive bias
-  const float* tb = nullptr;  // expanded relative-position table term, fp32 contiguous [H, Sq, Sk] (or nullptr)
+  Operand4d bias;  // additive term: the user bias, or (with a table) the host-combined fp32 bias + table term
+  // How the additive term reaches the kernel, per (query block, key block) tile:
+  //   bias_stages 2: staged in shared memory one step ahead (through the K/V pipeline); 1: loaded at the top of
+  //   its own step; 0: read from global memory per element (only when the tile does not fit in shared memory).
+  //   bias_mode 1: 16-byte cp.async chunks, 2: 4-byte cp.async chunks, 3: strided element copies.
+  int bias_stages = 0, bias_mode = 3, bias_pitch = 0;  // pitch: bytes per shared tile row
   Operand4d mask;  // bool, true = attend
   const bool* kp = nullptr;
   int64_t kp_sb = 0, kp_sk = 0;
@@ -61,7 +66,6 @@ struct KParams {
   // work decomposition: CTA linear id = ((blk * Hx + hx) * NR + rc), rc = c * Pg + r, items b = r + Pg * (c * G + t)
   // (forward: blk = m-block, Hx = H; backward: blk = n-block, Hx = Hkv)
   int G = 1, Pg = 1, NC = 1, NR = 1;
-  bool cache_tb = false;  // forward: one (m, n) tile per item, keep the table term in registers across items
 
   // backward
   const void* dout = nullptr;

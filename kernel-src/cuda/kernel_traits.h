@@ -15,30 +15,38 @@ __host__ __device__ constexpr int kernel_head_dim(int d) {
   return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
 }
 
-// Forward: kNWarps warps split the kBlockM query rows (16 * kMT rows each); K/V double-buffered, Q single.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, bool kCacheTB_>
+// Forward: kNWarps warps split the kBlockM query rows (16 * kMT rows each); K/V double-buffered, Q double-buffered
+// for small head dims (window mode prefetches the next window's Q with its K/V). The additive-term tile
+// (kBlockM x kBlockN, up to 2 stages) is added by the host to the dynamic shared memory when present.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kQStages_>
 struct FwdTraitsBase {
   static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kNWarps = kNWarps_;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kMT = kBlockM / (16 * kNWarps);  // 16-row tiles per warp
   static constexpr int kNT = kBlockN / 8;               // 8-column score tiles
   static constexpr int kDT = kHeadDim / 8;              // 8-column output tiles
-  static constexpr bool kCacheTB = kCacheTB_;
+  static constexpr int kQStages = kQStages_;
   static constexpr int kLd = kHeadDim + 8;  // padded smem row (elements)
   static constexpr int kQElems = kBlockM * kLd, kKVElems = kBlockN * kLd;
-  static constexpr int kSmemBytes = (kQElems + 4 * kKVElems) * 2;
+  static constexpr int kSmemBytes = (kQStages * kQElems + 4 * kKVElems) * 2;
   static_assert(kMT >= 1 && kBlockM == 16 * kMT * kNWarps, "bad fwd tile");
+  static_assert(kNT % 2 == 0, "key tiles come in pairs");
   static_assert(kSmemBytes <= 101376, "must fit the sm86/sm89 shared memory limit");
 };
 
 template <int D> struct FwdTraits;
-template <> struct FwdTraits<32> : FwdTraitsBase<32, 64, 64, 4, true> {};
-template <> struct FwdTraits<64> : FwdTraitsBase<64, 64, 64, 4, true> {};
-template <> struct FwdTraits<96> : FwdTraitsBase<96, 128, 32, 4, false> {};
-template <> struct FwdTraits<128> : FwdTraitsBase<128, 128, 32, 4, false> {};
-template <> struct FwdTraits<160> : FwdTraitsBase<160, 64, 32, 4, false> {};
-template <> struct FwdTraits<192> : FwdTraitsBase<192, 64, 32, 4, false> {};
-template <> struct FwdTraits<256> : FwdTraitsBase<256, 64, 32, 4, false> {};
+template <> struct FwdTraits<32> : FwdTraitsBase<32, 64, 64, 4, 2> {};
+template <> struct FwdTraits<64> : FwdTraitsBase<64, 64, 64, 4, 2> {};
+template <> struct FwdTraits<96> : FwdTraitsBase<96, 128, 32, 4, 1> {};
+template <> struct FwdTraits<128> : FwdTraitsBase<128, 128, 32, 4, 1> {};
+template <> struct FwdTraits<160> : FwdTraitsBase<160, 64, 32, 4, 1> {};
+template <> struct FwdTraits<192> : FwdTraitsBase<192, 64, 32, 4, 1> {};
+template <> struct FwdTraits<256> : FwdTraitsBase<256, 64, 16, 4, 1> {};
+
+// Bytes per shared row of an additive-term tile of kBlockN columns (padded so fragment reads are conflict-free).
+__host__ __device__ constexpr int bias_pitch_bytes(int block_n, int esize) {
+  return block_n * esize + (esize == 4 ? 32 : 16);
+}
 
 // Backward (key-block outer, query-block inner, flash-attention 2 style). Three warp grids:
 //   S / dP  [BM x BN]: kSdpWM x kSdpWN warps   (warps past the grid idle for these two GEMMs)

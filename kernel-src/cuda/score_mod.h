@@ -1,10 +1,10 @@
-// Score terms added inside the softmax, computed directly in the mma accumulator layout (no [B,H,Sq,Sk] tensor is
-// ever formed): the strided/broadcast additive bias, the expanded relative-position table term, the bool mask, the
-// key-padding mask, the causal / sliding-window band and the sequence-end columns.
+// Score terms added inside the softmax, applied in the mma accumulator layout (no [B,H,Sq,Sk] tensor is formed):
+// the strided/broadcast additive term (user bias, or the host-combined bias + relative-position table term), the
+// bool mask, the key-padding mask, the causal / sliding-window band and the sequence-end columns.
 //
-// Output is in log2 units (scores are kept as s * log2(e) so the softmax uses exp2); -inf marks a hidden key.
-// Split in two parts so the batch-independent part (table term, band, column end) can be cached across the items of
-// a window-mode CTA: terms_static() and terms_batch().
+// The additive term of a (query block, key block) tile is staged in shared memory by load_bias_tile() (cp.async
+// in 16- or 4-byte chunks, or strided element copies for arbitrary strides / broadcast columns) and read back in
+// fragment order. Scores leave apply_terms() in log2 units (s * scale * log2e + term * log2e), -inf = hidden key.
 #pragma once
 #include "kernel_params.h"
 #include "utils.h"
@@ -20,11 +20,12 @@ __device__ __forceinline__ float ld_scalar(const void* base, int dtype, int64_t 
 __device__ __forceinline__ float2 ld_pair(const void* base, int dtype, int64_t off) {  // off even, aligned
   if (dtype == 2) return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(base) + off));
   if (dtype == 1)
-    return __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(base) + off)));
+    return __bfloat1622float2(
+        __ldg(reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(base) + off)));
   return __half22float2(__ldg(reinterpret_cast<const __half2*>(static_cast<const __half*>(base) + off)));
 }
 
-// Bias values at columns (j, j + 1) of the row starting at element offset row_off (0 past Sk).
+// Global-memory fallback: bias values at columns (j, j + 1) of the row at element offset row_off (0 past Sk).
 __device__ __forceinline__ float2 bias_pair(const Operand4d& op, int64_t row_off, int j, int Sk) {
   if (op.cols == 1) {
     const float x = ld_scalar(op.ptr, op.dtype, row_off);
@@ -54,65 +55,76 @@ __device__ __forceinline__ void mask_pair(const Operand4d& op, int64_t row_off, 
   m1 = j + 1 < Sk ? __ldg(base + row_off + (j + 1) * op.sk) != 0 : false;
 }
 
-// Batch-independent terms for the warp tile whose first row is i_w and first column j_w:
-// table term (log2 units) where visible, -inf past Sk or outside the band.
-template <int MT, int NT>
-__device__ __forceinline__ void terms_static(float (&out)[MT][NT][4], const KParams& p, int h, int i_w, int j_w,
-                                             int lane) {
-  const int qr = lane >> 2, qc = (lane & 3) * 2;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = i_w + mt * 16 + qr + hf * 8;
-      const bool row_ok = i < p.Sq;
-      const float* tbrow = p.tb ? p.tb + (int64_t(h) * p.Sq + (row_ok ? i : 0)) * p.Sk : nullptr;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int j = j_w + nt * 8 + qc;
-        float a0 = 0.f, a1 = 0.f;
-        if (tbrow != nullptr && row_ok) {
-          if (j + 1 < p.Sk && (p.Sk & 1) == 0) {
-            const float2 x = __ldg(reinterpret_cast<const float2*>(tbrow + j));
-            a0 = x.x;
-            a1 = x.y;
-          } else {
-            a0 = j < p.Sk ? __ldg(tbrow + j) : 0.f;
-            a1 = j + 1 < p.Sk ? __ldg(tbrow + j + 1) : 0.f;
-          }
-          a0 *= kLog2e;
-          a1 *= kLog2e;
-        }
-        bool v0 = j < p.Sk, v1 = j + 1 < p.Sk;
-        if (p.has_band) {
-          const int64_t d = int64_t(j) - i;
-          v0 = v0 && d >= p.band_lo && d <= p.band_hi;
-          v1 = v1 && d + 1 >= p.band_lo && d + 1 <= p.band_hi;
-        }
-        out[mt][nt][2 * hf] = v0 ? a0 : -INFINITY;
-        out[mt][nt][2 * hf + 1] = v1 ? a1 : -INFINITY;
-      }
-    }
+__device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem, int bytes, int cp_size) {
+  if (cp_size == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes));
 }
 
-// Batch-dependent terms added onto `out`: additive bias, bool mask, key padding.
+// Stage the additive term of tile rows [i0, i0 + ROWS) x cols [j0, j0 + BN) for (b, h) into shared memory
+// (raw dtype, row pitch p.bias_pitch bytes, zero past Sq / Sk). Modes 1/2 are asynchronous (commit with the
+// caller's group); mode 3 copies synchronously.
+template <int ROWS, int BN, int NTH>
+__device__ __forceinline__ void load_bias_tile(unsigned char* s, const KParams& p, int b, int h, int i0, int j0,
+                                               int tid) {
+  const Operand4d& op = p.bias;
+  const int es = op.dtype == 2 ? 4 : 2;
+  const int pitch = p.bias_pitch;
+  const unsigned char* g = static_cast<const unsigned char*>(op.ptr);
+  const int64_t base = int64_t(b % op.period) * op.sb + int64_t(h) * op.sh + int64_t(j0) * op.sk;  // elements
+  const int rows = min(ROWS, p.Sq - i0), cols = min(BN, p.Sk - j0);
+  if (p.bias_mode == 1 || p.bias_mode == 2) {
+    const int cs = p.bias_mode == 1 ? 16 : 4;  // chunk bytes
+    const int cpr = BN * es / cs;
+    for (int idx = tid; idx < ROWS * cpr; idx += NTH) {
+      const int r = idx / cpr, c = idx % cpr;
+      int bytes = r < rows ? cols * es - c * cs : 0;
+      bytes = bytes < 0 ? 0 : bytes > cs ? cs : bytes;
+      const unsigned char* src = bytes > 0 ? g + (base + int64_t(i0 + r) * op.sq) * es + c * cs : g;
+      cp_async_bytes(s + r * pitch + c * cs, src, bytes, cs);
+    }
+  } else {
+    for (int idx = tid; idx < ROWS * BN; idx += NTH) {
+      const int r = idx / BN, c = idx % BN;
+      const bool ok = r < rows && c < cols;
+      const int64_t off = base + int64_t(i0 + r) * op.sq + int64_t(c) * op.sk;
+      if (es == 4) {
+        *reinterpret_cast<float*>(s + r * pitch + c * 4) = ok ? __ldg(static_cast<const float*>(op.ptr) + off) : 0.f;
+      } else {
+        *reinterpret_cast<unsigned short*>(s + r * pitch + c * 2) =
+            ok ? __ldg(static_cast<const unsigned short*>(op.ptr) + off) : (unsigned short)0;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float2 bias_smem_pair(const unsigned char* s, int pitch, int dtype, int r, int c) {
+  if (dtype == 2) return *reinterpret_cast<const float2*>(s + r * pitch + c * 4);
+  const unsigned char* ptr = s + r * pitch + c * 2;
+  if (dtype == 1) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
+  return __half22float2(*reinterpret_cast<const __half2*>(ptr));
+}
+
+// acc (raw Q K^T of the warp tile at tile row rw, tile col cw) -> scores in log2 units with every term applied.
+// sB: the staged additive tile (tile coordinates), or nullptr to read the term from global memory.
+// need_mask: the tile crosses the band edge or the sequence end.
 template <int MT, int NT>
-__device__ __forceinline__ void terms_batch(float (&out)[MT][NT][4], const KParams& p, int b, int h, int i_w,
-                                            int j_w, int lane) {
+__device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KParams& p, const unsigned char* sB, int b,
+                                            int h, int i0, int rw, int j0, int cw, int lane, bool need_mask) {
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   const bool has_bias = p.bias.ptr != nullptr, has_mask = p.mask.ptr != nullptr, has_kp = p.kp != nullptr;
-  if (!has_bias && !has_mask && !has_kp) return;
-  // key padding depends on the column only
+  const bool any_vis = need_mask || has_mask || has_kp;
   bool kp[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const int j = j_w + nt * 8 + qc;
-    kp[nt][0] = kp[nt][1] = true;
+    const int j = j0 + cw + nt * 8 + qc;
+    kp[nt][0] = j < p.Sk;
+    kp[nt][1] = j + 1 < p.Sk;
     if (has_kp) {
-      const bool* row = p.kp + int64_t(b) * p.kp_sb;
-      kp[nt][0] = j < p.Sk ? __ldg(reinterpret_cast<const unsigned char*>(row + int64_t(j) * p.kp_sk)) != 0 : false;
-      kp[nt][1] =
-          j + 1 < p.Sk ? __ldg(reinterpret_cast<const unsigned char*>(row + int64_t(j + 1) * p.kp_sk)) != 0 : false;
+      const unsigned char* row = reinterpret_cast<const unsigned char*>(p.kp + int64_t(b) * p.kp_sb);
+      kp[nt][0] = kp[nt][0] && __ldg(row + int64_t(j) * p.kp_sk) != 0;
+      kp[nt][1] = kp[nt][1] && __ldg(row + int64_t(j + 1) * p.kp_sk) != 0;
     }
   }
   const int64_t bias_bh = has_bias ? int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh : 0;
@@ -121,26 +133,41 @@ __device__ __forceinline__ void terms_batch(float (&out)[MT][NT][4], const KPara
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int i = i_w + mt * 16 + qr + hf * 8;
+      const int r = rw + mt * 16 + qr + hf * 8;
+      const int i = i0 + r;
       const bool row_ok = i < p.Sq;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int j = j_w + nt * 8 + qc;
-        float a0 = 0.f, a1 = 0.f;
-        if (has_bias && row_ok) {
-          const float2 x = bias_pair(p.bias, bias_bh + int64_t(i) * p.bias.sq, j, p.Sk);
-          a0 = x.x * kLog2e;
-          a1 = x.y * kLog2e;
+        const int c = cw + nt * 8 + qc;
+        const int j = j0 + c;
+        float x0 = acc[mt][nt][2 * hf] * p.scale_log2, x1 = acc[mt][nt][2 * hf + 1] * p.scale_log2;
+        if (has_bias) {
+          float2 bv;
+          if (sB != nullptr)
+            bv = bias_smem_pair(sB, p.bias_pitch, p.bias.dtype, r, c);
+          else
+            bv = row_ok ? bias_pair(p.bias, bias_bh + int64_t(i) * p.bias.sq, j, p.Sk) : make_float2(0.f, 0.f);
+          x0 = fmaf(bv.x, kLog2e, x0);
+          x1 = fmaf(bv.y, kLog2e, x1);
         }
-        bool v0 = kp[nt][0], v1 = kp[nt][1];
-        if (has_mask && row_ok) {
-          bool m0, m1;
-          mask_pair(p.mask, mask_bh + int64_t(i) * p.mask.sq, j, p.Sk, m0, m1);
-          v0 = v0 && m0;
-          v1 = v1 && m1;
+        if (any_vis) {
+          bool v0 = kp[nt][0], v1 = kp[nt][1];
+          if (p.has_band) {
+            const int64_t d = int64_t(j) - i;
+            v0 = v0 && d >= p.band_lo && d <= p.band_hi;
+            v1 = v1 && d + 1 >= p.band_lo && d + 1 <= p.band_hi;
+          }
+          if (has_mask && row_ok) {
+            bool m0, m1;
+            mask_pair(p.mask, mask_bh + int64_t(i) * p.mask.sq, j, p.Sk, m0, m1);
+            v0 = v0 && m0;
+            v1 = v1 && m1;
+          }
+          x0 = v0 ? x0 : -INFINITY;
+          x1 = v1 ? x1 : -INFINITY;
         }
-        out[mt][nt][2 * hf] = v0 ? out[mt][nt][2 * hf] + a0 : -INFINITY;
-        out[mt][nt][2 * hf + 1] = v1 ? out[mt][nt][2 * hf + 1] + a1 : -INFINITY;
+        acc[mt][nt][2 * hf] = x0;
+        acc[mt][nt][2 * hf + 1] = x1;
       }
     }
 }

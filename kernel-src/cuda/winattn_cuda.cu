@@ -60,12 +60,12 @@ int env_int(const char* name, int fallback) {
 }
 
 struct TileConfig {
-  int fwd_bm, fwd_bn, fwd_smem, bwd_bm, bwd_bn, bwd_smem, bwd_ld_acc;
+  int fwd_bm, fwd_bn, fwd_smem, bwd_bm, bwd_bn, bwd_smem, bwd_ld_acc, bwd_qs;
 };
 template <int D>
 TileConfig tile_config_for() {
   return {FwdTraits<D>::kBlockM, FwdTraits<D>::kBlockN, FwdTraits<D>::kSmemBytes, BwdTraits<D>::kBlockM,
-          BwdTraits<D>::kBlockN, BwdTraits<D>::kSmemBytes, BwdTraits<D>::kLdAcc};
+          BwdTraits<D>::kBlockN, BwdTraits<D>::kSmemBytes, BwdTraits<D>::kLdAcc, BwdTraits<D>::kQStages};
 }
 TileConfig tile_config(int dk) {
   switch (dk) {
@@ -158,12 +158,65 @@ struct Carver {
   }
 };
 
+// With a relative-position table the additive operand the kernels read is the combined fp32 tensor
+// comb[P, H, Sq, Skp] = table term (+ bias); see combine_terms_kernel.
+struct CombPlan {
+  int P = 1, Skp = 0;
+  int64_t bytes = 0;
+};
+CombPlan comb_plan(const FwdParams& fp) {
+  CombPlan c;
+  if (!fp.rel_table) return c;
+  c.P = fp.bias.ptr ? int(fp.bias.period) : 1;
+  c.Skp = int((fp.seqlen_k + 3) / 4 * 4);
+  c.bytes = int64_t(c.P) * fp.heads * fp.seqlen_q * c.Skp * 4;
+  return c;
+}
+void use_comb(KParams& p, const CombPlan& c, float* comb) {
+  Operand4d o;
+  o.ptr = comb;
+  o.dtype = 2;
+  o.period = c.P;
+  o.heads = p.H;
+  o.rows = p.Sq;
+  o.cols = p.Sk;
+  o.sq = c.Skp;
+  o.sh = int64_t(p.Sq) * c.Skp;
+  o.sb = p.H * o.sh;
+  o.sk = 1;
+  o.vec2 = true;
+  p.bias = o;
+}
+void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, float* comb, cudaStream_t stream) {
+  const int64_t n = int64_t(c.P) * p.H * p.Sq * c.Skp;
+  const int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
+  combine_terms_kernel<<<blocks, 256, 0, stream>>>(comb, c.P, p.H, p.Sq, p.Sk, c.Skp, fp.rel_table,
+                                                  fp.table_stride_r, fp.table_stride_h, fp.rel_index,
+                                                  fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false));
+  check_cuda(cudaGetLastError(), "window_attention table term");
+}
+
+// How the additive tile is staged (see KParams::bias_mode); returns the tile row pitch in bytes.
+void choose_bias_mode(KParams& p, int block_n) {
+  const Operand4d& b = p.bias;
+  if (!b.ptr) return;
+  const int es = b.dtype == 2 ? 4 : 2;
+  auto aligned = [&](int a) {
+    return reinterpret_cast<uintptr_t>(b.ptr) % a == 0 && (b.sb * es) % a == 0 && (b.sh * es) % a == 0 &&
+           (b.sq * es) % a == 0;
+  };
+  p.bias_mode = 3;
+  if (b.sk == 1 && b.cols == p.Sk) p.bias_mode = aligned(16) ? 1 : aligned(4) ? 2 : 3;
+  p.bias_pitch = bias_pitch_bytes(block_n, es);
+}
+
 // ---- forward plan ----------------------------------------------------------------------------------------------
 struct FwdPlan {
   KParams p;
   int dk = 32, smem = 0;
   int64_t grid = 0;
-  int64_t ws_bytes = 0, off_tb = -1;
+  CombPlan comb;
+  int64_t ws_bytes = 0, off_comb = -1;
 };
 
 FwdPlan plan_fwd(const FwdParams& fp) {
@@ -185,21 +238,22 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   p.Pg = 1;
   p.NC = ceil_div(p.B, G);
   p.NR = p.NC;
-  p.cache_tb = G > 1;
   pl.grid = int64_t(mblocks) * p.H * p.NR;
+  pl.comb = comb_plan(fp);
+  // the workspace is 256-byte aligned: a stand-in pointer decides the staging mode; fwd() sets the real one
+  if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<float*>(uintptr_t(256)));
   pl.smem = tc.fwd_smem;
+  if (p.bias.ptr) {
+    choose_bias_mode(p, tc.fwd_bn);
+    const int tile = tc.fwd_bm * p.bias_pitch;
+    p.bias_stages = tc.fwd_smem + 2 * tile <= dev.smem_optin ? 2 : tc.fwd_smem + tile <= dev.smem_optin ? 1 : 0;
+    p.bias_stages = std::min(p.bias_stages, env_int("WINATTN_BIAS_STAGES", 2));
+    pl.smem += p.bias_stages * tile;
+  }
   Carver cv;
-  if (fp.rel_table) pl.off_tb = cv.take(int64_t(p.H) * p.Sq * p.Sk * 4);
+  if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.ws_bytes = cv.size;
   return pl;
-}
-
-void launch_expand_table(const FwdParams& fp, const KParams& p, float* tb, cudaStream_t stream) {
-  const int64_t n = int64_t(p.Sq) * p.Sk;
-  const int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
-  expand_table_kernel<<<blocks, 256, 0, stream>>>(tb, fp.rel_table, fp.table_stride_r, fp.table_stride_h,
-                                                 fp.rel_index, fp.index_stride_q, fp.index_stride_k, p.H, p.Sq, p.Sk);
-  check_cuda(cudaGetLastError(), "window_attention table expansion");
 }
 
 template <typename F>
@@ -220,11 +274,11 @@ struct BwdPlan {
   KParams p;
   int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
   int64_t grid = 0;
-  bool window = false, expand = false, dtable = false;
-  int dbias_accum = 0;  // window mode: dbias comes from the partials
+  bool window = false, expand = false, dtable = false, dbias_accum = false;
+  CombPlan comb;
   int64_t ws_bytes = 0, zero_bytes = 0;
   int64_t off_dqacc = -1, off_dqsem = -1, off_sem_bias = -1, off_sem_tb = -1, off_dtb = -1, off_inter = -1;
-  int64_t off_tb = -1, off_delta = -1, off_partials = -1;
+  int64_t off_comb = -1, off_delta = -1, off_partials = -1;
 };
 
 BwdPlan plan_bwd(const BwdParams& bp) {
@@ -244,7 +298,19 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   pl.mblocks = ceil_div(p.Sq, pl.bm);
   pl.nblocks = ceil_div(p.Sk, pl.bn);
   pl.dtable = bp.dtable != nullptr;
-  p.dq_mode = pl.nblocks <= 1 ? DqMode::kDirect : bp.deterministic ? DqMode::kOrdered : DqMode::kAtomic;
+  const bool det = bp.deterministic;
+  p.dq_mode = pl.nblocks <= 1 ? DqMode::kDirect : det ? DqMode::kOrdered : DqMode::kAtomic;
+
+  // the additive operand the kernel reads, staged with Q / dO (one tile per pipeline stage)
+  pl.comb = comb_plan(bp);
+  if (bp.rel_table) use_comb(p, pl.comb, reinterpret_cast<float*>(uintptr_t(256)));
+  pl.smem = tc.bwd_smem;
+  if (p.bias.ptr) {
+    choose_bias_mode(p, pl.bn);
+    const int tiles = tc.bwd_qs * pl.bm * p.bias_pitch;
+    p.bias_stages = (tc.bwd_smem + tiles <= dev.smem_optin && env_int("WINATTN_BIAS_STAGES", 2) > 0) ? tc.bwd_qs : 0;
+    pl.smem += p.bias_stages ? tiles : 0;
+  }
 
   const bool dbias = bp.dbias != nullptr;
   const Broadcast4d& bias = bp.bias;
@@ -255,7 +321,7 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   const int acc_bytes = ceil_div(p.Sq, pl.bm) * pl.bm * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
   int G = 1, Pg = 1;
-  if (wants_accum && p.H == p.Hkv && tc.bwd_smem + acc_bytes <= dev.smem_optin) {
+  if (wants_accum && p.H == p.Hkv && pl.smem + acc_bytes <= dev.smem_optin) {
     Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
     const int per_r = p.B / Pg;
     const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
@@ -270,28 +336,42 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   p.NC = ceil_div(p.B / Pg, G);
   p.NR = p.NC * Pg;
   pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
-  pl.smem = tc.bwd_smem + (pl.window ? acc_bytes : 0);
+  if (pl.window) pl.smem += acc_bytes;
 
-  // targets
+  // where dS goes
+  auto full = [&](Target& t) {
+    t.rows = p.Sq;
+    t.cols = p.Sk;
+  };
   if (dbias) {
-    if (pl.window) {
-      if (dbias_store) {
-        p.t_bias.mode = TargetMode::kStore;
-      } else {
-        p.t_bias.mode = TargetMode::kAccum;
-        pl.dbias_accum = 1;
-      }
+    Target& t = p.t_bias;
+    t.period = int(bias.period);
+    t.heads = int(bias.heads);
+    full(t);
+    if (dbias_store) {
+      t.mode = TargetMode::kStore;
+    } else if (pl.window) {
+      t.mode = TargetMode::kAccum;
+      pl.dbias_accum = true;
+    } else if (!det) {
+      t.mode = TargetMode::kAtomic;
+      t.rows = int(bias.rows);
+      t.cols = int(bias.cols);
     } else {
+      // deterministic: fixed-order read-add-write; broadcast rows / cols go through an expanded intermediate
       pl.expand = !full_rc;
-      p.t_bias.mode = (bias.period == p.B && bias.heads == p.H) ? TargetMode::kStore : TargetMode::kOrdered;
+      t.mode = (bias.period == p.B && bias.heads == p.H) ? TargetMode::kStore : TargetMode::kOrdered;
     }
-    p.t_bias.period = int(bias.period);
-    p.t_bias.heads = int(bias.heads);
   }
   if (pl.dtable) {
-    p.t_tb.mode = pl.window ? TargetMode::kAccum : (p.B == 1 ? TargetMode::kStore : TargetMode::kOrdered);
-    p.t_tb.period = 1;
-    p.t_tb.heads = p.H;
+    Target& t = p.t_tb;
+    t.period = 1;
+    t.heads = p.H;
+    full(t);
+    t.mode = pl.window ? TargetMode::kAccum
+             : p.B == 1 ? TargetMode::kStore
+             : det ? TargetMode::kOrdered
+                   : TargetMode::kAtomic;
   }
 
   // workspace: zero-filled regions first (one memset), then the rest
@@ -305,7 +385,7 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   if (pl.dtable && !pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
   if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
   pl.zero_bytes = cv.size;
-  if (bp.rel_table) pl.off_tb = cv.take(int64_t(p.H) * sqsk * 4);
+  if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
   if (pl.window) pl.off_partials = cv.take(pl.grid * pl.mblocks * pl.bm * pl.bn * 4);
   if (pl.dtable && pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
@@ -327,9 +407,9 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   KParams& p = pl.p;
   char* ws = static_cast<char*>(workspace);
   if (params.rel_table) {
-    float* tb = reinterpret_cast<float*>(ws + pl.off_tb);
-    if (p.Sk > 0) launch_expand_table(params, p, tb, stream);
-    p.tb = tb;
+    float* comb = reinterpret_cast<float*>(ws + pl.off_comb);
+    if (p.Sk > 0) launch_combine(params, p, pl.comb, comb, stream);
+    p.bias.ptr = comb;
   }
   const int dt = dtype_code(params.dtype);
   dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
@@ -375,9 +455,9 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     p.t_tb.sems = static_cast<int*>(at(pl.off_sem_tb));
   }
   if (params.rel_table) {
-    float* tb = static_cast<float*>(at(pl.off_tb));
-    launch_expand_table(params, p, tb, stream);
-    p.tb = tb;
+    float* comb = static_cast<float*>(at(pl.off_comb));
+    launch_combine(params, p, pl.comb, comb, stream);
+    p.bias.ptr = comb;
   }
 
   const int dt = dtype_code(params.dtype);

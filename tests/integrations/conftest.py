@@ -30,14 +30,18 @@ TRUSTED_ORG = "winattn"
 UNTRUSTED_ORG = "evil"
 REPO = "winattn/window-attention"
 UNTRUSTED_REPO = "evil/window-attention"
+GPU_ONLY_REPO = "winattn/window-attention-gpu-only"
+GPU_ONLY_VARIANT = "torch-stable-abi210-cu130-x86_64-linux"
 
 
 @dataclass
 class HubRepo:
-    """The published kernel: `repo_id` (trusted), `untrusted_repo_id`, the server `url` and the `home` of this test."""
+    """The published kernel: `repo_id` (trusted), `untrusted_repo_id`, `gpu_only_repo_id` (one CUDA variant, none
+    for this machine), the server `url` and the `home` of this test."""
 
     repo_id: str
     untrusted_repo_id: str
+    gpu_only_repo_id: str
     url: str
     token: str
     home: Path
@@ -49,7 +53,10 @@ class HubRepo:
 
 @pytest.fixture(scope="session")
 def published_hub(built_variant, tmp_path_factory):
-    """(server, build dir) with the CPU build published to REPO and UNTRUSTED_REPO, for the whole session."""
+    """A HubServer with the CPU build published to REPO and UNTRUSTED_REPO, and GPU_ONLY_REPO holding only a
+    (fake) CUDA variant, for the whole session."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
     from winattn.hub import HubServer
     from winattn.publish import publish
 
@@ -61,6 +68,13 @@ def published_hub(built_variant, tmp_path_factory):
     try:
         for repo in (REPO, UNTRUSTED_REPO):
             publish(repo, build_dir=build_dir, endpoint=srv.url, token=TOKEN, repo_root=REPO_ROOT)
+        # Raw push (winattn publish would refuse it): the CPU build's Python files under a CUDA variant name.
+        api = HfApi(endpoint=srv.url, token=TOKEN)
+        api.create_repo(GPU_ONLY_REPO, repo_type="kernel", exist_ok=True)
+        api.create_branch(GPU_ONLY_REPO, branch="v1", repo_type="kernel", exist_ok=True)
+        ops = [CommitOperationAdd(path_in_repo=f"build/{GPU_ONLY_VARIANT}/{p.name}", path_or_fileobj=p.read_bytes())
+               for p in sorted(built_variant.iterdir()) if p.is_file() and p.suffix in (".py", ".json")]
+        api.create_commit(GPU_ONLY_REPO, ops, commit_message="cuda only", repo_type="kernel", revision="v1")
         yield srv
     finally:
         srv.stop()
@@ -118,7 +132,7 @@ def hub_repo(published_hub, tmp_path, monkeypatch) -> HubRepo:
 
     env = point_clients_at(published_hub.url, tmp_path / "hf-home", monkeypatch)
     clear_kernel_cache()
-    yield HubRepo(REPO, UNTRUSTED_REPO, published_hub.url, TOKEN, tmp_path / "hf-home", env)
+    yield HubRepo(REPO, UNTRUSTED_REPO, GPU_ONLY_REPO, published_hub.url, TOKEN, tmp_path / "hf-home", env)
     clear_kernel_cache()
 
 

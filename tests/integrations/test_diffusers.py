@@ -220,6 +220,7 @@ def test_unsupported_head_dim_fails_at_selection(wd, load_calls):
     model, _ = _models.wan(head_dim=12)
     with pytest.raises(ValueError, match="head dim 12 is not supported"):
         model.set_attention_backend(NAME)
+    assert load_calls == [], "the model is checked before anything is downloaded"
     assert all(getattr(getattr(m, "processor", None), "_attention_backend", None) is None for m in model.modules())
 
 
@@ -233,24 +234,28 @@ def test_missing_version_fails_at_selection(wd, ad):
     assert "window_attn_v7" in "".join(getattr(e.value, "__notes__", []))
 
 
-def test_no_variant_for_this_machine_fails_at_selection_with_the_reasons(wd, ad, hub_repo, built_variant):
-    from huggingface_hub import CommitOperationAdd, HfApi
-
+def test_no_variant_for_this_machine_fails_at_selection_with_the_reasons(wd, ad, hub_repo):
     from winattn.errors import KernelNotFoundError
 
-    repo = "winattn/window-attention-gpu-only"
-    api = HfApi(endpoint=hub_repo.url, token=hub_repo.token)
-    api.create_repo(repo, repo_type="kernel", exist_ok=True)
-    api.create_branch(repo, branch="v1", repo_type="kernel", exist_ok=True)
-    variant = "torch-stable-abi210-cu130-x86_64-linux"
-    ops = [CommitOperationAdd(path_in_repo=f"build/{variant}/{p.name}", path_or_fileobj=p.read_bytes())
-           for p in sorted(built_variant.iterdir()) if p.is_file() and p.suffix in (".py", ".json")]
-    api.create_commit(repo, ops, commit_message="cuda only", repo_type="kernel", revision="v1")
-    wd.register("window_attn_gpu_only", repo_id=repo)
-    with pytest.raises(KernelNotFoundError, match=variant) as e:
+    from .conftest import GPU_ONLY_VARIANT
+
+    wd.register("window_attn_gpu_only", repo_id=hub_repo.gpu_only_repo_id)
+    with pytest.raises(KernelNotFoundError, match=GPU_ONLY_VARIANT) as e:
         with ad.attention_backend("window_attn_gpu_only"):
             pass
     assert "cpu" in str(e.value)
+    assert wd._BACKENDS["window_attn_gpu_only"].module is None
+
+
+def test_reference_fallback_is_an_explicit_choice(wd, ad, hub_repo):
+    wd.register("window_attn_gpu_only_ref", repo_id=hub_repo.gpu_only_repo_id, fallback="reference")
+    model, inputs = _models.flux_masked()
+    with torch.no_grad():
+        native = _models.output(model(**inputs))
+    model.set_attention_backend("window_attn_gpu_only_ref")
+    assert wd._BACKENDS["window_attn_gpu_only_ref"].module.__winattn_info__.source == "reference"
+    with torch.no_grad():
+        torch.testing.assert_close(_models.output(model(**inputs)), native, atol=1e-5, rtol=1e-5)
 
 
 def test_dispatch_without_selection_explains_how_to_select(wd, ad):
@@ -271,6 +276,7 @@ def test_dispatch_without_selection_explains_how_to_select(wd, ad):
         ("untrusted", {}, False),
         ("untrusted", {"DIFFUSERS_TRUST_REMOTE_KERNELS": "true"}, True),
         ("untrusted", {"DIFFUSERS_TRUST_REMOTE_KERNELS": "1", "DIFFUSERS_DISABLE_REMOTE_CODE": "yes"}, False),
+        ("untrusted", {"DIFFUSERS_DISABLE_REMOTE_CODE": "1"}, False),
     ],
 )
 def test_trust_environment_variables(wd, ad, hub_repo, monkeypatch, repo, env, allowed):
@@ -434,6 +440,32 @@ def test_constraints_run_with_diffusers_attn_checks(wd, ad):
         _dispatch(ad, q, k, v, dropout_p=0.5)
     with pytest.raises(ValueError, match="key's sequence length"):
         _dispatch(ad, q, k, v, attn_mask=torch.ones(2, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("which", ["compiled", "reference"])
+def test_context_parallel_backward_gives_each_key_chunk_its_share(wd, which):
+    """The CP backward op recomputes one key chunk against the *global* out/lse (what ring attention passes): the
+    chunks' dq add up to the full dq and their dk/dv are the full dk/dv slices. Checked for the compiled `bwd` op and
+    for the PyTorch formulas used with the reference module."""
+    from winattn.reference_kernel import load_reference
+
+    module = wd.load_backend() if which == "compiled" else load_reference()
+    q, k, v = _qkv(1, 6, 8, 2, 16, requires_grad=True)
+    keep = torch.ones(1, 8, dtype=torch.bool)
+    keep[0, 6:] = False
+    out = _sdpa(q, k, v, keep[:, None, None, :])
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
+    out.backward(grad_out)
+    with torch.no_grad():
+        full_out, lse = module.attention(q, k, v, key_padding_mask=keep, return_lse=True)
+        dq = torch.zeros_like(q)
+        for part in (slice(0, 4), slice(4, 8)):
+            dq_i, dk_i, dv_i = wd.attention_backward(module, grad_out, q, k[:, part], v[:, part], full_out, lse,
+                                                     key_padding_mask=keep[:, part])
+            dq += dq_i
+            torch.testing.assert_close(dk_i, k.grad[:, part], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(dv_i, v.grad[:, part], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dq, q.grad, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------------------------

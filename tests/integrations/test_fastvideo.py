@@ -15,7 +15,8 @@ import socket
 import pytest
 import torch
 
-fastvideo = pytest.importorskip("fastvideo")  # full package import (install recipe: requirements/fastvideo.txt)
+fastvideo = pytest.importorskip(
+    "fastvideo", reason="FastVideo is not installed: see requirements/fastvideo.txt (pip install --no-deps fastvideo==0.2.1)")
 
 from fastvideo.attention import selector  # noqa: E402
 from fastvideo.attention.backends.sdpa import SDPAImpl, SDPAMetadata  # noqa: E402
@@ -88,12 +89,21 @@ def test_register_injects_the_enum_member(wf):
     assert wf.WindowAttnHubBackend.get_name() == member.name
 
 
+def test_fastvideo_args_accept_the_backend(wf, monkeypatch):
+    from fastvideo.fastvideo_args import FastVideoArgs
+
+    assert FastVideoArgs(model_path="unused", attention_backend="window_attn_hub").attention_backend == "window_attn_hub"
+    monkeypatch.setenv("FASTVIDEO_ATTENTION_BACKEND", "WINDOW_ATTN_HUB")  # ignored by FastVideo unless registered
+    assert FastVideoArgs(model_path="unused").attention_backend == "WINDOW_ATTN_HUB"
+
+
 def test_dit_classes_list_the_member(wf):
     from fastvideo.models.dits.base import BaseDiT
     from fastvideo.models.dits.wanvideo import WanTransformer3DModel
-    from fastvideo.models.dits.zimage import ZImageTransformer2DModel  # noqa: F401 (TORCH_SDPA only)
+    from fastvideo.models.dits.zimage import ZImageTransformer2DModel
 
     assert E.WINDOW_ATTN_HUB in WanTransformer3DModel._supported_attention_backends
+    assert ZImageTransformer2DModel._supported_attention_backends == (E.TORCH_SDPA, E.WINDOW_ATTN_HUB)
 
     class LaterDiT(BaseDiT):  # defined after register(): extended by the __init_subclass__ hook
         _fsdp_shard_conditions = []

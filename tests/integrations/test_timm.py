@@ -139,3 +139,16 @@ def test_untrusted_publisher_needs_trust_remote_code(hub_repo):
     with pytest.raises(UntrustedKernelError):
         kernelize_swin(tiny_swin(), repo_id=hub_repo.untrusted_repo_id)
     kernelize_swin(tiny_swin(), repo_id=hub_repo.untrusted_repo_id, trust_remote_code=True)
+
+
+def test_reference_fallback_when_no_variant_fits(hub_repo):
+    """`fallback="reference"` (an explicit opt-in of winattn.load) also serves the layer: pure PyTorch."""
+    model = tiny_swin().eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+        ours = kernelize_swin(copy.deepcopy(model), repo_id=hub_repo.gpu_only_repo_id, fallback="reference")
+        torch.testing.assert_close(ours(x), expected, atol=1e-5, rtol=1e-5)
+    repo = VerifiedLayerRepository(hub_repo.gpu_only_repo_id, fallback="reference")
+    assert repo.load_module().__winattn_info__.source == "reference"
+    assert repo.load().__module__.endswith(".layers")

@@ -226,3 +226,42 @@ def test_import_winattn_imports_no_tooling():
                "winattn.inspect_cmd", "winattn.cli", "model_signing", "sigstore", "kernel_abi_check"}
     leaked = sorted(m for m in modules if m in tooling or any(m.startswith(t + ".") for t in tooling))
     assert leaked == []
+
+
+@pytest.mark.parametrize("capability, status", [((9, 0), "pass"), ((8, 9), "pass"), ((12, 0), "fail")])
+def test_cuda_arch_check(variant, monkeypatch, capability, status):
+    """A CUDA variant on a GPU whose capability is not in metadata.json's backend.archs is refused (kernels'
+    ArchValidator), simulated here on the CPU machine."""
+    import torch
+
+    meta = json.loads((variant.variant_dir / "metadata.json").read_text())
+    meta["backend"] = {"type": "cuda", "archs": ["8.0", "9.0"]}
+    (variant.variant_dir / "metadata.json").write_text(json.dumps(meta))
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    check = verify_variant(variant.variant_dir).check("arch")
+    assert check.status == status, check
+    if status == "fail":
+        assert "CUDA capability 12.0" in check.detail and "8.0, 9.0" in check.detail
+
+
+def test_unknown_python_dependency_is_refused(variant):
+    meta = json.loads((variant.variant_dir / "metadata.json").read_text())
+    meta["python-depends"] = ["no-such-dependency"]
+    (variant.variant_dir / "metadata.json").write_text(json.dumps(meta))
+    check = verify_variant(variant.variant_dir).check("python-depends")
+    assert check.status == "fail" and "no-such-dependency" in check.detail
+
+
+def test_unreachable_hub_is_a_download_error():
+    import socket
+
+    import winattn
+    from winattn.errors import DownloadError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    with pytest.raises(DownloadError, match="winattn/window-attention.*Nothing was imported"):
+        winattn.load(endpoint=f"http://127.0.0.1:{port}")

@@ -9,7 +9,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .interface import window_attention
+try:
+    from .interface import window_attention
+except ImportError:  # the pure-PyTorch reference package (winattn.load(..., fallback="reference")) has no _ops
+    from .reference import window_attention
 
 
 class WindowAttention(nn.Module):

@@ -321,6 +321,9 @@ def install_fastvideo_autoregister() -> Optional[PostImportFinder]:
             top = sys.modules.get("fastvideo")
             if top is not None and getattr(getattr(top, "__spec__", None), "_initializing", False):
                 return
+        ours = sys.modules.get("winattn.integrations.fastvideo")
+        if ours is not None and getattr(getattr(ours, "__spec__", None), "_initializing", False):
+            return  # FastVideo is being imported by the integration itself, which registers when its body ends
         import importlib
 
         importlib.import_module("winattn.integrations.fastvideo")._register_from_env()

@@ -40,7 +40,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAME = "window_attn_hub"
 DEFAULT_REPO_ID = "winattn/window-attention"
 
-__all__ = ["register", "load_backend", "unload", "registered_backends", "attention_backward", "DEFAULT_NAME", "DEFAULT_REPO_ID"]
+__all__ = ["register", "load_backend", "unload", "registered_backends", "attention_backward", "DEFAULT_NAME",
+           "DEFAULT_REPO_ID"]
 
 
 @dataclass
@@ -53,8 +54,10 @@ class _Backend:
     version: Optional[int]
     revision: Optional[str]
     load_kwargs: dict
-    module: Any = None
+    module: Any = None  # the loaded kernel, set at selection
     lock: threading.Lock = field(default_factory=threading.Lock)
+    forward_op: Any = None  # context-parallel ops (diffusers' templated ring / Ulysses attention)
+    backward_op: Any = None
 
     def kernel(self):
         module = self.module
@@ -142,10 +145,9 @@ def load_backend(name: str = DEFAULT_NAME, *, modules: Optional[Iterable[torch.n
     backend = _BACKENDS.get(str(getattr(name, "value", name)).lower())
     if backend is None:
         raise ValueError(f"'{name}' is not a registered window-attention backend; call register() first")
-    module = _select(backend)
     if modules is not None:
         _check_modules(backend, modules)
-    return module
+    return _select(backend)
 
 
 def unload(name: Optional[str] = None) -> None:
@@ -272,9 +274,9 @@ def _install_selection_hooks() -> None:
             ours = _ours(backend)
             if ours is None:
                 return model_set(self, backend)
-            # Load + check the whole model before any processor changes.
-            _select(ours)
+            # Check the whole model, then load, before any processor changes.
             _check_modules(ours, self.modules())
+            _select(ours)
             # diffusers also makes the name the process-wide default (`set_active_backend`), so every other model
             # would silently run on it too (diffusers#14249). This model's processors hold the member themselves;
             # keep the process-wide default as it was.
@@ -294,8 +296,8 @@ def _install_selection_hooks() -> None:
         def set_module_attention_backend(self, backend: str):
             ours = _ours(backend)
             if ours is not None:  # diffusers' per-module path neither downloads nor checks (diffusers#13284)
-                _select(ours)
                 _check_modules(ours, [self])
+                _select(ours)
                 backend = ours.value
             return module_set(self, backend)
 

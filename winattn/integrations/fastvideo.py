@@ -393,3 +393,15 @@ class WindowAttnHubImpl(AttentionImpl):
                 tril = torch.ones(Sq, Sk, dtype=torch.bool, device=query.device).tril()
                 kwargs["mask"] = tril if "mask" not in kwargs else kwargs["mask"] & tril
         return self.kernel.attention(query, key, value, scale=self.softmax_scale, **kwargs)
+
+
+# A process started with WINATTN_FASTVIDEO_AUTOREGISTER (a FastVideo worker of a parent that called register()) that
+# imports this module before FastVideo finished importing registers here (the post-import hook defers to it).
+def _autoregister_at_import() -> None:
+    from . import fastvideo_autoregister_requested
+
+    if fastvideo_autoregister_requested() and _STATE.config is None:
+        _register_from_env()
+
+
+_autoregister_at_import()
