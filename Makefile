@@ -10,12 +10,15 @@ setup: $(STAMP)
 
 # A venv with pinned deps. torch==2.13.0 resolves to the local CPU wheel (requirements/constraints.txt keeps every
 # later install from replacing it). nix-bin (Debian) is only used to check that flake.nix parses.
-$(STAMP): requirements/base.txt requirements/integrations.txt requirements/constraints.txt pyproject.toml
+$(STAMP): requirements/base.txt requirements/integrations.txt requirements/fastvideo.txt requirements/constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements/base.txt 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/integrations.txt 2>&1 | grep -v "^WARNING: Location" || true
+	# FastVideo 0.2.1 pins torch 2.12 and ~2.5 GB of CUDA deps: install it without deps plus what its attention API needs.
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/fastvideo.txt 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt --no-deps fastvideo==0.2.1 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -c "import torch, kernels, huggingface_hub, model_signing, diffusers, timm; assert torch.__version__.startswith('2.13.0')"
+	$(PY) -c "import torch, kernels, huggingface_hub, model_signing, winattn.integrations._torchvision_shim, diffusers, timm, importlib.util as u; assert u.find_spec('fastvideo'); assert torch.__version__.startswith('2.13.0')"
 	@if ! command -v nix-instantiate >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin) >/dev/null 2>&1 \
 	  || echo "note: nix-bin not installed; the flake.nix parse test will be skipped"; fi

@@ -12,6 +12,7 @@ Prints a table last and writes every number to --out (JSON).
 
 import argparse
 import json
+import os
 import math
 import statistics
 import sys
@@ -24,6 +25,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BF16 = torch.bfloat16
+SKIP_PEERS = False  # --skip-peers: only our kernel (profiling / tuning runs)
+SWEEP_G = []  # --sweep-g: also time our Swin kernels at these windows-per-CTA counts
 
 
 def load_kernel(variant):
@@ -156,10 +159,15 @@ def bench_swin(kern, win, nwin, reps, results):
         return measure(f, autograd_grads([q, k, v, table]), reps)
 
     run_peer("ours", ours, results, key, reps)
-    run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
-    run_peer("cudnn_bias_nograd", sdpa(SDPBackend.CUDNN_ATTENTION, bias_grad=False), results, key, reps)
-    run_peer("flex_score_mod", flex, results, key, reps)
-    run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION, with_bias=False), results, key, reps)
+    for g in SWEEP_G:
+        os.environ["WINATTN_FWD_G"] = os.environ["WINATTN_BWD_G"] = str(g)
+        run_peer(f"ours_G{g}", ours, results, key, reps)
+        del os.environ["WINATTN_FWD_G"], os.environ["WINATTN_BWD_G"]
+    if not SKIP_PEERS:
+        run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
+        run_peer("cudnn_bias_nograd", sdpa(SDPBackend.CUDNN_ATTENTION, bias_grad=False), results, key, reps)
+        run_peer("flex_score_mod", flex, results, key, reps)
+        run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION, with_bias=False), results, key, reps)
     del q, k, v, table
 
 
@@ -203,11 +211,12 @@ def bench_dense_bias(kern, reps, results, B=2, H=16, S=4096, D=64):
         return measure(f, autograd_grads([q, k, v, bias]), reps)
 
     run_peer("ours", ours, results, key, reps)
-    run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
-    run_peer("cudnn_bias_nograd", sdpa(SDPBackend.CUDNN_ATTENTION, bias_grad=False), results, key, reps)
-    run_peer("flex_score_mod", flex, results, key, reps)
-    run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION, with_bias=False), results, key, reps)
-    run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION, with_bias=False), results, key, reps)
+    if not SKIP_PEERS:
+        run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
+        run_peer("cudnn_bias_nograd", sdpa(SDPBackend.CUDNN_ATTENTION, bias_grad=False), results, key, reps)
+        run_peer("flex_score_mod", flex, results, key, reps)
+        run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION, with_bias=False), results, key, reps)
+        run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION, with_bias=False), results, key, reps)
     del q, k, v, bias
 
 
@@ -234,9 +243,10 @@ def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
         return run
 
     run_peer("ours", ours, results, key, reps)
-    run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
-    run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION), results, key, reps)
-    run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
+    if not SKIP_PEERS:
+        run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
+        run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION), results, key, reps)
+        run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
     del q, k, v
 
 
@@ -295,7 +305,11 @@ def main():
     ap.add_argument("--out", default="results/bench_cuda.json")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", nargs="*", default=None, help="subset: swin_w7 swin_w12 dense nobias")
+    ap.add_argument("--skip-peers", action="store_true", help="time only our kernel")
+    ap.add_argument("--sweep-g", nargs="*", type=int, default=[], help="Swin: also time these windows-per-CTA")
     args = ap.parse_args()
+    global SKIP_PEERS, SWEEP_G
+    SKIP_PEERS, SWEEP_G = args.skip_peers, args.sweep_g
     kern = load_kernel(args.variant)
     results = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                         "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),

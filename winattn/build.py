@@ -1,6 +1,7 @@
 """`winattn build`: compile the torch-stable-ABI variants of the kernel without Nix.
 
     winattn build [--backend cpu|cuda|all] [--build-dir build] [--cuda-archs 8.0 9.0 ...] [--unique-id ID]
+    winattn build --matrix [--cuda cu124 cu130 cu132] [--torch 2.13 ...]    (docs/build-matrix.md)
 
 Python API: `build_variant(repo_root, backend, build_dir, cuda_archs=None) -> Path` (the variant directory), or
 `build(...) -> BuildResult` for the details. Every failure raises `winattn.errors.BuildError` naming the key or file.
@@ -10,7 +11,10 @@ package of torch-ext/, a generated `_ops.py`, `_<name>_<backend>_<id>.abi3.so` a
 provenance checked with the `kernels` parser). Variant names: `torch-stable-abi210-cpu-x86_64-linux` and
 `torch-stable-abi210-cu130-x86_64-linux` (CUDA version of the nvcc used). Objects and generated sources go to
 `_build_obj/<variant>/` (git-ignored); ninja rebuilds only what changed. Differences from a Nix build: the host
-toolchain (not the manylinux_2_28 one: the manylinux result is reported), one variant per backend.
+toolchain (not the manylinux_2_28 one: a generated compat unit keeps the .so within manylinux_2_28, and the result
+is reported), one variant per backend. `--matrix` (winattn/_build/matrix.py) builds every variant this machine can
+make: the CPU one, one per CUDA toolkit (the system's and throwaway ones from PyPI/Debian) and optionally per-torch
+variants, each in its own object dir, with the ABI and fatbinary checks made fatal.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class BuildResult:
     linked: bool = False
     archs: list[str] = field(default_factory=list)  # CUDA capabilities compiled
     abi: _layout.AbiReport = field(default_factory=_layout.AbiReport)
+    fatbin: tuple[list[str], list[str]] | None = None  # (SASS, PTX) archs cuobjdump found; None = not checked
+    toolchain: str = ""  # "g++ 12.2.0" / "nvcc 13.0.88 (system)"
     removed: list[str] = field(default_factory=list)  # stale files deleted from the variant dir
     seconds: float = 0.0
 
@@ -100,6 +106,34 @@ class _Lock:
         os.close(self.fd)
 
 
+def kernel_cuda_caps(k, cuda: _tc.CudaToolkit, cuda_archs: list[str] | None = None) -> list[str]:
+    """Capabilities the kernel `k` is compiled for with `cuda`: --cuda-archs as given, else build.toml's
+    cuda-capabilities loosely intersected with kernel-builder's defaults for that nvcc version (kernel-builder.md §3:
+    < 12.8 up to 9.0, 12.8 adds 10.0/10.1/12.0, 13.0 has 7.5 ... 12.1), else those defaults; then what nvcc targets."""
+    version = f"{cuda.version[0]}.{cuda.version[1]}"
+    if cuda_archs:
+        return _tc.select_cuda_archs(list(cuda_archs), cuda, "--cuda-archs")
+    defaults = _default_caps(cuda.version)
+    if k.cuda_capabilities is None:
+        return _tc.select_cuda_archs(defaults, cuda, f"nvcc {version} default archs")
+    key = f"build.toml {k.key} cuda-capabilities"
+    kept = _tc.loose_intersection(k.cuda_capabilities, defaults)
+    if not kept:
+        raise BuildError(f"{key} = {k.cuda_capabilities}: none is among nvcc {version}'s supported capabilities "
+                         f"({', '.join(defaults)})")
+    return _tc.select_cuda_archs(kept, cuda, key)
+
+
+def _cxx_version(cxx: str) -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run([cxx, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        out = ""
+    return f"{Path(cxx).name} {out}".strip()
+
+
 def build(
     repo_root: Path,
     backend: str,
@@ -110,43 +144,52 @@ def build(
     obj_dir: Path | None = None,
     jobs: int | None = None,
     log=print,
+    cuda: _tc.CudaToolkit | None = None,
+    torch: _tc.TorchPaths | None = None,
+    torch_version: str | None = None,
+    strict: bool = False,
 ) -> BuildResult:
     """Build one variant; see the module docstring. `unique_id` overrides the git-derived id (tests load two
-    builds side by side with it); `obj_dir` defaults to <repo_root>/_build_obj/<variant>."""
+    builds side by side with it); `obj_dir` defaults to <repo_root>/_build_obj/<variant>.
+
+    The matrix passes the rest: `cuda` = the toolkit to use (default: nvcc on PATH); `torch_version` ("2.13") makes
+    a per-torch variant (torch213-cxx11-...) compiled against `torch`'s headers (default this process's torch)
+    without TORCH_TARGET_VERSION; `strict` makes a manylinux_2_28 violation, a fatbinary that does not hold exactly
+    the compiled capabilities, or a missing cuobjdump a BuildError (abi3 violations always are)."""
     t0 = time.monotonic()
     root = Path(repo_root).resolve()
     cfg = load_config(root)
     kernels = check_backend(cfg, backend)
-    stable_abi = cfg.stable_abi_for(backend)
+    stable_abi = cfg.stable_abi_for(backend) if torch_version is None else None
+    torch = torch or _tc.torch_paths()
 
-    cuda = None
     cuda_caps: dict[str, list[str]] = {}
     if backend == "cuda":
-        cuda = _tc.find_cuda(required=True)
+        cuda = cuda or _tc.find_cuda(required=True)
         kept = []
         for k in kernels:
             if k.cuda_minver and cuda.version < _version_tuple(k.cuda_minver, f"{k.key} cuda-minver"):
                 log(f"[build] cuda: skipping {k.key} (cuda-minver {k.cuda_minver} > nvcc {cuda.version[0]}.{cuda.version[1]})")
                 continue
-            if cuda_archs:
-                requested, key = list(cuda_archs), "--cuda-archs"
-            elif k.cuda_capabilities is not None:
-                requested, key = k.cuda_capabilities, f"build.toml {k.key} cuda-capabilities"
-            else:
-                requested, key = _default_caps(cuda.version), f"nvcc {cuda.version[0]}.{cuda.version[1]} default archs"
-            cuda_caps[k.name] = _tc.select_cuda_archs(requested, cuda, key)
+            cuda_caps[k.name] = kernel_cuda_caps(k, cuda, cuda_archs)
             kept.append(k)
         kernels = kept
         if not any(s.endswith(CUDA_SOURCE_SUFFIXES) for k in kernels for s in k.src):
             raise BuildError("build.toml: no cuda kernel lists a .cu source to compile")
         backend_tag = cuda.tag
+        toolchain = f"nvcc {cuda.release or '.'.join(map(str, cuda.version))} ({cuda.source})"
     else:
+        cuda = None
         backend_tag = "cpu"
+        toolchain = _cxx_version(_tc.find_cxx())
 
     git = _tc.git_state(root)
     uid = _tc.check_unique_id(unique_id or (git.unique_id if git else _tc.content_id(cfg)))
     ops_name = f"_{cfg.python_name}_{backend}_{uid}"
-    variant = _tc.variant_name(stable_abi, backend_tag)
+    if torch_version is None:
+        variant = _tc.variant_name(stable_abi, backend_tag)
+    else:
+        variant = _tc.torch_variant_name(torch_version, backend_tag)
     build_dir = Path(build_dir).resolve()
     variant_dir = build_dir / variant
     obj_dir = Path(obj_dir).resolve() if obj_dir else root / "_build_obj" / variant
@@ -155,9 +198,9 @@ def build(
     log(f"[build] {backend}: {variant} (ops namespace {ops_name})")
     with _Lock(obj_dir / ".lock"):
         _compile.write_generated(obj_dir)
-        units = _compile.plan_units(cfg, backend, kernels, ops_name, stable_abi, obj_dir, cuda, cuda_caps)
+        units = _compile.plan_units(cfg, backend, kernels, ops_name, stable_abi, obj_dir, cuda, cuda_caps, torch)
         so_name = f"{ops_name}.abi3.so"
-        ldflags = _compile.link_flags(backend, cuda, obj_dir)
+        ldflags = _compile.link_flags(backend, cuda, obj_dir, torch)
         _compile.write_build_ninja(obj_dir, _tc.find_cxx(), cuda, units, so_name, ldflags)
         ninja = _tc.find_ninja()
         plan = _compile.run_ninja(ninja, obj_dir, so_name, log, dry_run=True)
@@ -173,7 +216,7 @@ def build(
         built_so = obj_dir / so_name
 
         report = _layout.abi_check(built_so, _tc.PY_ABI_TARGET, _tc.MANYLINUX_TARGET)
-        tp = _tc.torch_paths()
+        tp = torch
         names = ("libtorch.so", "libtorch_cpu.so", "libc10.so", "libtorch_cuda.so")
         libs = [tp.lib_dir / n for n in names if (tp.lib_dir / n).is_file()]
         # The CUDA shims (aoti_torch_get_current_cuda_stream, ...) live in libtorch_cuda.so; building with a
@@ -189,6 +232,14 @@ def build(
                 f"{built_so.name}: undefined symbols found in no linked library (a source missing from build.toml "
                 "src?): " + "; ".join(report.unresolved[:20])
             )
+        if strict and report.manylinux:
+            raise BuildError(
+                f"{built_so.name}: not {_tc.MANYLINUX_TARGET}-clean ({len(report.manylinux)} symbols): "
+                + ", ".join(report.manylinux)
+            )
+        fatbin = None
+        if backend == "cuda":
+            fatbin = _check_fatbin(built_so, cuda, archs, strict, log)
 
         metadata = {
             "id": ops_name,
@@ -215,10 +266,29 @@ def build(
     result = BuildResult(
         backend=backend, variant=variant, variant_dir=variant_dir, ops_name=ops_name, so_path=so_path,
         obj_dir=obj_dir, compiled=run.compiled, linked=run.linked,
-        archs=archs, abi=report, removed=removed, seconds=time.monotonic() - t0,
+        archs=archs, abi=report, removed=removed, seconds=time.monotonic() - t0, fatbin=fatbin, toolchain=toolchain,
     )
     _summary(result, log)
     return result
+
+
+def _check_fatbin(so: Path, cuda: _tc.CudaToolkit, archs: list[str], strict: bool, log):
+    """metadata.json backend.archs must be what the fatbinary holds: SASS for every capability (sm_90a for 9.0a),
+    PTX for the +PTX ones, nothing else."""
+    if not cuda.cuobjdump:
+        if strict:
+            raise BuildError(f"{so.name}: cuobjdump not found: cannot check the fatbinary against backend.archs "
+                             "(the matrix installs nvidia-cuda-cuobjdump into the toolchain env)")
+        log("[build] cuda: fatbinary not checked (no cuobjdump; `winattn build --matrix` installs one)")
+        return None
+    elf, ptx = _tc.fatbin_archs(so, cuda.cuobjdump)
+    want_elf, want_ptx = _tc.expected_fatbin(archs)
+    if (elf, ptx) != (want_elf, want_ptx):
+        raise BuildError(
+            f"{so.name}: the fatbinary holds SASS {elf or 'none'} and PTX {ptx or 'none'}, but backend.archs "
+            f"{archs} means SASS {want_elf} and PTX {want_ptx or 'none'} (cuobjdump {cuda.cuobjdump})"
+        )
+    return elf, ptx
 
 
 def _summary(r: BuildResult, log) -> None:
@@ -226,6 +296,10 @@ def _summary(r: BuildResult, log) -> None:
     if r.removed:
         log(f"[build] {b}: removed stale {', '.join(r.removed)}")
     log(f"[build] {b}: abi3 (Python {_tc.PY_ABI_TARGET}): pass")
+    if r.fatbin is not None:
+        elf, ptx = r.fatbin
+        log(f"[build] {b}: fatbinary (cuobjdump): SASS {', '.join('sm_' + a for a in elf)}"
+            + (f", PTX {', '.join('compute_' + a for a in ptx)}" if ptx else "") + f" = backend.archs {r.archs}")
     if r.abi.manylinux:
         log(f"[build] {b}: {_tc.MANYLINUX_TARGET}: FAIL ({len(r.abi.manylinux)} symbols): {', '.join(r.abi.manylinux)}")
     else:

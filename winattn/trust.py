@@ -85,7 +85,9 @@ def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustD
         ) from e
     if getattr(info, "trustedKernelPublisher", False) is True:
         return TrustDecision(repo_id, f"trusted publisher {publisher}")
-    raise UntrustedKernelError(f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {_HINT}")
+    raise UntrustedKernelError(
+        f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {_HINT}"
+    )
 
 
 def _is_transport_error(e: BaseException) -> bool:

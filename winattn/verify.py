@@ -27,7 +27,6 @@ receipt too; they guard against accidental change and tampering at rest by anyon
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import hashlib
 import json
@@ -176,14 +175,6 @@ def purge_bytecode(variant_path: Path, bytecode: Iterable[str]) -> list:
     for d in sorted(dirs, reverse=True):
         shutil.rmtree(d, ignore_errors=True)
     return left
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -337,7 +328,8 @@ def _check_digest(variant_path: Path, metadata, files: list, receipt: Optional[d
         and sorted(expected.files) == files
         and _receipt_matches(receipt, variant_path, files, metadata_sha256)
     ):
-        return _pass("digest", f"{n} files match ({algorithm}, unchanged since verified {receipt.get('verified_at')})"), True
+        since = receipt.get("verified_at")
+        return _pass("digest", f"{n} files match ({algorithm}, unchanged since verified {since})"), True
     try:
         actual = Digest.hash_variant(expected.algorithm, str(variant_path))
     except (OSError, RuntimeError) as e:
@@ -550,8 +542,3 @@ def verify_variant(
         if failed & {"digest", "files", "metadata"}:
             invalidate_receipt(variant_path)
     return report
-
-
-def digest_b64_to_hex(value: str) -> str:
-    """kernels stores digests base64-encoded; the lock and the CLI print hex."""
-    return base64.b64decode(value).hex()

@@ -7,11 +7,11 @@
 //   fp32 buffer [split, B, H, Sq, D]: the task owns the (b, group heads) slice of its split. The common case is a
 //   single split (enough (b, kv head) pairs to feed every thread), i.e. one fp32 copy of dq and no recomputation;
 //   splits only appear for small B * H_kv and are summed in split order at the end.
-//   Tasks are cut into `nchunks` (= threads) contiguous runs, run sequentially inside a chunk. dS reductions into
-//   dbias / the table accumulator go straight to the output when no two tasks can hit the same slot, else into a
-//   per-chunk buffer; chunk buffers are summed in chunk order. Every sum therefore has a fixed order: the
-//   backward is bit-reproducible for a given thread count whether or not `deterministic` is set (it costs nothing
-//   here, so the flag needs no separate path).
+//   Tasks run in `nchunks` contiguous runs (see BwdPlan in cpu_common.h), sequentially inside a run. dS
+//   reductions into dbias / the table accumulator go straight to the output when no two runs can hit the same
+//   slot (tasks that could are kept in one run), else into a per-run buffer; run buffers are summed in run order.
+//   Every sum therefore has a fixed order: the backward is bit-reproducible for a given thread count whether or
+//   not `deterministic` is set (it costs nothing here, so the flag needs no separate path).
 // ISA-specific; no include guard.
 
 struct BwdScratch {
@@ -20,7 +20,7 @@ struct BwdScratch {
   int64_t lds;
 
   explicit BwdScratch(int64_t D) {
-    lds = round_up(kBwdBlockK, Vec::W);
+    lds = round_up(kBwdBlockK, 16);
     const int64_t sizes[] = {kBwdBlockQ * D, kBwdBlockQ * D, D * lds, kBwdBlockK * D, D * lds,
                              kBwdBlockQ * lds, kBwdBlockQ * lds, kBwdBlockK * D, kBwdBlockK * D, lds, D,
                              kBwdBlockQ, kBwdBlockQ};
@@ -34,7 +34,25 @@ struct BwdScratch {
       *dst[x] = at;
       at += align16(sizes[x]);
     }
+#if defined(WINATTN_BF16_DOT)
+    const int64_t ldd = round_up(D, 16);
+    kp.assign(D / 2 * lds, 0u);
+    vtp.assign(D / 2 * lds, 0u);
+    kip.assign(lds / 2 * ldd, 0u);
+    pp.assign(ceil_div(kBwdBlockQ, 2) * lds, 0u);
+    dsp.assign(ceil_div(kBwdBlockQ, 2) * lds, 0u);
+    dsb.assign(kBwdBlockQ * lds, 0);
+    dkt.assign(D * lds, 0.f);
+    dvt.assign(D * lds, 0.f);
+#endif
   }
+#if defined(WINATTN_BF16_DOT)
+  // Operands of gemm_bf16.h: k / v word-transposed (B of q.k^T, dO.v^T), k row pairs (B of dS.k), P and dS row
+  // pairs (B of dO^T.P, q^T.dS), dS rounded (A of dS.k); dK^T / dV^T accumulators [D][keys].
+  std::vector<uint32_t> kp, vtp, kip, pp, dsp;
+  std::vector<uint16_t> dsb;
+  std::vector<float> dkt, dvt;
+#endif
 };
 
 struct BwdCtx {
@@ -48,7 +66,8 @@ inline void bwd_task(const BwdCtx& c, int64_t task, const DsSink& dbias, const D
   const BwdPlan& pl = c.plan;
   const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
   const int64_t G = H / Hkv;
-  const int64_t b = task / (Hkv * pl.nsplit), hk = (task / pl.nsplit) % Hkv, sp = task % pl.nsplit;
+  int64_t b, hk, sp;
+  pl.decode(task, b, hk, sp);
   const int64_t kt_begin = sp * pl.ktiles / pl.nsplit, kt_end = (sp + 1) * pl.ktiles / pl.nsplit;
   float* dq_acc = c.ws + pl.off_dq + sp * (B * H * Sq * D);
   const float* delta = c.ws + pl.off_delta;
@@ -104,6 +123,87 @@ inline void bwd_task(const BwdCtx& c, int64_t task, const DsSink& dbias, const D
   }
 }
 
+#if defined(WINATTN_BF16_DOT)
+// bf16 inputs with AVX512-BF16: bwd_task with the five tile products on bf16 pairs. dV and dK are accumulated
+// transposed (dV^T = dO^T.P, dK^T = q^T.dS) so that P and dS only need row-pair packing, never a transpose;
+// q / dO come pre-packed from the workspace. q is not pre-scaled (bf16 rounding): scale multiplies S and dK.
+inline void bwd_task_bf16(const BwdCtx& c, int64_t task, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
+  const BwdParams& p = c.p;
+  const BwdPlan& pl = c.plan;
+  const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
+  const int64_t G = H / Hkv, ldd = round_up(D, 16), S2 = ceil_div(Sq, 2);
+  int64_t b, hk, sp;
+  pl.decode(task, b, hk, sp);
+  const int64_t kt_begin = sp * pl.ktiles / pl.nsplit, kt_end = (sp + 1) * pl.ktiles / pl.nsplit;
+  float* dq_acc = c.ws + pl.off_dq + sp * (B * H * Sq * D);
+  const float* delta = c.ws + pl.off_delta;
+  const uint16_t* qt_all = reinterpret_cast<const uint16_t*>(c.ws + pl.off_qt);
+  const uint16_t* dot_all = reinterpret_cast<const uint16_t*>(c.ws + pl.off_dot);
+  const uint16_t* qb = static_cast<const uint16_t*>(p.q);
+  const uint16_t* kb = static_cast<const uint16_t*>(p.k);
+  const uint16_t* vb = static_cast<const uint16_t*>(p.v);
+  const uint16_t* gb = static_cast<const uint16_t*>(p.dout);
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
+    std::memset(dq_acc + (b * H + h) * Sq * D, 0, sizeof(float) * Sq * D);
+  const Band band(p);
+
+  for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+    const int64_t j0 = kt * kBwdBlockK;
+    const int64_t nk = std::min(kBwdBlockK, Sk - j0);
+    const int64_t npad = round_up(nk, 16);
+    const uint16_t* krows = kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
+    const uint16_t* vrows = vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
+    pack_words_t(w.kp.data(), npad, krows, p.k_stride_s, nk, npad, D);
+    pack_words_t(w.vtp.data(), npad, vrows, p.v_stride_s, nk, npad, D);
+    pack_rows_bf16(w.kip.data(), ldd, krows, p.k_stride_s, nk, npad, D);
+    std::fill(w.dkt.begin(), w.dkt.begin() + D * npad, 0.f);
+    std::fill(w.dvt.begin(), w.dvt.begin() + D * npad, 0.f);
+    // q-tiles start on even rows so that row pairs line up with the pre-packed q^T / dO^T words (an extra leading
+    // row sees no key of this tile: P = 0 there).
+    const int64_t i_first = band.first_row(j0) & ~static_cast<int64_t>(1), i_last = band.last_row(j0 + nk);
+
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+      const ScoreMods mods(p, b, h);
+      const bool has_col = mods.column_term(j0, nk, npad, w.colb);
+      const float* lse = p.lse + (b * H + h) * Sq;
+      const float* dl = delta + (b * H + h) * Sq;
+      const uint16_t* qt = qt_all + (b * H + h) * D * 2 * S2;    // row d: 2 * S2 bf16 = S2 words
+      const uint16_t* dot = dot_all + (b * H + h) * D * 2 * S2;
+      for (int64_t i0 = i_first; i0 <= i_last; i0 += kBwdBlockQ) {
+        const int64_t mq = std::min(kBwdBlockQ, i_last + 1 - i0), mq2 = ceil_div(mq, 2);
+        const uint16_t* qrows = qb + b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
+        const uint16_t* grows = gb + b * p.do_stride_b + i0 * p.do_stride_s + h * p.do_stride_h;
+        for (int64_t r = 0; r < mq; ++r) {
+          w.lse_row[r] = lse[i0 + r] == kNegInf ? -kNegInf : lse[i0 + r];
+          w.delta_row[r] = dl[i0 + r];
+        }
+        gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp.data(), npad, w.s, w.lds, false, p.scale);  // S
+        mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
+        recompute_p(w.s, w.lds, mq, npad, w.lse_row);                                                // P
+        pack_rows_f32(w.pp.data(), npad, w.s, w.lds, mq, npad);
+        gemm_dp(D, npad, mq2, dot + i0, 2 * S2, w.pp.data(), npad, w.dvt.data(), npad, true);      // dV^T += dO^T P
+        gemm_dp(mq, npad, D / 2, grows, p.do_stride_s, w.vtp.data(), npad, w.dp, w.lds, false);    // dP = dO v^T
+        softmax_grad(w.s, w.dp, w.lds, mq, npad, w.delta_row);                                     // dS
+        round_rows_bf16(w.dsb.data(), npad, w.dp, w.lds, mq, npad);
+        gemm_dp(mq, D, npad / 2, w.dsb.data(), npad, w.kip.data(), ldd,                            // dQ += dS k
+                dq_acc + ((b * H + h) * Sq + i0) * D, D, true);
+        pack_rows_f32(w.dsp.data(), npad, w.dp, w.lds, mq, npad);
+        gemm_dp(D, npad, mq2, qt + i0, 2 * S2, w.dsp.data(), npad, w.dkt.data(), npad, true);      // dK^T += q^T dS
+        if (dbias.base) sink_add_tile(dbias, b, h, i0, mq, j0, nk, w.dp, w.lds);
+        if (dtab.base) sink_add_tile(dtab, b, h, i0, mq, j0, nk, w.dp, w.lds);
+      }
+    }
+    for (int64_t r = 0; r < nk; ++r) {
+      const int64_t off = ((b * Sk + j0 + r) * Hkv + hk) * D;
+      for (int64_t d = 0; d < D; ++d) w.row[d] = w.dkt[d * npad + r];
+      store_row(p.dk, p.dtype, off, w.row, D, p.scale);
+      for (int64_t d = 0; d < D; ++d) w.row[d] = w.dvt[d * npad + r];
+      store_row(p.dv, p.dtype, off, w.row, D);
+    }
+  }
+}
+#endif
+
 inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
   const int64_t B = p.batch, H = p.heads, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
   if (B * H * Sq * D == 0 && B * p.heads_kv * Sk * D == 0) return;
@@ -123,6 +223,23 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
     }
   });
 
+#if defined(WINATTN_BF16_DOT)
+  {
+    const int64_t S2 = ceil_div(Sq, 2);
+    uint32_t* qt = reinterpret_cast<uint32_t*>(ws + pl.off_qt);
+    uint32_t* dot = reinterpret_cast<uint32_t*>(ws + pl.off_dot);
+    torch::stable::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / H, h = r % H;
+        pack_pairs_t(qt + r * D * S2, S2, static_cast<const uint16_t*>(p.q) + b * p.q_stride_b + h * p.q_stride_h,
+                     p.q_stride_s, Sq, D);
+        pack_pairs_t(dot + r * D * S2, S2,
+                     static_cast<const uint16_t*>(p.dout) + b * p.do_stride_b + h * p.do_stride_h, p.do_stride_s, Sq,
+                     D);
+      }
+    });
+  }
+#endif
   const DsSink bias_shape{p.dbias, p.bias.period, p.bias.heads, p.bias.rows, p.bias.cols};
   const DsSink table_shape{p.dtable ? ws + pl.off_dtable : nullptr, 1, H, Sq, Sk};
   if (table_shape.base && !pl.dtable_private) std::memset(table_shape.base, 0, sizeof(float) * table_shape.size());
@@ -141,8 +258,13 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
           dtab.base = ws + pl.off_dtable + ch * align16(table_shape.size());
           std::memset(dtab.base, 0, sizeof(float) * table_shape.size());
         }
-        const int64_t t0 = ch * pl.ntasks / pl.nchunks, t1 = (ch + 1) * pl.ntasks / pl.nchunks;
+        const int64_t nunits = pl.ntasks / pl.unit;
+        const int64_t t0 = ch * nunits / pl.nchunks * pl.unit, t1 = (ch + 1) * nunits / pl.nchunks * pl.unit;
+#if defined(WINATTN_BF16_DOT)
+        for (int64_t t = t0; t < t1; ++t) bwd_task_bf16(c, t, dbias, dtab, w);
+#else
         for (int64_t t = t0; t < t1; ++t) bwd_task(c, t, dbias, dtab, w);
+#endif
       }
     });
   } else {

@@ -100,20 +100,45 @@ struct DsSink {
   int64_t size() const { return period * heads * rows * cols; }
 };
 
-// Work plan of the backward pass (see bwd_kernel.h for the why):
-//   tasks = (b, kv head, split of the k-tiles); `nchunks` contiguous runs of tasks are the units handed to
-//   parallel_for, each with its own dS accumulators when two tasks could write the same dbias/dtable slot.
+// Work plan of the backward pass (see bwd_kernel.h for the why).
+//   tasks = (b, kv head, split of the k-tiles), numbered in mixed radix with the dims along which two tasks can
+//   hit the same dbias / dtable slot innermost, so that such tasks are consecutive ("conflict group": e.g. all
+//   batches of one head for a bias broadcast over the batch). Consecutive tasks then also reuse the same slots
+//   from cache. The units handed to parallel_for are `nchunks` contiguous runs of tasks, each run sequentially.
+//   When there are enough groups, runs are cut at group boundaries and every slot has a single writer
+//   (`grouped`); otherwise runs that may collide accumulate into per-chunk buffers (`*_private`), summed in chunk
+//   order at the end.
 struct BwdPlan {
   int64_t ktiles = 0, nsplit = 1, ntasks = 0, nchunks = 1;
+  int64_t unit = 1;  // tasks per indivisible run: the conflict-group size when grouped, else 1
+  bool grouped = false;
   bool dbias_private = false, dtable_private = false;  // per-chunk buffers (else write in place)
+  int order[3] = {0, 1, 2};                            // dims (0 = b, 1 = kv head, 2 = split), outer to inner
+  int64_t extent[3] = {1, 1, 1};
   // workspace layout, in floats from the (64-byte aligned) start
   int64_t off_delta = 0, off_dq = 0, off_dbias = 0, off_dtable = 0, total_floats = 0;
+  // bf16 dot-product path only: q and dO of every (b, h) as transposed bf16 row pairs [D][ceil(Sq / 2)] (32-bit
+  // words), the A operands of q^T.dS and dO^T.P (gemm_bf16.h), built once instead of per tile.
+  bool bf16_dot = false;
+  int64_t off_qt = 0, off_dot = 0;
+
+  void decode(int64_t task, int64_t& b, int64_t& hk, int64_t& sp) const {
+    int64_t v[3] = {0, 0, 0};
+    for (int x = 2; x >= 0; --x) {
+      v[order[x]] = task % extent[order[x]];
+      task /= extent[order[x]];
+    }
+    b = v[0];
+    hk = v[1];
+    sp = v[2];
+  }
 };
 
 inline int64_t align16(int64_t n) { return round_up(n, 16); }
 
-inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads) {
+inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads, bool bf16_dot) {
   BwdPlan pl;
+  pl.bf16_dot = bf16_dot;
   const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k;
   nthreads = std::max<int64_t>(1, nthreads);
   pl.ktiles = ceil_div(Sk, kBwdBlockK);
@@ -124,12 +149,31 @@ inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads) {
     pl.nsplit = std::min<int64_t>(pl.ktiles, ceil_div(2 * nthreads, base));
   }
   pl.ntasks = base * pl.nsplit;
-  pl.nchunks = std::max<int64_t>(1, std::min<int64_t>(pl.ntasks, nthreads));
-  if (p.dbias != nullptr && pl.nchunks > 1) {
-    const Broadcast4d& o = p.bias;
-    pl.dbias_private = (o.period < B) || (o.heads == 1 && Hkv > 1) || (o.cols == 1 && pl.nsplit > 1);
+  // Which dims can make two tasks write the same dbias / dtable slot.
+  const bool has_bias = p.dbias != nullptr, has_table = p.dtable != nullptr;
+  const bool bias_b = has_bias && p.bias.period < B, bias_h = has_bias && p.bias.heads == 1 && Hkv > 1;
+  const bool bias_s = has_bias && p.bias.cols == 1 && pl.nsplit > 1, table_b = has_table && B > 1;
+  const bool conflict[3] = {bias_b || table_b, bias_h, bias_s};
+  const int64_t ext[3] = {B, Hkv, pl.nsplit};
+  int n = 0;
+  int64_t group = 1;
+  for (int d = 0; d < 3; ++d)
+    if (!conflict[d]) pl.order[n++] = d;
+  for (int d = 0; d < 3; ++d)
+    if (conflict[d]) {
+      pl.order[n++] = d;
+      group *= ext[d];
+    }
+  for (int d = 0; d < 3; ++d) pl.extent[d] = ext[d];
+  const int64_t ngroups = pl.ntasks / std::max<int64_t>(1, group);
+  // Whole groups per chunk when they balance well enough; else per-chunk buffers.
+  pl.grouped = ngroups >= nthreads && (ngroups % nthreads == 0 || ngroups >= 4 * nthreads);
+  pl.unit = pl.grouped ? std::max<int64_t>(1, group) : 1;
+  pl.nchunks = std::max<int64_t>(1, std::min<int64_t>(pl.ntasks / pl.unit, nthreads));
+  if (pl.nchunks > 1 && !pl.grouped) {
+    pl.dbias_private = bias_b || bias_h || bias_s;
+    pl.dtable_private = table_b;
   }
-  if (p.dtable != nullptr && pl.nchunks > 1) pl.dtable_private = B > 1;
   int64_t off = 0;
   pl.off_delta = off;
   off += align16(B * H * Sq);
@@ -140,6 +184,13 @@ inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads) {
   pl.off_dtable = off;
   // dtable accumulates dS per head over [Sq, Sk] before the scatter through rel_index.
   if (p.dtable != nullptr) off += (pl.dtable_private ? pl.nchunks : 1) * align16(H * Sq * Sk);
+  if (bf16_dot) {
+    const int64_t words = B * H * p.head_dim * ceil_div(Sq, 2);
+    pl.off_qt = off;
+    off += align16(words);
+    pl.off_dot = off;
+    off += align16(words);
+  }
   pl.total_floats = off;
   return pl;
 }

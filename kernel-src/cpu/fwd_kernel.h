@@ -33,7 +33,7 @@ struct FwdScratch {
   int64_t lds;  // row stride of the score tile
 
   FwdScratch(int64_t D, int64_t rows) {
-    lds = round_up(kFwdBlockK, Vec::W);
+    lds = round_up(kFwdBlockK, 16);
     const int64_t sizes[] = {rows * D, rows * D, rows, rows, D * lds, kFwdBlockK * D, kFwdBlockQ * lds, lds, D};
     constexpr int n = sizeof(sizes) / sizeof(sizes[0]);
     int64_t total = 0;
@@ -45,8 +45,76 @@ struct FwdScratch {
       *dst[x] = at;
       at += align16(sizes[x]);
     }
+#if defined(WINATTN_BF16_DOT)
+    kp.assign(D / 2 * lds, 0u);
+    vp.assign(ceil_div(kFwdBlockK, 2) * round_up(D, 16), 0u);
+    pb.assign(kFwdBlockQ * lds, 0);
+#endif
   }
+#if defined(WINATTN_BF16_DOT)
+  std::vector<uint32_t> kp, vp;  // k as the B operand of q.k^T, v as the B operand of P.v (gemm_bf16.h)
+  std::vector<uint16_t> pb;      // P rounded to bf16
+#endif
 };
+
+#if defined(WINATTN_BF16_DOT)
+// bf16 inputs with AVX512-BF16: the same loop as fwd_task with the two tile products on bf16 pairs. q is read
+// straight from the input (its rows are already bf16 pairs along D), scale is applied to the fp32 scores
+// instead of q (exact), P is rounded to bf16 for P.v while the row sums use the fp32 P.
+inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int64_t hk, int64_t i_begin,
+                          int64_t i_end, FwdScratch& w) {
+  const int64_t D = p.head_dim, Sk = p.seqlen_k, G = p.heads / p.heads_kv;
+  const int64_t nrows = i_end - i_begin, ldv = round_up(D, 16);
+  const Band band(p);
+  const uint16_t* qb = static_cast<const uint16_t*>(p.q);
+  const uint16_t* kb = static_cast<const uint16_t*>(p.k);
+  const uint16_t* vb = static_cast<const uint16_t*>(p.v);
+
+  for (int64_t hh = 0; hh < G; ++hh) {
+    std::fill(w.m + hh * pl.qblock, w.m + hh * pl.qblock + nrows, kNegInf);
+    std::fill(w.l + hh * pl.qblock, w.l + hh * pl.qblock + nrows, 0.f);
+    std::fill(w.o + hh * pl.qblock * D, w.o + (hh * pl.qblock + nrows) * D, 0.f);
+  }
+  const int64_t jlo = band.lo(i_begin), jhi = band.hi(i_end - 1);
+  const int64_t kt_begin = jlo / kFwdBlockK;
+  const int64_t kt_end = jhi < jlo ? kt_begin : jhi / kFwdBlockK + 1;
+  for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+    const int64_t j0 = kt * kFwdBlockK;
+    const int64_t nk = std::min(kFwdBlockK, Sk - j0);
+    const int64_t npad = round_up(nk, 16);
+    pack_words_t(w.kp.data(), npad, kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h, p.k_stride_s, nk,
+                 npad, D);
+    pack_rows_bf16(w.vp.data(), ldv, vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h, p.v_stride_s, nk,
+                   npad, D);
+    for (int64_t hh = 0; hh < G; ++hh) {
+      const int64_t h = hk * G + hh;
+      const ScoreMods mods(p, b, h);
+      const bool has_col = mods.column_term(j0, nk, npad, w.colb);
+      for (int64_t i0 = i_begin; i0 < i_end; i0 += kFwdBlockQ) {
+        const int64_t mq = std::min(kFwdBlockQ, i_end - i0);
+        if (band.active() && (band.hi(i0 + mq - 1) < j0 || band.lo(i0) >= j0 + nk)) continue;
+        const int64_t row = hh * pl.qblock + (i0 - i_begin);
+        const uint16_t* qrows = qb + b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
+        gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp.data(), npad, w.s, w.lds, false, p.scale);
+        mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
+        online_softmax_tile(w.s, w.lds, mq, npad, w.m + row, w.l + row, w.o + row * D, D, D);
+        round_rows_bf16(w.pb.data(), npad, w.s, w.lds, mq, npad);
+        gemm_dp(mq, D, npad / 2, w.pb.data(), npad, w.vp.data(), ldv, w.o + row * D, D, true);
+      }
+    }
+  }
+  for (int64_t hh = 0; hh < G; ++hh) {
+    const int64_t h = hk * G + hh;
+    for (int64_t r = 0; r < nrows; ++r) {
+      const int64_t row = hh * pl.qblock + r, i = i_begin + r;
+      const float l = w.l[row];
+      store_row(p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, w.o + row * D, D,
+                l > 0.f ? 1.f / l : 0.f);
+      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l > 0.f ? w.m[row] + std::log(l) : kNegInf;
+    }
+  }
+}
+#endif
 
 // Rows [i_begin, i_end) of every head of kv head hk, batch b. Row r of head hh lives at (hh * qblock + r).
 inline void fwd_task(const FwdParams& p, const FwdPlan& pl, int64_t b, int64_t hk, int64_t i_begin, int64_t i_end,
@@ -115,7 +183,11 @@ inline void run_fwd(const FwdParams& p, int64_t nthreads) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t b = t / (p.heads_kv * pl.nqb), hk = (t / pl.nqb) % p.heads_kv;
       const int64_t i0 = (t % pl.nqb) * pl.qblock;
+#if defined(WINATTN_BF16_DOT)
+      fwd_task_bf16(p, pl, b, hk, i0, std::min(i0 + pl.qblock, p.seqlen_q), w);
+#else
       fwd_task(p, pl, b, hk, i0, std::min(i0 + pl.qblock, p.seqlen_q), w);
+#endif
     }
   });
 }

@@ -67,19 +67,48 @@ namespace avx2 {
 #include "cpu/bwd_kernel.h"
 }  // namespace avx2
 #pragma GCC pop_options
+
+// bf16 inputs on CPUs with AVX512-BF16: the tile products run on bf16 pairs (gemm_bf16.h); everything else is
+// the AVX2 code above compiled once more for this target.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")
+namespace avx512bf16 {
+#define WINATTN_BF16_DOT 1
+#include "cpu/simd_avx2.h"
+#include "cpu/tile_io.h"
+#include "cpu/gemm_tile.h"
+#include "cpu/gemm_bf16.h"
+#include "cpu/pack_bf16.h"
+#include "cpu/score_mod.h"
+#include "cpu/softmax.h"
+#include "cpu/reductions.h"
+#include "cpu/fwd_kernel.h"
+#include "cpu/bwd_kernel.h"
+#undef WINATTN_BF16_DOT
+}  // namespace avx512bf16
+#pragma GCC pop_options
 #endif
 
 namespace {
 
-bool use_avx2() {
+enum class Isa { kGeneric, kAvx2, kAvx512Bf16 };
+
+// Best code path for this CPU and dtype. WINATTN_CPU_ISA=generic|avx2 caps it (read per call, so tests can
+// cover every path in one process).
+Isa pick_isa(DType dtype) {
 #if WINATTN_HAVE_AVX2
-  const char* isa = std::getenv("WINATTN_CPU_ISA");  // read per call so tests can cover both paths
-  if (isa != nullptr && std::strcmp(isa, "generic") == 0) return false;
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                                __builtin_cpu_supports("f16c");
-  return supported;
+  const char* cap = std::getenv("WINATTN_CPU_ISA");
+  if (cap != nullptr && std::strcmp(cap, "generic") == 0) return Isa::kGeneric;
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  static const bool bf16 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  if (!avx2) return Isa::kGeneric;
+  if (bf16 && dtype == DType::kBFloat16 && !(cap != nullptr && std::strcmp(cap, "avx2") == 0)) return Isa::kAvx512Bf16;
+  return Isa::kAvx2;
 #else
-  return false;
+  (void)dtype;
+  return Isa::kGeneric;
 #endif
 }
 
@@ -94,25 +123,39 @@ int64_t num_threads() { return static_cast<int64_t>(torch::stable::get_num_threa
 int64_t fwd_workspace_bytes(const FwdParams&) { return 0; }
 
 void fwd(const FwdParams& params, void*, void*) {
+  const int64_t nthreads = cpu::num_threads();
+  switch (cpu::pick_isa(params.dtype)) {
 #if WINATTN_HAVE_AVX2
-  if (cpu::use_avx2()) return cpu::avx2::run_fwd(params, cpu::num_threads());
+    case cpu::Isa::kAvx512Bf16: return cpu::avx512bf16::run_fwd(params, nthreads);
+    case cpu::Isa::kAvx2: return cpu::avx2::run_fwd(params, nthreads);
 #endif
-  cpu::generic::run_fwd(params, cpu::num_threads());
+    default: return cpu::generic::run_fwd(params, nthreads);
+  }
 }
 
+namespace {
+cpu::BwdPlan bwd_plan(const BwdParams& params) {
+  return cpu::make_bwd_plan(params, cpu::num_threads(), cpu::pick_isa(params.dtype) == cpu::Isa::kAvx512Bf16);
+}
+}  // namespace
+
 int64_t bwd_workspace_bytes(const BwdParams& params) {
-  return cpu::make_bwd_plan(params, cpu::num_threads()).total_floats * static_cast<int64_t>(sizeof(float)) + 64;
+  return bwd_plan(params).total_floats * static_cast<int64_t>(sizeof(float)) + 64;
 }
 
 void bwd(const BwdParams& params, void* workspace, void*) {
-  // Same thread count as in bwd_workspace_bytes (called just before on this thread), hence the same plan.
-  const cpu::BwdPlan plan = cpu::make_bwd_plan(params, cpu::num_threads());
+  // Same thread count and code path as in bwd_workspace_bytes (called just before on this thread), hence the
+  // same plan and workspace layout.
+  const cpu::BwdPlan plan = bwd_plan(params);
   auto addr = reinterpret_cast<uintptr_t>(workspace);
   float* ws = reinterpret_cast<float*>((addr + 63) & ~static_cast<uintptr_t>(63));
+  switch (cpu::pick_isa(params.dtype)) {
 #if WINATTN_HAVE_AVX2
-  if (cpu::use_avx2()) return cpu::avx2::run_bwd(params, plan, ws);
+    case cpu::Isa::kAvx512Bf16: return cpu::avx512bf16::run_bwd(params, plan, ws);
+    case cpu::Isa::kAvx2: return cpu::avx2::run_bwd(params, plan, ws);
 #endif
-  cpu::generic::run_bwd(params, plan, ws);
+    default: return cpu::generic::run_bwd(params, plan, ws);
+  }
 }
 
 }  // namespace winattn

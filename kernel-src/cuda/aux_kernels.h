@@ -8,10 +8,11 @@
 namespace winattn {
 namespace cuda {
 
-// Swin / relative-position path: comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j]), fp32
-// [P, H, Sq, Skp] with rows padded to Skp (a multiple of 4) so the kernels stage it with 16-byte cp.async.
-// P is the bias period (1 without a bias). Small for window attention (nW * H * N^2 floats, L2-resident).
-__global__ void combine_terms_kernel(float* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
+// Swin / relative-position path: comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j]) as fp16
+// [P, H, Sq, Skp], rows padded to Skp (a multiple of 8) so the kernels stage it with 16-byte cp.async. P is the bias
+// period (1 without a bias). Small for window attention (nW * H * N^2 halves, L2-resident). fp16 keeps 11 bits
+// of the term (|error| <= 2^-11 |term|); magnitudes past 65504 saturate to +-65504 (still exp() == 0).
+__global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
                                      int64_t t_sr, int64_t t_sh, const int64_t* index, int64_t i_sq, int64_t i_sk,
                                      Operand4d bias) {
   const int64_t n = int64_t(P) * H * Sq * Skp;
@@ -32,7 +33,7 @@ __global__ void combine_terms_kernel(float* comb, int P, int H, int Sq, int Sk, 
         x += bv;
       }
     }
-    comb[e] = x;
+    comb[e] = __float2half_rn(fminf(fmaxf(x, -65504.f), 65504.f));
   }
 }
 
@@ -80,13 +81,13 @@ __global__ void dq_convert_kernel(Elem* dq, const float* acc, int64_t n2) {
 
 // Window mode: out[pp, hb, ii, jj] (fp32 [P_T, H_T, R_T, C_T], R_T in {1, Sq}, C_T in {1, Sk}) = sum of the
 // per-CTA partial dS tiles of every CTA and element that maps to it. CTA id = ((n * Hx + h) * NR + c * Pg + r);
-// partial tile [mblocks * BM][BN]. 32 outputs per block (one per lane), 8 warps split the contributor list in a
+// partial tile [Sq][BN]. 32 outputs per block (one per lane), 8 warps split the contributor list in a
 // fixed interleave and combine in warp order: deterministic.
 struct ReduceParams {
   const float* partials;
   float* out;
   int P_T, H_T, R_T, C_T;
-  int Sq, Sk, BM, BN, mblocks, nblocks, Hx, NR, Pg, NC;
+  int Sq, Sk, BN, nblocks, Hx, NR, Pg, NC;
 };
 __global__ void __launch_bounds__(256) reduce_partials_kernel(const ReduceParams rp) {
   __shared__ float red[8][33];
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(256) reduce_partials_kernel(const ReduceParams
     const int nH = heads_full ? 1 : rp.Hx;
     const int nR = rp.Pg / rp.P_T;
     const int nI = rows_full ? 1 : rp.Sq;
-    const int64_t per_cta = int64_t(rp.mblocks) * rp.BM * rp.BN;
+    const int64_t per_cta = int64_t(rp.Sq) * rp.BN;
     // contributor index = ((((nn * nH + hh) * nR + rr) * NC + c) * nI + i) * nJ + j
     const int64_t total = int64_t(nN) * nH * nR * rp.NC * nI * nJ;
     for (int64_t x = warp; x < total; x += 8) {

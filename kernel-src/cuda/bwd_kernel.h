@@ -90,11 +90,6 @@ __device__ __forceinline__ void target_atomic(float* base, int rows, int cols, c
   }
 }
 
-template <typename Tr>
-__host__ __device__ constexpr int bwd_acc_smem_bytes(int Sq) {
-  return ceil_div(Sq, Tr::kBlockM) * Tr::kBlockM * Tr::kLdAcc * 4;
-}
-
 template <typename Tr, typename Elem>
 __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, LD = Tr::kLd, LDS = Tr::kLdS;
@@ -113,7 +108,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
   float* sLse = reinterpret_cast<float*>(sdS + Tr::kSElems);  // [QS][BM]
   float* sDelta = sLse + QS * BM;                             // [QS][BM]
   unsigned char* sBias = reinterpret_cast<unsigned char*>(sDelta + QS * BM);  // [bias_stages][BM][bias_pitch]
-  float* sAcc = reinterpret_cast<float*>(sBias + p.bias_stages * BM * p.bias_pitch);  // window: [mblocks*BM][kLdAcc]
+  float* sAcc = reinterpret_cast<float*>(sBias + p.bias_stages * BM * p.bias_pitch);  // window: [Sq][kLdAcc]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2;
@@ -140,7 +135,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
   const int nsteps = w.nitems * per_item;
 
   if (window_mode) {
-    const int acc_elems = mblocks * BM * Tr::kLdAcc;
+    const int acc_elems = p.Sq * Tr::kLdAcc;
     for (int idx = tid; idx < acc_elems; idx += NTH) sAcc[idx] = 0.f;
   }
 
@@ -163,7 +158,10 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
   }
 
   const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
-  const bool bias_smem = p.bias.ptr != nullptr && p.bias_stages > 0;
+  // additive tile: prefetched with Q / dO (bias_stages == QS), or loaded at the top of its own step
+  // (bias_stages == 1 with a double-buffered Q / dO), or read from global memory (0)
+  const bool bias_prefetch = p.bias.ptr != nullptr && p.bias_stages == QS;
+  const bool bias_sync = p.bias.ptr != nullptr && p.bias_stages == 1 && QS == 2;
   const int bias_tile = BM * p.bias_pitch;
 
   auto step_coords = [&](int s, int& t, int& g, int& m) {
@@ -185,7 +183,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
     const int64_t row0 = (int64_t(b) * p.H + h) * p.Sq + i0;
     load_vec_async<BM, NTH>(sLse + stage * BM, p.lse + row0, rows, tid);
     load_vec_async<BM, NTH>(sDelta + stage * BM, p.delta + row0, rows, tid);
-    if (bias_smem) load_bias_tile<BM, BN, NTH>(sBias + stage * bias_tile, p, b, h, i0, j0, tid);
+    if (bias_prefetch) load_bias_tile<BM, BN, NTH>(sBias + stage * bias_tile, p, b, h, i0, j0, tid);
   };
   auto load_kv = [&](int t, int stage) {
     const int b = w.batch(p, t);
@@ -236,12 +234,20 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
     cp_async_wait_all();
     __syncthreads();
     if constexpr (QS == 2) {
+      if (bias_sync) {
+        load_bias_tile<BM, BN, NTH>(sBias, p, b, h, i0, j0, tid);
+        cp_async_commit();
+      }
       if (s + 1 < nsteps) {
         load_q_do(s + 1, (s + 1) & 1);
         if constexpr (KS == 2)
           if (next_new_item) load_kv(t + 1, (t + 1) & 1);
       }
       cp_async_commit();
+      if (bias_sync) {
+        cp_async_wait_group<1>();
+        __syncthreads();
+      }
     }
     const Elem* cQ = sQ + qs * Tr::kQElems;
     const Elem* cdO = sdO + qs * Tr::kQElems;
@@ -259,8 +265,8 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
       gemm_ss<Elem, SMT, SNT, DK / 16, false, false>(acc_dp, cdO + sdp_r * LD, LD, cV + sdp_c * LD, LD, lane);
       const bool need_mask = tile_needs_mask(p, m, n_block, BM, BN);
       if (has_terms || need_mask) {
-        apply_terms<SMT, SNT>(acc_s, p, bias_smem ? sBias + qs * bias_tile : nullptr, b, h, i0, sdp_r, j0, sdp_c,
-                              lane, need_mask);
+        const unsigned char* sB = bias_prefetch ? sBias + qs * bias_tile : bias_sync ? sBias : nullptr;
+        apply_terms<SMT, SNT>(acc_s, p, sB, b, h, i0, sdp_r, j0, sdp_c, lane, need_mask);
       } else {
 #pragma unroll
         for (int mt = 0; mt < SMT; ++mt)
@@ -298,7 +304,9 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
       for (int mt = 0; mt < SMT; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          float* row = sAcc + (i0 + sdp_r + mt * 16 + qr + hf * 8) * Tr::kLdAcc + sdp_c + qc;
+          const int i = i0 + sdp_r + mt * 16 + qr + hf * 8;
+          if (i >= p.Sq) continue;
+          float* row = sAcc + i * Tr::kLdAcc + sdp_c + qc;
 #pragma unroll
           for (int nt = 0; nt < SNT; ++nt) {
             float2 a = *reinterpret_cast<float2*>(row + nt * 8);
@@ -445,8 +453,8 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
   // ---- window mode: flush this CTA's summed dS tile to its partial slot ----
   if (window_mode) {
     __syncthreads();
-    float* dst = p.partials + int64_t(blockIdx.x) * (mblocks * BM) * BN;
-    const int total = mblocks * BM * BN;
+    float* dst = p.partials + int64_t(blockIdx.x) * p.Sq * BN;
+    const int total = p.Sq * BN;
     for (int idx = tid; idx < total; idx += NTH) {
       const int r = idx / BN, c = idx % BN;
       dst[idx] = sAcc[r * Tr::kLdAcc + c];

@@ -90,6 +90,11 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
     const bool item_end = (n == n_hi - 1);
     cp_async_wait_all();
     __syncthreads();
+    const bool bias_sync = has_bias && p.bias_stages == 1;  // tile not prefetched: load it first, wait for it only
+    if (bias_sync) {
+      load_bias_tile<BM, BN, NTH>(sBias, p, b, h, i0, n * BN, tid);
+      cp_async_commit();
+    }
     if (s + 1 < nsteps) {
       load_step(s + 1, (s + 1) & 1);
       if constexpr (QS == 2)
@@ -98,10 +103,8 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
     cp_async_commit();
     const unsigned char* sB = nullptr;
     if (has_bias && p.bias_stages == 2) sB = sBias + (s & 1) * bias_tile;
-    if (has_bias && p.bias_stages == 1) {  // not prefetched: load this step's tile now
-      load_bias_tile<BM, BN, NTH>(sBias, p, b, h, i0, n * BN, tid);
-      cp_async_commit();
-      cp_async_wait_all();
+    if (bias_sync) {
+      cp_async_wait_group<1>();
       __syncthreads();
       sB = sBias;
     }

@@ -92,6 +92,10 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool pre
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // ---- quad (4 lanes sharing a fragment row) reductions -----------------------------------------------------------
 __device__ __forceinline__ float quad_max(float x) {

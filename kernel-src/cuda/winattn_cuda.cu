@@ -36,7 +36,7 @@ void require(bool cond, const std::string& msg) {
 }
 
 struct DeviceInfo {
-  int sms = 132, smem_optin = 101376;
+  int sms = 132, smem_optin = 101376, smem_per_sm = 102400;
 };
 DeviceInfo device_info() {
   static DeviceInfo cache[64];
@@ -47,6 +47,8 @@ DeviceInfo device_info() {
   DeviceInfo d;
   check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
   check_cuda(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
+  check_cuda(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
+             "device attribute");
   if (dev >= 0 && dev < 64) {
     cache[dev] = d;
     have[dev] = true;
@@ -158,7 +160,7 @@ struct Carver {
   }
 };
 
-// With a relative-position table the additive operand the kernels read is the combined fp32 tensor
+// With a relative-position table the additive operand the kernels read is the combined fp16 tensor
 // comb[P, H, Sq, Skp] = table term (+ bias); see combine_terms_kernel.
 struct CombPlan {
   int P = 1, Skp = 0;
@@ -168,14 +170,14 @@ CombPlan comb_plan(const FwdParams& fp) {
   CombPlan c;
   if (!fp.rel_table) return c;
   c.P = fp.bias.ptr ? int(fp.bias.period) : 1;
-  c.Skp = int((fp.seqlen_k + 3) / 4 * 4);
-  c.bytes = int64_t(c.P) * fp.heads * fp.seqlen_q * c.Skp * 4;
+  c.Skp = int((fp.seqlen_k + 7) / 8 * 8);
+  c.bytes = int64_t(c.P) * fp.heads * fp.seqlen_q * c.Skp * 2;
   return c;
 }
-void use_comb(KParams& p, const CombPlan& c, float* comb) {
+void use_comb(KParams& p, const CombPlan& c, const void* comb) {
   Operand4d o;
   o.ptr = comb;
-  o.dtype = 2;
+  o.dtype = 0;
   o.period = c.P;
   o.heads = p.H;
   o.rows = p.Sq;
@@ -187,7 +189,7 @@ void use_comb(KParams& p, const CombPlan& c, float* comb) {
   o.vec2 = true;
   p.bias = o;
 }
-void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, float* comb, cudaStream_t stream) {
+void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, __half* comb, cudaStream_t stream) {
   const int64_t n = int64_t(c.P) * p.H * p.Sq * c.Skp;
   const int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
   combine_terms_kernel<<<blocks, 256, 0, stream>>>(comb, c.P, p.H, p.Sq, p.Sk, c.Skp, fp.rel_table,
@@ -241,7 +243,7 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   pl.grid = int64_t(mblocks) * p.H * p.NR;
   pl.comb = comb_plan(fp);
   // the workspace is 256-byte aligned: a stand-in pointer decides the staging mode; fwd() sets the real one
-  if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<float*>(uintptr_t(256)));
+  if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
   pl.smem = tc.fwd_smem;
   if (p.bias.ptr) {
     choose_bias_mode(p, tc.fwd_bn);
@@ -303,25 +305,44 @@ BwdPlan plan_bwd(const BwdParams& bp) {
 
   // the additive operand the kernel reads, staged with Q / dO (one tile per pipeline stage)
   pl.comb = comb_plan(bp);
-  if (bp.rel_table) use_comb(p, pl.comb, reinterpret_cast<float*>(uintptr_t(256)));
-  pl.smem = tc.bwd_smem;
-  if (p.bias.ptr) {
-    choose_bias_mode(p, pl.bn);
-    const int tiles = tc.bwd_qs * pl.bm * p.bias_pitch;
-    p.bias_stages = (tc.bwd_smem + tiles <= dev.smem_optin && env_int("WINATTN_BIAS_STAGES", 2) > 0) ? tc.bwd_qs : 0;
-    pl.smem += p.bias_stages ? tiles : 0;
-  }
-
+  if (bp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
   const bool dbias = bp.dbias != nullptr;
   const Broadcast4d& bias = bp.bias;
   const bool full_rc = bias.rows == p.Sq && bias.cols == p.Sk;
   const bool dbias_store = dbias && full_rc && bias.period == p.B && bias.heads == p.H;
 
-  // window mode: many items per CTA, dS summed in shared memory (one partial tile per CTA)
-  const int acc_bytes = ceil_div(p.Sq, pl.bm) * pl.bm * tc.bwd_ld_acc * 4;
+  // window mode (many items per CTA, dS summed in a shared [Sq][BN] fp32 tile, one partial per CTA) and the
+  // staging depth of the additive tile (QS stages: prefetched with Q / dO; 1: loaded at the top of its step;
+  // 0: read from global) are chosen together for the most CTAs per SM (ties: deeper staging).
+  const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
+  const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
+  int tile = 0;
+  if (p.bias.ptr) {
+    choose_bias_mode(p, pl.bn);
+    tile = pl.bm * p.bias_pitch;
+  }
+  const int max_stages = std::min(p.bias.ptr ? tc.bwd_qs : 0, env_int("WINATTN_BIAS_STAGES", 2));
+  int best_stages = 0, best_occ = -1;
+  bool best_window = false;
+  for (int win = window_ok ? 1 : 0; win >= 0; --win) {
+    for (int st = max_stages; st >= 0; --st) {
+      const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
+      if (smem > dev.smem_optin) continue;
+      const int occ = int(dev.smem_per_sm / (smem + 1024));
+      if (occ > best_occ) {
+        best_occ = occ;
+        best_stages = st;
+        best_window = win;
+      }
+    }
+    if (best_occ >= 0 && win) break;  // window mode when it fits at all
+  }
+  p.bias_stages = best_stages;
+  pl.smem = tc.bwd_smem + best_stages * tile;
+
   int G = 1, Pg = 1;
-  if (wants_accum && p.H == p.Hkv && pl.smem + acc_bytes <= dev.smem_optin) {
+  if (best_window) {
     Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
     const int per_r = p.B / Pg;
     const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
@@ -387,7 +408,7 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   pl.zero_bytes = cv.size;
   if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
-  if (pl.window) pl.off_partials = cv.take(pl.grid * pl.mblocks * pl.bm * pl.bn * 4);
+  if (pl.window) pl.off_partials = cv.take(pl.grid * p.Sq * pl.bn * 4);
   if (pl.dtable && pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
   pl.ws_bytes = cv.size;
   return pl;
@@ -407,7 +428,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   KParams& p = pl.p;
   char* ws = static_cast<char*>(workspace);
   if (params.rel_table) {
-    float* comb = reinterpret_cast<float*>(ws + pl.off_comb);
+    __half* comb = reinterpret_cast<__half*>(ws + pl.off_comb);
     if (p.Sk > 0) launch_combine(params, p, pl.comb, comb, stream);
     p.bias.ptr = comb;
   }
@@ -455,7 +476,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     p.t_tb.sems = static_cast<int*>(at(pl.off_sem_tb));
   }
   if (params.rel_table) {
-    float* comb = static_cast<float*>(at(pl.off_comb));
+    __half* comb = static_cast<__half*>(at(pl.off_comb));
     launch_combine(params, p, pl.comb, comb, stream);
     p.bias.ptr = comb;
   }
@@ -493,7 +514,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     rp.partials = p.partials;
     rp.out = out;
     rp.P_T = P_T; rp.H_T = H_T; rp.R_T = R_T; rp.C_T = C_T;
-    rp.Sq = p.Sq; rp.Sk = p.Sk; rp.BM = pl.bm; rp.BN = pl.bn; rp.mblocks = pl.mblocks; rp.nblocks = pl.nblocks;
+    rp.Sq = p.Sq; rp.Sk = p.Sk; rp.BN = pl.bn; rp.nblocks = pl.nblocks;
     rp.Hx = p.Hkv; rp.NR = p.NR; rp.Pg = p.Pg; rp.NC = p.NC;
     const int64_t nout = int64_t(P_T) * H_T * R_T * C_T;
     reduce_partials_kernel<<<int((nout + 31) / 32), 256, 0, stream>>>(rp);

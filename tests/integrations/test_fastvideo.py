@@ -16,7 +16,8 @@ import pytest
 import torch
 
 fastvideo = pytest.importorskip(
-    "fastvideo", reason="FastVideo is not installed: see requirements/fastvideo.txt (pip install --no-deps fastvideo==0.2.1)")
+    "fastvideo",
+    reason="FastVideo is not installed: see requirements/fastvideo.txt (pip install --no-deps fastvideo==0.2.1)")
 
 from fastvideo.attention import selector  # noqa: E402
 from fastvideo.attention.backends.sdpa import SDPAImpl, SDPAMetadata  # noqa: E402
@@ -92,7 +93,8 @@ def test_register_injects_the_enum_member(wf):
 def test_fastvideo_args_accept_the_backend(wf, monkeypatch):
     from fastvideo.fastvideo_args import FastVideoArgs
 
-    assert FastVideoArgs(model_path="unused", attention_backend="window_attn_hub").attention_backend == "window_attn_hub"
+    args = FastVideoArgs(model_path="unused", attention_backend="window_attn_hub")
+    assert args.attention_backend == "window_attn_hub"
     monkeypatch.setenv("FASTVIDEO_ATTENTION_BACKEND", "WINDOW_ATTN_HUB")  # ignored by FastVideo unless registered
     assert FastVideoArgs(model_path="unused").attention_backend == "WINDOW_ATTN_HUB"
 
@@ -272,6 +274,27 @@ def test_propagate_exports_settings_and_the_boot_path(wf, monkeypatch, hub_repo)
     assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == wf.boot_dir()
     with pytest.raises(TypeError, match="propagate=False"):
         wf.register(public_keys=[object()])
+
+
+def test_autoregister_env_var_registers_once_fastvideo_is_imported(wf, monkeypatch):
+    """WINATTN_FASTVIDEO_AUTOREGISTER=1 (defaults) installs the post-import hook; FastVideo being imported already,
+    it registers at once. Unset, nothing is installed."""
+    import sys
+
+    from winattn.integrations import FASTVIDEO_AUTOREGISTER_ENV, install_fastvideo_autoregister
+
+    calls = []
+    monkeypatch.setattr(wf, "register", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.delenv(FASTVIDEO_AUTOREGISTER_ENV, raising=False)
+    assert install_fastvideo_autoregister() is None and calls == []
+    monkeypatch.setenv(FASTVIDEO_AUTOREGISTER_ENV, "1")
+    finder = install_fastvideo_autoregister()
+    try:
+        assert finder in sys.meta_path and calls
+        assert calls[0]["repo_id"] == "winattn/window-attention" and calls[0]["propagate"] is False
+        assert install_fastvideo_autoregister() is finder  # idempotent
+    finally:
+        sys.meta_path.remove(finder)
 
 
 @pytest.mark.slow

@@ -218,7 +218,8 @@ def run_child(cases: list, *, timeout: int = 120) -> list:
     """Run `winattn.load(**case["kwargs"])` (or `kernels.get_kernel`, see _child.py) for each case in ONE fresh
     interpreter, sequentially, with this process's environment; returns one result dict per case."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     proc = subprocess.run([sys.executable, str(CHILD)], input=json.dumps(cases), capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=REPO_ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -229,6 +229,8 @@ def test_offline_refuses_unverified_cache_entry_unless_trusted(hub, hf_cache, ma
         winattn.load(REPO, version=1)
     module = winattn.load(REPO, version=1, trust_remote_code=True)
     assert module.__winattn_info__.commit == commit and module.__winattn_info__.trust == "trust_remote_code"
+    with pytest.raises(UntrustedKernelError):  # an offline opt-in is not remembered as trust
+        winattn.load(REPO, version=1)
 
 
 def test_offline_tampered_cache_is_refused(hub, hf_cache, make_build, offline, no_network):

@@ -157,7 +157,8 @@ def _refusal_results(hub, hf_cache, make_build, keys):
     for c, r in zip(cases, results):
         r["expect"] = c["expect"]
         out[c["name"]] = r
-    out["_context"] = {"control_commit": control_commit, "signed_commit": signed_commit, "unsigned_commit": unsigned_commit, "hf_cache": hf_cache,
+    out["_context"] = {"control_commit": control_commit, "signed_commit": signed_commit,
+                       "unsigned_commit": unsigned_commit, "hf_cache": hf_cache,
                        "keys": keys, "hub": hub}
     return out
 

@@ -4,7 +4,7 @@ Load it with `kernels.get_kernel("winattn/window-attention", version=1)` or `win
 `reference` holds the pure-PyTorch implementation with the same API.
 """
 
-from . import reference
+from . import layers, reference
 from .interface import attention, window_attention
 
-__all__ = ["attention", "window_attention", "reference"]
+__all__ = ["attention", "window_attention", "layers", "reference"]

@@ -1,4 +1,10 @@
-"""Compilers and paths (torch, Python, CUDA), variant names, the unique id and git provenance."""
+"""Compilers and paths (torch, Python, CUDA), variant names, the unique id and git provenance.
+
+A CUDA toolkit is either the system's (nvcc on PATH / CUDA_HOME) or one assembled by the build matrix
+(winattn/_build/matrix.py) in a throwaway environment: `probe_cuda(nvcc, ...)` describes either. A torch is either the
+one this process imports (`torch_paths()`) or another version's package dir (`torch_paths_at(dir)`), whose headers and
+libraries a per-torch variant is compiled and linked against without importing it.
+"""
 
 from __future__ import annotations
 
@@ -39,19 +45,31 @@ def variant_name(stable_abi: str, backend_tag: str) -> str:
     return f"torch-stable-abi{stable_abi.replace('.', '')}-{backend_tag}-{machine_arch()}-{platform.system().lower()}"
 
 
+def torch_variant_name(torch_version: str, backend_tag: str, cxx11_abi: bool = True) -> str:
+    """Per-torch (non stable-ABI) variant: torch213-cxx11-cpu-x86_64-linux. Linux names carry the C++ ABI tag, as
+    kernel-builder's (kernel-builder.md §3 "Naming"); macOS/Windows names have none."""
+    major, minor = (int(x) for x in torch_version.split(".")[:2])
+    system = platform.system().lower()
+    abi = ("-cxx11" if cxx11_abi else "-cxx98") if system == "linux" else ""
+    return f"torch{major}{minor}{abi}-{backend_tag}-{machine_arch()}-{system}"
+
+
 @dataclass
 class TorchPaths:
     include_dirs: list[Path]
     lib_dir: Path
+    version: str | None = None  # "2.13.0+cpu" (from torch/version.py), when known
 
 
-@lru_cache(maxsize=1)
-def torch_paths() -> TorchPaths:
-    try:
-        import torch
-    except ImportError as e:
-        raise BuildError(f"torch is not importable ({e}); install torch>=2.10 in this environment") from None
-    base = Path(torch.__file__).resolve().parent
+def _read_torch_version(base: Path) -> str | None:
+    m = re.search(r"^__version__\s*=\s*'([^']+)'", (base / "version.py").read_text(), re.M) \
+        if (base / "version.py").is_file() else None
+    return m.group(1) if m else None
+
+
+def torch_paths_at(base: Path) -> TorchPaths:
+    """Headers and libraries of the torch package dir `base` (site-packages/torch), without importing it."""
+    base = Path(base).resolve()
     include = base / "include"
     if not (include / "torch" / "csrc" / "stable" / "library.h").is_file():
         raise BuildError(f"{include}: torch's stable-ABI headers (torch/csrc/stable/library.h) are missing")
@@ -59,7 +77,17 @@ def torch_paths() -> TorchPaths:
     if not (lib / "libtorch_cpu.so").is_file():
         raise BuildError(f"{lib}: libtorch_cpu.so not found")
     # torch/include/torch/csrc/api/include holds the full (ATen) C++ frontend: not needed by a stable-ABI binding.
-    return TorchPaths(include_dirs=[include], lib_dir=lib)
+    return TorchPaths(include_dirs=[include], lib_dir=lib, version=_read_torch_version(base))
+
+
+@lru_cache(maxsize=1)
+def torch_paths() -> TorchPaths:
+    """The torch this process imports (the stable-ABI headers of every stable variant come from it)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise BuildError(f"torch is not importable ({e}); install torch>=2.10 in this environment") from None
+    return torch_paths_at(Path(torch.__file__).resolve().parent)
 
 
 def python_include() -> Path:
@@ -102,6 +130,10 @@ class CudaToolkit:
     version: tuple[int, int]
     home: Path
     gpu_archs: list[str]  # "75", "80", ... from `nvcc --list-gpu-code` (sm_XX)
+    release: str = ""  # "13.0.88" (nvcc --version's V...)
+    source: str = "system"  # where it came from: "system", "pypi", "debian+pypi" (matrix toolchains)
+    cuobjdump: str | None = None  # lists the fatbinary's ELF/PTX entries (the matrix checks backend.archs with it)
+    ccbin: str | None = None  # host compiler for nvcc (-ccbin); None = CXX if set, else nvcc's default (g++)
 
     @property
     def tag(self) -> str:
@@ -110,6 +142,14 @@ class CudaToolkit:
     @property
     def include_dir(self) -> Path:
         return self.home / "include"
+
+    @property
+    def include_dirs(self) -> list[Path]:
+        """include/ and, for CUDA >= 13 (CCCL moved to include/cccl, added by nvcc.profile as -isystem), its cccl."""
+        dirs = [self.home / "include"]
+        if (self.home / "include" / "cccl").is_dir():
+            dirs.append(self.home / "include" / "cccl")
+        return dirs
 
     @property
     def lib_dir(self) -> Path:
@@ -133,7 +173,17 @@ def find_cuda(required: bool = True) -> CudaToolkit | None:
     return _probe_cuda(nvcc)
 
 
-@lru_cache(maxsize=4)
+def probe_cuda(nvcc: str, *, home: Path | None = None, source: str = "system", cuobjdump: str | None = None,
+               ccbin: str | None = None) -> CudaToolkit:
+    """Describe the toolkit of `nvcc` (version, targets); `home` overrides the toolkit root guessed from its path."""
+    tk = _probe_cuda(str(nvcc))
+    return CudaToolkit(
+        nvcc=tk.nvcc, version=tk.version, home=Path(home) if home else tk.home, gpu_archs=list(tk.gpu_archs),
+        release=tk.release, source=source, cuobjdump=cuobjdump or tk.cuobjdump, ccbin=ccbin,
+    )
+
+
+@lru_cache(maxsize=8)
 def _probe_cuda(nvcc: str) -> CudaToolkit:
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
@@ -143,11 +193,15 @@ def _probe_cuda(nvcc: str) -> CudaToolkit:
     m = re.search(r"release (\d+)\.(\d+)", out)
     if not m:
         raise BuildError(f"cannot read the CUDA version from `{nvcc} --version`: {out.strip()[-200:]}")
+    rel = re.search(r", V(\d+\.\d+\.\d+)", out)
     archs = sorted({c[3:] for c in codes.split() if re.fullmatch(r"sm_\d+[af]?", c) and c[-1].isdigit()}, key=int)
     home = Path(os.path.realpath(nvcc)).parent.parent
     if not (home / "include" / "cuda_runtime.h").is_file() and Path("/usr/local/cuda/include/cuda_runtime.h").is_file():
         home = Path("/usr/local/cuda")
-    return CudaToolkit(nvcc=nvcc, version=(int(m.group(1)), int(m.group(2))), home=home, gpu_archs=archs)
+    cuobjdump = next((str(p) for p in (Path(nvcc).parent / "cuobjdump", home / "bin" / "cuobjdump") if p.is_file()),
+                     None) or shutil.which("cuobjdump")
+    return CudaToolkit(nvcc=nvcc, version=(int(m.group(1)), int(m.group(2))), home=home, gpu_archs=archs,
+                       release=rel.group(1) if rel else "", cuobjdump=cuobjdump)
 
 
 def select_cuda_archs(requested: list[str], toolkit: CudaToolkit, key: str) -> list[str]:
@@ -164,6 +218,50 @@ def select_cuda_archs(requested: list[str], toolkit: CudaToolkit, key: str) -> l
             f"(it targets {', '.join(a[:-1] + '.' + a[-1] for a in toolkit.gpu_archs)})"
         )
     return kept
+
+
+def loose_intersection(requested: list[str], defaults: list[str]) -> list[str]:
+    """kernel-builder's cuda_archs_loose_intersection (kernel-builder.md §3): keep each requested capability whose
+    base arch (major.minor) is in the toolkit's default list; '9.0a' / '10.0f' survive if 9.0 / 10.0 do; a requested
+    '+PTX' is kept. Order and duplicates follow `requested`."""
+    base = {parse_capability(c)[:2] for c in defaults}
+    kept = []
+    for cap in requested:
+        if parse_capability(cap)[:2] in base and cap not in kept:
+            kept.append(cap)
+    return kept
+
+
+def fatbin_archs(so: Path, cuobjdump: str) -> tuple[list[str], list[str]]:
+    """(SASS archs, PTX archs) embedded in `so`, from `cuobjdump --list-elf` / `--list-ptx`: e.g. (['80', '90a'],
+    ['90']). Entries look like `ELF file    1: name.1.sm_80.cubin` / `PTX file    1: name.1.sm_90.ptx`."""
+    out = {}
+    for kind, flag in (("elf", "--list-elf"), ("ptx", "--list-ptx")):
+        try:
+            r = subprocess.run([cuobjdump, flag, str(so)], capture_output=True, text=True)
+        except OSError as e:
+            raise BuildError(f"cannot run {cuobjdump}: {e}") from None
+        text = r.stdout + r.stderr
+        if r.returncode != 0 and "does not contain" not in text:
+            raise BuildError(f"{cuobjdump} {flag} {so.name} failed ({r.returncode}): {text.strip()[-300:]}")
+        found = re.findall(r"\bsm_(\d+[af]?)\.(?:cubin|ptx)\b", text)
+        out[kind] = sorted(set(found), key=lambda a: (int(re.sub(r"\D", "", a)), a))
+    return out["elf"], out["ptx"]
+
+
+def expected_fatbin(caps: list[str]) -> tuple[list[str], list[str]]:
+    """What gencode_flags(caps) puts in the fatbinary: SASS for every cap, PTX for the '+PTX' ones."""
+    elf, ptx = set(), set()
+    for cap in caps:
+        major, minor, suffix, with_ptx = parse_capability(cap)
+        elf.add(f"{major}{minor}{suffix}")
+        if with_ptx:
+            ptx.add(f"{major}{minor}{suffix}")
+
+    def key(a):
+        return (int(re.sub(r"\D", "", a)), a)
+
+    return sorted(elf, key=key), sorted(ptx, key=key)
 
 
 def gencode_flags(caps: list[str]) -> list[str]:

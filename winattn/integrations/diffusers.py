@@ -181,7 +181,8 @@ def _select(backend: _Backend):
         from winattn.errors import UntrustedKernelError
 
         trust_remote_code, disabled = _trust()
-        what = f"`{backend.repo_id}` ({'revision ' + backend.revision if backend.revision else f'version {backend.version}'})"
+        pin = f"revision {backend.revision}" if backend.revision else f"version {backend.version}"
+        what = f"`{backend.repo_id}` ({pin})"
         try:
             module = load_kernel(backend.repo_id, version=backend.version, revision=backend.revision,
                                  trust_remote_code=trust_remote_code, **backend.load_kwargs)

@@ -99,6 +99,7 @@ def register(repo_id: str = DEFAULT_REPO_ID, version: Optional[int] = 1, *, revi
         version = None
     config = {"repo_id": repo_id, "version": version, "revision": revision,
               "trust_remote_code": trust_remote_code, "load_kwargs": dict(load_kwargs)}
+    encoded = _encode_settings(config, extend_sdpa_layers) if propagate else None  # refuse before changing anything
     with _STATE.lock:
         member = inject_enum_member(AttentionBackendEnum, MEMBER_NAME, MEMBER_VALUE)
         if _STATE.config != config:
@@ -109,8 +110,8 @@ def register(repo_id: str = DEFAULT_REPO_ID, version: Optional[int] = 1, *, revi
         _wrap_platform_selector()
         _wrap_layer_selection()
         _extend_dit_classes()
-        if propagate:
-            _export_to_children(config, extend_sdpa_layers)
+        if encoded is not None:
+            _export_to_children(encoded)
     return member
 
 
@@ -162,15 +163,18 @@ def _register_from_env() -> None:
              extend_sdpa_layers=settings.get("extend_sdpa_layers", True), propagate=False, **kwargs)
 
 
-def _export_to_children(config: dict, extend_sdpa_layers: bool) -> None:
+def _encode_settings(config: dict, extend_sdpa_layers: bool) -> str:
     settings = dict(config, extend_sdpa_layers=bool(extend_sdpa_layers))
     try:
-        encoded = json.dumps(settings, sort_keys=True, default=_json_path)
+        return json.dumps(settings, sort_keys=True, default=_json_path)
     except TypeError as e:
         raise TypeError(
             f"register(propagate=True) exports its settings to FastVideo's worker processes as JSON, but they are "
             f"not JSON-serializable ({e}); pass propagate=False and call register() in the workers yourself"
         ) from None
+
+
+def _export_to_children(encoded: str) -> None:
     os.environ[FASTVIDEO_AUTOREGISTER_ENV] = encoded
     boot = boot_dir()
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
