@@ -79,7 +79,7 @@ def _client(public_key: Path, expected_commit: str) -> int:
     t0 = time.perf_counter()
     via_winattn = winattn.load(REPO_ID, version=1, public_keys=[public_key], require_signature=True)
     t_winattn = time.perf_counter() - t0
-    info = getattr(via_winattn, "__winattn_info__", {})
+    info = via_winattn.__winattn_info__
 
     ref64 = via_winattn.reference.attention(
         q.double(), k.double(), v.double(), bias=bias.double(), mask=mask
@@ -106,12 +106,14 @@ def _client(public_key: Path, expected_commit: str) -> int:
     t_kernel = timed(lambda: via_winattn.attention(q, k, v, bias=bias, mask=mask))
     t_composite = timed(composite)
 
-    ok = all(err < 1e-4 for _, err in rows) and (not info or info.get("commit") == expected_commit)
+    ok = all(err < 1e-4 for _, err in rows) and info.commit == expected_commit and info.source == "hub"
     print("\nwindow-attention demo report")
-    print(f"  repo         {REPO_ID} v1  commit {info.get('commit', expected_commit)}")
-    print(f"  variant      {info.get('variant', '?')}")
-    for check in info.get("checks", []):
-        print(f"  check        {check}")
+    print(f"  repo         {REPO_ID} v1 -> commit {info.commit} (published {expected_commit})")
+    print(f"  variant      {info.variant} (trust: {info.trust}; signer: {info.signer})")
+    for check in info.checks:
+        print(f"  check        {check.name:<14} {check.status:<5} {check.detail}")
+    for variant, reason in info.rejected:
+        print(f"  rejected     {variant}: {reason}")
     print(f"  load time    kernels.get_kernel {t_kernels * 1e3:.0f} ms, winattn.load (verified) {t_winattn * 1e3:.0f} ms")
     for name, err in rows:
         print(f"  max |err|    {name:<20} {err:.2e} vs float64 reference (B={B} S={S} H={H} D={D}, bias + mask)")

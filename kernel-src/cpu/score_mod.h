@@ -62,6 +62,12 @@ struct ScoreMods {
       if (bias) {
         const int64_t off = bias_row0 + i * bias_sq + j0 * bias_sk;
         if (bias_sk == 1) {
+          // The tile loops visit the tile below next (rows + mq, same keys): fetch its bias row now. A full
+          // [Sq, Sk] bias is the one operand streamed from memory rather than cache, and its rows are strided.
+          if (bias_sq != 0 && i + mq < band.sq) {
+            const char* next = static_cast<const char*>(bias) + (off + mq * bias_sq) * elem_size(bias_t);
+            for (int64_t x = 0; x < nk * elem_size(bias_t); x += 64) __builtin_prefetch(next + x, 0, 3);
+          }
           convert_row<true>(s, bias, bias_t, off, nk);
         } else if (bias_sk == 0) {
           const float c = to_float(bias, bias_t, off);
