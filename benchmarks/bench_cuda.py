@@ -183,6 +183,9 @@ def bench_dense_bias(kern, reps, results, B=2, H=16, S=4096, D=64):
         f = lambda: kern.attention(q, k, v, bias=bias)
         return measure(f, autograd_grads([q, k, v, bias]), reps)
 
+    def ours_nobias(reps):
+        return measure(lambda: kern.attention(q, k, v), autograd_grads([q, k, v]), reps)
+
     def sdpa(backend, bias_grad=True, with_bias=True):
         def run(reps):
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
@@ -211,6 +214,7 @@ def bench_dense_bias(kern, reps, results, B=2, H=16, S=4096, D=64):
         return measure(f, autograd_grads([q, k, v, bias]), reps)
 
     run_peer("ours", ours, results, key, reps)
+    run_peer("ours_nobias", ours_nobias, results, key, reps)
     if not SKIP_PEERS:
         run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
         run_peer("cudnn_bias_nograd", sdpa(SDPBackend.CUDNN_ATTENTION, bias_grad=False), results, key, reps)

@@ -340,9 +340,53 @@ def _find_repo_root(start: Path) -> Path:
     raise BuildError(f"no build.toml in {start} or its parents (pass --repo-root)")
 
 
+def _run_matrix(args: argparse.Namespace, root: Path, build_dir: Path) -> int:
+    from ._build import matrix as _matrix
+
+    cfg = load_config(root)
+    if args.backend == "all":
+        backends = [b for b in cfg.backends if b in ("cpu", "cuda")]
+    else:
+        backends = [args.backend]
+    torch_versions = list(args.torch or [])
+    if args.no_stable:
+        backends = []  # per-torch variants only
+    entries = _matrix.plan(backends, list(args.cuda or _matrix.DEFAULT_CUDA), torch_versions)
+    if not entries:
+        raise BuildError("--matrix: nothing to build (check --backend / --no-stable / --torch)")
+    print(f"[matrix] {len(entries)} variants: {', '.join(e.label for e in entries)} -> {build_dir}")
+    t0 = time.monotonic()
+    rows = _matrix.run_matrix(root, build_dir, entries, cuda_archs=args.cuda_archs, unique_id=args.unique_id,
+                              jobs=args.jobs, log=print)
+    built = {r.variant for r in rows if r.status == "ok"}
+    others = sorted(d.name for d in Path(build_dir).glob("torch*") if d.is_dir() and d.name not in built)
+    if others and args.clean:
+        import shutil
+
+        for name in others:
+            shutil.rmtree(Path(build_dir) / name)
+        print(f"[matrix] --clean: removed {', '.join(others)} from {build_dir}")
+    elif others:
+        print(f"[matrix] note: {build_dir} also holds {', '.join(others)} (not built by this run; `winattn publish` "
+              "uploads them too; --clean removes them)")
+    summary = root / "_build_obj" / "matrix.json"
+    _matrix.write_summary(rows, summary)
+    print(f"[matrix] summary ({time.monotonic() - t0:.0f} s in all; {summary}):")
+    print(_matrix.summary_table(rows))
+    failed = [r for r in rows if r.status == "FAILED"]
+    if failed:
+        print(f"[matrix] {len(failed)} variant(s) failed: {', '.join(r.variant or r.entry.label for r in failed)}",
+              file=sys.stderr)
+    return 1 if failed or not built else 0
+
+
 def _run(args: argparse.Namespace) -> int:
     root = Path(args.repo_root).resolve() if args.repo_root else _find_repo_root(Path.cwd())
     build_dir = Path(args.build_dir) if args.build_dir else root / "build"
+    if args.matrix:
+        return _run_matrix(args, root, build_dir)
+    if args.torch or args.cuda or args.clean or args.no_stable:
+        raise BuildError("--torch, --cuda, --clean and --no-stable go with --matrix")
     if args.backend == "all":
         cfg: BuildConfig = load_config(root)
         backends = [b for b in cfg.backends if b in ("cpu", "cuda")]
@@ -380,6 +424,18 @@ def register(subparsers) -> None:
     p.add_argument("--unique-id", default=None, help="id part of the ops namespace (default: git tree hash)")
     p.add_argument("--repo-root", default=None, help="kernel repository (default: nearest build.toml upwards)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs (default: ninja's)")
+    m = p.add_argument_group("build matrix (docs/build-matrix.md)")
+    m.add_argument("--matrix", action="store_true",
+                   help="build every variant this machine can make (CPU, each CUDA toolkit of --cuda, --torch "
+                        "versions), each isolated, ABI/manylinux/fatbinary checks fatal, then print a summary table")
+    m.add_argument("--cuda", nargs="+", metavar="TOOLKIT", default=None,
+                   help="CUDA toolkits of the matrix (default: cu124 cu130 cu132); toolkits other than "
+                        "the system's are provisioned under ~/.cache/winattn/toolchains ($WINATTN_TOOLCHAIN_CACHE)")
+    m.add_argument("--torch", nargs="+", metavar="VERSION", default=None,
+                   help="also build per-torch CPU variants (torch213-cxx11-cpu-...) against these torch versions")
+    m.add_argument("--no-stable", action="store_true", help="with --torch: only the per-torch variants")
+    m.add_argument("--clean", action="store_true",
+                   help="remove variant dirs of the build dir that this run did not build (publish uploads all)")
     p.set_defaults(func=_run)
 
 

@@ -22,7 +22,7 @@ struct BwdScratch {
   explicit BwdScratch(int64_t D) {
     lds = round_up(kBwdBlockK, 16);
     const int64_t sizes[] = {kBwdBlockQ * D, kBwdBlockQ * D, D * lds, kBwdBlockK * D, D * lds,
-                             kBwdBlockQ * lds, kBwdBlockQ * lds, kBwdBlockK * D, kBwdBlockK * D, lds, D,
+                             kBwdBlockQ * lds, kBwdBlockQ * lds, kBwdBlockK * D, kBwdBlockK * D, lds, 8 * D,
                              kBwdBlockQ, kBwdBlockQ};
     constexpr int n = sizeof(sizes) / sizeof(sizes[0]);
     int64_t total = 0;
@@ -61,65 +61,74 @@ struct BwdCtx {
   float* ws;  // fp32 workspace (layout in BwdPlan)
 };
 
-inline void bwd_task(const BwdCtx& c, int64_t task, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
+// Zeroes the task's slice of the fp32 dq accumulator: (its split, its batch, the G heads of its kv head).
+inline void bwd_task_init(const BwdCtx& c, int64_t task) {
+  const BwdParams& p = c.p;
+  const int64_t H = p.heads, Sq = p.seqlen_q, D = p.head_dim, G = H / p.heads_kv;
+  int64_t b, hk, sp;
+  c.plan.decode(task, b, hk, sp);
+  float* dq_acc = c.ws + c.plan.off_dq + sp * (p.batch * H * Sq * D);
+  std::memset(dq_acc + (b * H + hk * G) * Sq * D, 0, sizeof(float) * G * Sq * D);
+}
+
+// One k-tile of a task = everything that touches dK/dV of those keys: the unit of work. Steps of tasks that
+// differ only in the batch run k-tile-major (see run_bwd), so a bias / dbias strip shared across the batch stays
+// in cache between them.
+
+inline void bwd_step(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
   const BwdParams& p = c.p;
   const BwdPlan& pl = c.plan;
   const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
   const int64_t G = H / Hkv;
   int64_t b, hk, sp;
   pl.decode(task, b, hk, sp);
-  const int64_t kt_begin = sp * pl.ktiles / pl.nsplit, kt_end = (sp + 1) * pl.ktiles / pl.nsplit;
   float* dq_acc = c.ws + pl.off_dq + sp * (B * H * Sq * D);
   const float* delta = c.ws + pl.off_delta;
-  for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
-    std::memset(dq_acc + (b * H + h) * Sq * D, 0, sizeof(float) * Sq * D);
   const Band band(p);
 
-  for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
-    const int64_t j0 = kt * kBwdBlockK;
-    const int64_t nk = std::min(kBwdBlockK, Sk - j0);
-    const int64_t npad = round_up(nk, Vec::W);
-    const int64_t koff = b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
-    const int64_t voff = b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
-    load_rows(w.kn, D, p.k, p.dtype, koff, p.k_stride_s, nk, D);
-    load_rows_t(w.kt, npad, p.k, p.dtype, koff, p.k_stride_s, nk, npad, D, w.row);
-    load_rows_t(w.vt, npad, p.v, p.dtype, voff, p.v_stride_s, nk, npad, D, w.row);
-    std::fill(w.dk, w.dk + nk * D, 0.f);
-    std::fill(w.dv, w.dv + nk * D, 0.f);
-    const int64_t i_first = band.first_row(j0), i_last = band.last_row(j0 + nk);
+  const int64_t j0 = kt * kBwdBlockK;
+  const int64_t nk = std::min(kBwdBlockK, Sk - j0);
+  const int64_t npad = round_up(nk, Vec::W);
+  const int64_t koff = b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
+  const int64_t voff = b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
+  load_rows(w.kn, D, p.k, p.dtype, koff, p.k_stride_s, nk, D);
+  load_rows_t(w.kt, npad, p.k, p.dtype, koff, p.k_stride_s, nk, npad, D, w.row);
+  load_rows_t(w.vt, npad, p.v, p.dtype, voff, p.v_stride_s, nk, npad, D, w.row);
+  std::fill(w.dk, w.dk + nk * D, 0.f);
+  std::fill(w.dv, w.dv + nk * D, 0.f);
+  const int64_t i_first = band.first_row(j0), i_last = band.last_row(j0 + nk);
 
-    for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-      const ScoreMods mods(p, b, h);
-      const bool has_col = mods.column_term(j0, nk, npad, w.colb);
-      const float* lse = p.lse + (b * H + h) * Sq;
-      const float* dl = delta + (b * H + h) * Sq;
-      for (int64_t i0 = i_first; i0 <= i_last; i0 += kBwdBlockQ) {
-        const int64_t mq = std::min(kBwdBlockQ, i_last + 1 - i0);
-        const int64_t qoff = b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
-        const int64_t gooff = b * p.do_stride_b + i0 * p.do_stride_s + h * p.do_stride_h;
-        load_rows(w.q, D, p.q, p.dtype, qoff, p.q_stride_s, mq, D, p.scale);
-        load_rows(w.dout, D, p.dout, p.dtype, gooff, p.do_stride_s, mq, D);
-        for (int64_t r = 0; r < mq; ++r) {
-          w.lse_row[r] = lse[i0 + r] == kNegInf ? -kNegInf : lse[i0 + r];
-          w.delta_row[r] = dl[i0 + r];
-        }
-        gemm_nt(mq, npad, D, w.q, D, w.kt, npad, w.s, w.lds);                      // S = (scale q) k^T
-        mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
-        recompute_p(w.s, w.lds, mq, npad, w.lse_row);                             // P
-        gemm_acc(nk, D, mq, w.s, 1, w.lds, w.dout, D, w.dv, D);                  // dV += P^T dO
-        gemm_nt(mq, npad, D, w.dout, D, w.vt, npad, w.dp, w.lds);                 // dP = dO V^T
-        softmax_grad(w.s, w.dp, w.lds, mq, npad, w.delta_row);                   // dS (in dp)
-        gemm_acc(mq, D, nk, w.dp, w.lds, 1, w.kn, D, dq_acc + ((b * H + h) * Sq + i0) * D, D);  // dQ += dS K
-        gemm_acc(nk, D, mq, w.dp, 1, w.lds, w.q, D, w.dk, D);                    // dK += dS^T (scale q)
-        if (dbias.base) sink_add_tile(dbias, b, h, i0, mq, j0, nk, w.dp, w.lds);
-        if (dtab.base) sink_add_tile(dtab, b, h, i0, mq, j0, nk, w.dp, w.lds);
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+    const ScoreMods mods(p, b, h);
+    const bool has_col = mods.column_term(j0, nk, npad, w.colb);
+    const float* lse = p.lse + (b * H + h) * Sq;
+    const float* dl = delta + (b * H + h) * Sq;
+    for (int64_t i0 = i_first; i0 <= i_last; i0 += kBwdBlockQ) {
+      const int64_t mq = std::min(kBwdBlockQ, i_last + 1 - i0);
+      const int64_t qoff = b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
+      const int64_t gooff = b * p.do_stride_b + i0 * p.do_stride_s + h * p.do_stride_h;
+      load_rows(w.q, D, p.q, p.dtype, qoff, p.q_stride_s, mq, D, p.scale);
+      load_rows(w.dout, D, p.dout, p.dtype, gooff, p.do_stride_s, mq, D);
+      for (int64_t r = 0; r < mq; ++r) {
+        w.lse_row[r] = lse[i0 + r] == kNegInf ? -kNegInf : lse[i0 + r];
+        w.delta_row[r] = dl[i0 + r];
       }
+      gemm_nt(mq, npad, D, w.q, D, w.kt, npad, w.s, w.lds);                      // S = (scale q) k^T
+      mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
+      recompute_p(w.s, w.lds, mq, npad, w.lse_row);                             // P
+      gemm_acc(nk, D, mq, w.s, 1, w.lds, w.dout, D, w.dv, D);                  // dV += P^T dO
+      gemm_nt(mq, npad, D, w.dout, D, w.vt, npad, w.dp, w.lds);                 // dP = dO V^T
+      softmax_grad(w.s, w.dp, w.lds, mq, npad, w.delta_row);                   // dS (in dp)
+      gemm_acc(mq, D, nk, w.dp, w.lds, 1, w.kn, D, dq_acc + ((b * H + h) * Sq + i0) * D, D);  // dQ += dS K
+      gemm_acc(nk, D, mq, w.dp, 1, w.lds, w.q, D, w.dk, D);                    // dK += dS^T (scale q)
+      if (dbias.base) sink_add_tile(dbias, b, h, i0, mq, j0, nk, w.dp, w.lds);
+      if (dtab.base) sink_add_tile(dtab, b, h, i0, mq, j0, nk, w.dp, w.lds);
     }
-    for (int64_t r = 0; r < nk; ++r) {
-      const int64_t off = ((b * Sk + j0 + r) * Hkv + hk) * D;  // dk/dv are contiguous [B, Sk, H_kv, D]
-      store_row(p.dk, p.dtype, off, w.dk + r * D, D);
-      store_row(p.dv, p.dtype, off, w.dv + r * D, D);
-    }
+  }
+  for (int64_t r = 0; r < nk; ++r) {
+    const int64_t off = ((b * Sk + j0 + r) * Hkv + hk) * D;  // dk/dv are contiguous [B, Sk, H_kv, D]
+    store_row(p.dk, p.dtype, off, w.dk + r * D, D);
+    store_row(p.dv, p.dtype, off, w.dv + r * D, D);
   }
 }
 
@@ -127,14 +136,13 @@ inline void bwd_task(const BwdCtx& c, int64_t task, const DsSink& dbias, const D
 // bf16 inputs with AVX512-BF16: bwd_task with the five tile products on bf16 pairs. dV and dK are accumulated
 // transposed (dV^T = dO^T.P, dK^T = q^T.dS) so that P and dS only need row-pair packing, never a transpose;
 // q / dO come pre-packed from the workspace. q is not pre-scaled (bf16 rounding): scale multiplies S and dK.
-inline void bwd_task_bf16(const BwdCtx& c, int64_t task, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
+inline void bwd_step_bf16(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
   const BwdParams& p = c.p;
   const BwdPlan& pl = c.plan;
   const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
   const int64_t G = H / Hkv, ldd = round_up(D, 16), S2 = ceil_div(Sq, 2);
   int64_t b, hk, sp;
   pl.decode(task, b, hk, sp);
-  const int64_t kt_begin = sp * pl.ktiles / pl.nsplit, kt_end = (sp + 1) * pl.ktiles / pl.nsplit;
   float* dq_acc = c.ws + pl.off_dq + sp * (B * H * Sq * D);
   const float* delta = c.ws + pl.off_delta;
   const uint16_t* qt_all = reinterpret_cast<const uint16_t*>(c.ws + pl.off_qt);
@@ -143,63 +151,59 @@ inline void bwd_task_bf16(const BwdCtx& c, int64_t task, const DsSink& dbias, co
   const uint16_t* kb = static_cast<const uint16_t*>(p.k);
   const uint16_t* vb = static_cast<const uint16_t*>(p.v);
   const uint16_t* gb = static_cast<const uint16_t*>(p.dout);
-  for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
-    std::memset(dq_acc + (b * H + h) * Sq * D, 0, sizeof(float) * Sq * D);
   const Band band(p);
 
-  for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
-    const int64_t j0 = kt * kBwdBlockK;
-    const int64_t nk = std::min(kBwdBlockK, Sk - j0);
-    const int64_t npad = round_up(nk, 16);
-    const uint16_t* krows = kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
-    const uint16_t* vrows = vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
-    pack_words_t(w.kp.data(), npad, krows, p.k_stride_s, nk, npad, D);
-    pack_words_t(w.vtp.data(), npad, vrows, p.v_stride_s, nk, npad, D);
-    pack_rows_bf16(w.kip.data(), ldd, krows, p.k_stride_s, nk, npad, D);
-    std::fill(w.dkt.begin(), w.dkt.begin() + D * npad, 0.f);
-    std::fill(w.dvt.begin(), w.dvt.begin() + D * npad, 0.f);
-    // q-tiles start on even rows so that row pairs line up with the pre-packed q^T / dO^T words (an extra leading
-    // row sees no key of this tile: P = 0 there).
-    const int64_t i_first = band.first_row(j0) & ~static_cast<int64_t>(1), i_last = band.last_row(j0 + nk);
+  const int64_t j0 = kt * kBwdBlockK;
+  const int64_t nk = std::min(kBwdBlockK, Sk - j0);
+  const int64_t npad = round_up(nk, 16);
+  const uint16_t* krows = kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h;
+  const uint16_t* vrows = vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h;
+  pack_words_t(w.kp.data(), npad, krows, p.k_stride_s, nk, npad, D, reinterpret_cast<uint32_t*>(w.row));
+  pack_words_t(w.vtp.data(), npad, vrows, p.v_stride_s, nk, npad, D, reinterpret_cast<uint32_t*>(w.row));
+  pack_rows_bf16(w.kip.data(), ldd, krows, p.k_stride_s, nk, npad, D);
+  std::fill(w.dkt.begin(), w.dkt.begin() + D * npad, 0.f);
+  std::fill(w.dvt.begin(), w.dvt.begin() + D * npad, 0.f);
+  // q-tiles start on even rows so that row pairs line up with the pre-packed q^T / dO^T words (an extra leading
+  // row sees no key of this tile: P = 0 there).
+  const int64_t i_first = band.first_row(j0) & ~static_cast<int64_t>(1), i_last = band.last_row(j0 + nk);
 
-    for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-      const ScoreMods mods(p, b, h);
-      const bool has_col = mods.column_term(j0, nk, npad, w.colb);
-      const float* lse = p.lse + (b * H + h) * Sq;
-      const float* dl = delta + (b * H + h) * Sq;
-      const uint16_t* qt = qt_all + (b * H + h) * D * 2 * S2;    // row d: 2 * S2 bf16 = S2 words
-      const uint16_t* dot = dot_all + (b * H + h) * D * 2 * S2;
-      for (int64_t i0 = i_first; i0 <= i_last; i0 += kBwdBlockQ) {
-        const int64_t mq = std::min(kBwdBlockQ, i_last + 1 - i0), mq2 = ceil_div(mq, 2);
-        const uint16_t* qrows = qb + b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
-        const uint16_t* grows = gb + b * p.do_stride_b + i0 * p.do_stride_s + h * p.do_stride_h;
-        for (int64_t r = 0; r < mq; ++r) {
-          w.lse_row[r] = lse[i0 + r] == kNegInf ? -kNegInf : lse[i0 + r];
-          w.delta_row[r] = dl[i0 + r];
-        }
-        gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp.data(), npad, w.s, w.lds, false, p.scale);  // S
-        mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
-        recompute_p(w.s, w.lds, mq, npad, w.lse_row);                                                // P
-        pack_rows_f32(w.pp.data(), npad, w.s, w.lds, mq, npad);
-        gemm_dp(D, npad, mq2, dot + i0, 2 * S2, w.pp.data(), npad, w.dvt.data(), npad, true);      // dV^T += dO^T P
-        gemm_dp(mq, npad, D / 2, grows, p.do_stride_s, w.vtp.data(), npad, w.dp, w.lds, false);    // dP = dO v^T
-        softmax_grad(w.s, w.dp, w.lds, mq, npad, w.delta_row);                                     // dS
-        round_rows_bf16(w.dsb.data(), npad, w.dp, w.lds, mq, npad);
-        gemm_dp(mq, D, npad / 2, w.dsb.data(), npad, w.kip.data(), ldd,                            // dQ += dS k
-                dq_acc + ((b * H + h) * Sq + i0) * D, D, true);
-        pack_rows_f32(w.dsp.data(), npad, w.dp, w.lds, mq, npad);
-        gemm_dp(D, npad, mq2, qt + i0, 2 * S2, w.dsp.data(), npad, w.dkt.data(), npad, true);      // dK^T += q^T dS
-        if (dbias.base) sink_add_tile(dbias, b, h, i0, mq, j0, nk, w.dp, w.lds);
-        if (dtab.base) sink_add_tile(dtab, b, h, i0, mq, j0, nk, w.dp, w.lds);
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+    const ScoreMods mods(p, b, h);
+    const bool has_col = mods.column_term(j0, nk, npad, w.colb);
+    const float* lse = p.lse + (b * H + h) * Sq;
+    const float* dl = delta + (b * H + h) * Sq;
+    const uint16_t* qt = qt_all + (b * H + h) * D * 2 * S2;    // row d: 2 * S2 bf16 = S2 words
+    const uint16_t* dot = dot_all + (b * H + h) * D * 2 * S2;
+    for (int64_t i0 = i_first; i0 <= i_last; i0 += kBwdBlockQ) {
+      const int64_t mq = std::min(kBwdBlockQ, i_last + 1 - i0), mq2 = ceil_div(mq, 2);
+      const uint16_t* qrows = qb + b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
+      const uint16_t* grows = gb + b * p.do_stride_b + i0 * p.do_stride_s + h * p.do_stride_h;
+      for (int64_t r = 0; r < mq; ++r) {
+        w.lse_row[r] = lse[i0 + r] == kNegInf ? -kNegInf : lse[i0 + r];
+        w.delta_row[r] = dl[i0 + r];
       }
+      gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp.data(), npad, w.s, w.lds, false, p.scale);  // S
+      mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
+      recompute_p(w.s, w.lds, mq, npad, w.lse_row);                                                // P
+      pack_rows_f32(w.pp.data(), npad, w.s, w.lds, mq, npad);
+      gemm_dp(D, npad, mq2, dot + i0, 2 * S2, w.pp.data(), npad, w.dvt.data(), npad, true);      // dV^T += dO^T P
+      gemm_dp(mq, npad, D / 2, grows, p.do_stride_s, w.vtp.data(), npad, w.dp, w.lds, false);    // dP = dO v^T
+      softmax_grad(w.s, w.dp, w.lds, mq, npad, w.delta_row);                                     // dS
+      round_rows_bf16(w.dsb.data(), npad, w.dp, w.lds, mq, npad);
+      gemm_dp(mq, D, npad / 2, w.dsb.data(), npad, w.kip.data(), ldd,                            // dQ += dS k
+              dq_acc + ((b * H + h) * Sq + i0) * D, D, true);
+      pack_rows_f32(w.dsp.data(), npad, w.dp, w.lds, mq, npad);
+      gemm_dp(D, npad, mq2, qt + i0, 2 * S2, w.dsp.data(), npad, w.dkt.data(), npad, true);      // dK^T += q^T dS
+      if (dbias.base) sink_add_tile(dbias, b, h, i0, mq, j0, nk, w.dp, w.lds);
+      if (dtab.base) sink_add_tile(dtab, b, h, i0, mq, j0, nk, w.dp, w.lds);
     }
-    for (int64_t r = 0; r < nk; ++r) {
-      const int64_t off = ((b * Sk + j0 + r) * Hkv + hk) * D;
-      for (int64_t d = 0; d < D; ++d) w.row[d] = w.dkt[d * npad + r];
-      store_row(p.dk, p.dtype, off, w.row, D, p.scale);
-      for (int64_t d = 0; d < D; ++d) w.row[d] = w.dvt[d * npad + r];
-      store_row(p.dv, p.dtype, off, w.row, D);
-    }
+  }
+  for (int64_t r = 0; r < nk; ++r) {
+    const int64_t off = ((b * Sk + j0 + r) * Hkv + hk) * D;
+    for (int64_t d = 0; d < D; ++d) w.row[d] = w.dkt[d * npad + r];
+    store_row(p.dk, p.dtype, off, w.row, D, p.scale);
+    for (int64_t d = 0; d < D; ++d) w.row[d] = w.dvt[d * npad + r];
+    store_row(p.dv, p.dtype, off, w.row, D);
   }
 }
 #endif
@@ -260,11 +264,29 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
         }
         const int64_t nunits = pl.ntasks / pl.unit;
         const int64_t t0 = ch * nunits / pl.nchunks * pl.unit, t1 = (ch + 1) * nunits / pl.nchunks * pl.unit;
+        for (int64_t t = t0; t < t1; ++t) bwd_task_init(c, t);
+        // Runs of consecutive tasks that differ only in the batch (consecutive when the batch is the innermost
+        // dim of the plan's order, i.e. when it carries a dbias/dtable conflict) execute k-tile-major.
+        for (int64_t t = t0; t < t1;) {
+          int64_t b, hk, sp, b2, hk2, sp2;
+          pl.decode(t, b, hk, sp);
+          int64_t run_end = t + 1;
+          while (run_end < t1) {
+            pl.decode(run_end, b2, hk2, sp2);
+            if (hk2 != hk || sp2 != sp) break;
+            ++run_end;
+          }
+          const int64_t kt_begin = sp * pl.ktiles / pl.nsplit, kt_end = (sp + 1) * pl.ktiles / pl.nsplit;
+          for (int64_t kt = kt_begin; kt < kt_end; ++kt)
+            for (int64_t u = t; u < run_end; ++u) {
 #if defined(WINATTN_BF16_DOT)
-        for (int64_t t = t0; t < t1; ++t) bwd_task_bf16(c, t, dbias, dtab, w);
+              bwd_step_bf16(c, u, kt, dbias, dtab, w);
 #else
-        for (int64_t t = t0; t < t1; ++t) bwd_task(c, t, dbias, dtab, w);
+              bwd_step(c, u, kt, dbias, dtab, w);
 #endif
+            }
+          t = run_end;
+        }
       }
     });
   } else {

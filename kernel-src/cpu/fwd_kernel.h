@@ -11,6 +11,21 @@
 struct FwdPlan {
   int64_t qblock = kFwdBlockQ;  // q rows per task and head (a multiple of kFwdBlockQ)
   int64_t nqb = 0, ntasks = 0;
+  // Task order (b, kv head, q block), or (kv head, q block, b) when the bias / mask is shared across the batch:
+  // consecutive tasks then read the same bias rows from cache instead of memory.
+  bool batch_inner = false;
+
+  void decode(int64_t t, int64_t B, int64_t Hkv, int64_t& b, int64_t& hk, int64_t& qb) const {
+    if (batch_inner) {
+      b = t % B;
+      hk = (t / B) / nqb;
+      qb = (t / B) % nqb;
+    } else {
+      b = t / (Hkv * nqb);
+      hk = (t / nqb) % Hkv;
+      qb = t % nqb;
+    }
+  }
 };
 
 inline FwdPlan make_fwd_plan(const FwdParams& p, int64_t nthreads) {
@@ -24,6 +39,8 @@ inline FwdPlan make_fwd_plan(const FwdParams& p, int64_t nthreads) {
   pl.qblock = std::max(kFwdBlockQ, pl.qblock / kFwdBlockQ * kFwdBlockQ);
   pl.nqb = ceil_div(p.seqlen_q, pl.qblock);
   pl.ntasks = p.batch * p.heads_kv * pl.nqb;
+  pl.batch_inner = (p.bias.ptr && p.bias.period < p.batch && p.bias.rows > 1) ||
+                   (p.mask.ptr && p.mask.period < p.batch && p.mask.rows > 1);
   return pl;
 }
 
@@ -34,7 +51,7 @@ struct FwdScratch {
 
   FwdScratch(int64_t D, int64_t rows) {
     lds = round_up(kFwdBlockK, 16);
-    const int64_t sizes[] = {rows * D, rows * D, rows, rows, D * lds, kFwdBlockK * D, kFwdBlockQ * lds, lds, D};
+    const int64_t sizes[] = {rows * D, rows * D, rows, rows, D * lds, kFwdBlockK * D, kFwdBlockQ * lds, lds, 8 * D};
     constexpr int n = sizeof(sizes) / sizeof(sizes[0]);
     int64_t total = 0;
     for (int64_t s : sizes) total += align16(s);
@@ -83,7 +100,7 @@ inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int6
     const int64_t nk = std::min(kFwdBlockK, Sk - j0);
     const int64_t npad = round_up(nk, 16);
     pack_words_t(w.kp.data(), npad, kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h, p.k_stride_s, nk,
-                 npad, D);
+                 npad, D, reinterpret_cast<uint32_t*>(w.row));
     pack_rows_bf16(w.vp.data(), ldv, vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h, p.v_stride_s, nk,
                    npad, D);
     for (int64_t hh = 0; hh < G; ++hh) {
@@ -97,8 +114,7 @@ inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int6
         const uint16_t* qrows = qb + b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
         gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp.data(), npad, w.s, w.lds, false, p.scale);
         mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
-        online_softmax_tile(w.s, w.lds, mq, npad, w.m + row, w.l + row, w.o + row * D, D, D);
-        round_rows_bf16(w.pb.data(), npad, w.s, w.lds, mq, npad);
+        online_softmax_tile(w.s, w.lds, mq, npad, w.m + row, w.l + row, w.o + row * D, D, D, w.pb.data(), npad);
         gemm_dp(mq, D, npad / 2, w.pb.data(), npad, w.vp.data(), ldv, w.o + row * D, D, true);
       }
     }
@@ -177,12 +193,12 @@ inline void run_fwd(const FwdParams& p, int64_t nthreads) {
   const FwdPlan pl = make_fwd_plan(p, nthreads);
   if (pl.ntasks == 0) return;
   const int64_t G = p.heads / p.heads_kv;
-  // Tasks ordered (b, kv head, q block): consecutive tasks of a thread share K/V in cache.
   torch::stable::parallel_for(0, pl.ntasks, 1, [&](int64_t begin, int64_t end) {
     FwdScratch w(p.head_dim, G * pl.qblock);
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t b = t / (p.heads_kv * pl.nqb), hk = (t / pl.nqb) % p.heads_kv;
-      const int64_t i0 = (t % pl.nqb) * pl.qblock;
+      int64_t b, hk, qb;
+      pl.decode(t, p.batch, p.heads_kv, b, hk, qb);
+      const int64_t i0 = qb * pl.qblock;
 #if defined(WINATTN_BF16_DOT)
       fwd_task_bf16(p, pl, b, hk, i0, std::min(i0 + pl.qblock, p.seqlen_q), w);
 #else

@@ -3,16 +3,22 @@
 // No include guard (see winattn_cpu.cpp).
 
 // Word-transpose: dst[d2 * ldd + j] = word d2 of source row j (rows j < n at src + j * stride), zero for
-// n <= j < npad. Turns k (or v) rows into the B operand of q.k^T (or dO.v^T).
+// n <= j < npad (npad a multiple of 8). Turns k (or v) rows into the B operand of q.k^T (or dO.v^T). 8 rows at a
+// time through 8 x 8 block transposes; `tmp` is scratch of 4 * D words.
 inline void pack_words_t(uint32_t* dst, int64_t ldd, const uint16_t* src, int64_t stride, int64_t n, int64_t npad,
-                         int64_t D) {
+                         int64_t D, uint32_t* tmp) {
   const int64_t D2 = D / 2;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* row = src + j * stride;
-    for (int64_t d2 = 0; d2 < D2; ++d2) dst[d2 * ldd + j] = load_word(row + 2 * d2);
+  for (int64_t j0 = 0; j0 < npad; j0 += 8) {
+    for (int64_t x = 0; x < 8; ++x) {
+      if (j0 + x < n) std::memcpy(tmp + x * D2, src + (j0 + x) * stride, sizeof(uint16_t) * D);
+      else std::memset(tmp + x * D2, 0, sizeof(uint32_t) * D2);
+    }
+    int64_t d2 = 0;
+    for (; d2 + 8 <= D2; d2 += 8)
+      transpose8x8(reinterpret_cast<const float*>(tmp + d2), D2, reinterpret_cast<float*>(dst + d2 * ldd + j0), ldd);
+    for (; d2 < D2; ++d2)
+      for (int64_t x = 0; x < 8; ++x) dst[d2 * ldd + j0 + x] = tmp[x * D2 + d2];
   }
-  for (int64_t d2 = 0; d2 < D2; ++d2)
-    for (int64_t j = n; j < npad; ++j) dst[d2 * ldd + j] = 0;
 }
 
 // Row-pair interleave of bf16 rows: dst[r2 * ldd + d] = (src row 2*r2)[d] | (src row 2*r2+1)[d] << 16, for

@@ -63,3 +63,27 @@ struct Vec {
 inline Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline Vec operator-(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
 inline Vec operator*(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
+
+// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block of 32-bit values (floats or bf16 pairs; only moved).
+inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int x = 0; x < 8; ++x) r[x] = _mm256_loadu_ps(src + x * lds);
+#pragma GCC unroll 4
+  for (int x = 0; x < 8; x += 2) {
+    t[x] = _mm256_unpacklo_ps(r[x], r[x + 1]);
+    t[x + 1] = _mm256_unpackhi_ps(r[x], r[x + 1]);
+  }
+#pragma GCC unroll 2
+  for (int x = 0; x < 8; x += 4) {
+    r[x] = _mm256_shuffle_ps(t[x], t[x + 2], 0x44);
+    r[x + 1] = _mm256_shuffle_ps(t[x], t[x + 2], 0xEE);
+    r[x + 2] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0x44);
+    r[x + 3] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int x = 0; x < 4; ++x) {
+    _mm256_storeu_ps(dst + x * ldd, _mm256_permute2f128_ps(r[x], r[x + 4], 0x20));
+    _mm256_storeu_ps(dst + (x + 4) * ldd, _mm256_permute2f128_ps(r[x], r[x + 4], 0x31));
+  }
+}

@@ -68,3 +68,9 @@ inline Vec operator*(Vec a, Vec b) {
   for (int t = 0; t < Vec::W; ++t) a.v[t] *= b.v[t];
   return a;
 }
+
+// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block of 32-bit values.
+inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) dst[c * ldd + r] = src[r * lds + c];
+}

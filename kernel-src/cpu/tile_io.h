@@ -38,14 +38,16 @@ inline void load_rows(float* dst, int64_t ldd, const void* base, DType t, int64_
   for (int64_t r = 0; r < n; ++r) convert_row<false>(dst + r * ldd, base, t, offset + r * stride, D, mul);
 }
 
-// Same rows, transposed: dst[d * ldd + r]; columns r in [n, npad) are zero (padding to whole vectors).
-// `row` is scratch of D floats.
+// Same rows, transposed: dst[d * ldd + r]; columns r in [n, npad) are zero (padding to whole vectors; npad a
+// multiple of 8). `tmp` is scratch of 8 * D floats: rows are converted 8 at a time, then moved by 8 x 8 block
+// transposes (a scalar scatter with stride ldd would cost about as much as a tile product at small q blocks).
 inline void load_rows_t(float* dst, int64_t ldd, const void* base, DType t, int64_t offset, int64_t stride,
-                        int64_t n, int64_t npad, int64_t D, float* row) {
-  for (int64_t r = 0; r < n; ++r) {
-    convert_row<false>(row, base, t, offset + r * stride, D);
-    for (int64_t d = 0; d < D; ++d) dst[d * ldd + r] = row[d];
+                        int64_t n, int64_t npad, int64_t D, float* tmp) {
+  for (int64_t r0 = 0; r0 < npad; r0 += 8) {
+    for (int64_t x = 0; x < 8; ++x) {
+      if (r0 + x < n) convert_row<false>(tmp + x * D, base, t, offset + (r0 + x) * stride, D);
+      else std::memset(tmp + x * D, 0, sizeof(float) * D);
+    }
+    for (int64_t d = 0; d < D; d += 8) transpose8x8(tmp + d, D, dst + d * ldd + r0, ldd);
   }
-  for (int64_t d = 0; d < D; ++d)
-    for (int64_t r = n; r < npad; ++r) dst[d * ldd + r] = 0.f;
 }

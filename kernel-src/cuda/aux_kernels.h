@@ -100,33 +100,29 @@ __global__ void __launch_bounds__(256) reduce_partials_kernel(const ReduceParams
     const int ii = int((e / rp.C_T) % rp.R_T);
     const int hb = int((e / (int64_t(rp.C_T) * rp.R_T)) % rp.H_T);
     const int pp = int(e / (int64_t(rp.C_T) * rp.R_T * rp.H_T));
-    const bool cols_full = rp.C_T == rp.Sk;
-    const bool rows_full = rp.R_T == rp.Sq;
-    const bool heads_full = rp.H_T == rp.Hx;
-    const int nN = cols_full ? 1 : rp.nblocks;
-    const int nJ = cols_full ? 1 : rp.BN;
-    const int nH = heads_full ? 1 : rp.Hx;
+    const bool cols_full = rp.C_T == rp.Sk, rows_full = rp.R_T == rp.Sq, heads_full = rp.H_T == rp.Hx;
+    const int n_lo = cols_full ? jj / rp.BN : 0, n_hi = cols_full ? n_lo + 1 : rp.nblocks;
+    const int h_lo = heads_full ? hb : 0, h_hi = heads_full ? hb + 1 : rp.Hx;
+    const int i_lo = rows_full ? ii : 0, i_hi = rows_full ? ii + 1 : rp.Sq;
     const int nR = rp.Pg / rp.P_T;
-    const int nI = rows_full ? 1 : rp.Sq;
     const int64_t per_cta = int64_t(rp.Sq) * rp.BN;
-    // contributor index = ((((nn * nH + hh) * nR + rr) * NC + c) * nI + i) * nJ + j
-    const int64_t total = int64_t(nN) * nH * nR * rp.NC * nI * nJ;
-    for (int64_t x = warp; x < total; x += 8) {
-      int64_t y = x;
-      const int j = int(y % nJ); y /= nJ;
-      const int i = int(y % nI); y /= nI;
-      const int c = int(y % rp.NC); y /= rp.NC;
-      const int rr = int(y % nR); y /= nR;
-      const int hh = int(y % nH); y /= nH;
-      const int nn = int(y);
-      const int n = cols_full ? jj / rp.BN : nn;
-      const int col = cols_full ? jj % rp.BN : j;
-      const int row = rows_full ? ii : i;
-      const int h = heads_full ? hb : hh;
-      const int r = pp + rr * rp.P_T;
-      const int64_t cta = (int64_t(n) * rp.Hx + h) * rp.NR + int64_t(c) * rp.Pg + r;
-      sum += rp.partials[cta * per_cta + int64_t(row) * rp.BN + col];
-    }
+    // contributors in a fixed order; warp w takes every 8th chunk index c
+    for (int n = n_lo; n < n_hi; ++n)
+      for (int h = h_lo; h < h_hi; ++h)
+        for (int rr = 0; rr < nR; ++rr) {
+          const int r = pp + rr * rp.P_T;
+          for (int c = warp; c < rp.NC; c += 8) {
+            const float* part = rp.partials + ((int64_t(n) * rp.Hx + h) * rp.NR + int64_t(c) * rp.Pg + r) * per_cta;
+            for (int i = i_lo; i < i_hi; ++i) {
+              const float* row = part + int64_t(i) * rp.BN;
+              if (cols_full) {
+                sum += row[jj % rp.BN];
+              } else {
+                for (int j = 0; j < rp.BN; ++j) sum += row[j];
+              }
+            }
+          }
+        }
   }
   red[warp][lane] = sum;
   __syncthreads();

@@ -29,6 +29,7 @@ __device__ __forceinline__ void target_atomic(float* base, int rows, int cols, c
                                               int Sk, int i_w, int j_w, int lane) {
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   if (rows != 1 && cols != 1) {
+    const bool pairs = (cols & 1) == 0;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -36,12 +37,16 @@ __device__ __forceinline__ void target_atomic(float* base, int rows, int cols, c
         const int i = i_w + mt * 16 + qr + hf * 8;
         if (i >= Sq) continue;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = j_w + nt * 8 + qc + e;
-            if (j < Sk) atomicAdd(base + int64_t(i) * cols + j, ds[mt][nt][2 * hf + e]);
+        for (int nt = 0; nt < NT; ++nt) {
+          const int j = j_w + nt * 8 + qc;
+          float* ptr = base + int64_t(i) * cols + j;
+          if (pairs && j + 1 < Sk) {
+            atomic_add2(ptr, ds[mt][nt][2 * hf], ds[mt][nt][2 * hf + 1]);
+          } else {
+            if (j < Sk) atomicAdd(ptr, ds[mt][nt][2 * hf]);
+            if (j + 1 < Sk) atomicAdd(ptr + 1, ds[mt][nt][2 * hf + 1]);
           }
+        }
       }
     return;
   }
@@ -404,18 +409,18 @@ __global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
               const int r = mt * 16 + qr + hf * 8;
               if (r >= rows_valid) continue;
 #pragma unroll
-              for (int nt = 0; nt < QNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int c = nt * 8 + qc + e;
-                  if (c >= cols_valid) continue;
-                  float* ptr = base + int64_t(r) * dq_ss + c;
-                  const float val = acc_dq[mt][nt][2 * hf + e] * p.scale;
-                  if (ordered)
-                    st_cg(ptr, ld_cg(ptr) + val);
-                  else
-                    atomicAdd(ptr, val);
+              for (int nt = 0; nt < QNT; ++nt) {
+                const int c = nt * 8 + qc;  // D is even: (c, c + 1) are both valid or both not
+                if (c >= cols_valid) continue;
+                float* ptr = base + int64_t(r) * dq_ss + c;
+                const float v0 = acc_dq[mt][nt][2 * hf] * p.scale, v1 = acc_dq[mt][nt][2 * hf + 1] * p.scale;
+                if (ordered) {
+                  st_cg(ptr, ld_cg(ptr) + v0);
+                  st_cg(ptr + 1, ld_cg(ptr + 1) + v1);
+                } else {
+                  atomic_add2(ptr, v0, v1);
                 }
+              }
             }
         }
         if (ordered) sem_signal(sem, rank);

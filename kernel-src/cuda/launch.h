@@ -14,6 +14,12 @@ void run_fwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t s
 template <int D>
 void run_bwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 
+// Resident CTAs per SM for the kernel at this dynamic shared memory size (registers and smem both count).
+template <int D>
+int fwd_blocks_per_sm(int dtype, int smem);
+template <int D>
+int bwd_blocks_per_sm(int dtype, int smem);
+
 void check_cuda(cudaError_t err, const char* what);
 
 }  // namespace cuda

@@ -17,6 +17,29 @@ inline void launch_kernel(Kernel kernel, int64_t grid, int threads, int smem, cu
   check_cuda(cudaGetLastError(), what);
 }
 
+template <typename Kernel>
+inline int blocks_per_sm(Kernel kernel, int threads, int smem) {
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "occupancy");
+  int n = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem), "occupancy");
+  return n;
+}
+
+template <int D>
+int fwd_blocks_per_sm(int dtype, int smem) {
+  using Tr = FwdTraits<D>;
+  return dtype == 0 ? blocks_per_sm(fwd_kernel<Tr, __half>, Tr::kNThreads, smem)
+                    : blocks_per_sm(fwd_kernel<Tr, __nv_bfloat16>, Tr::kNThreads, smem);
+}
+
+template <int D>
+int bwd_blocks_per_sm(int dtype, int smem) {
+  using Tr = BwdTraits<D>;
+  return dtype == 0 ? blocks_per_sm(bwd_kernel<Tr, __half>, Tr::kNThreads, smem)
+                    : blocks_per_sm(bwd_kernel<Tr, __nv_bfloat16>, Tr::kNThreads, smem);
+}
+
 template <int D>
 void run_fwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
   using Tr = FwdTraits<D>;

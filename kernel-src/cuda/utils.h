@@ -111,6 +111,16 @@ __device__ __forceinline__ float quad_sum(float x) {
 __device__ __forceinline__ float ld_cg(const float* p) { return __ldcg(p); }
 __device__ __forceinline__ void st_cg(float* p, float v) { __stcg(p, v); }
 
+// Two adjacent fp32 atomic adds (p 8-byte aligned): one vector reduction on sm90, two scalar ones before.
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 // Semaphores: ticket counters in global memory (zero-filled by the host). A contributor of rank r waits until the
 // counter equals r, does its plain read-add-write, and bumps the counter to r + 1.
 __device__ __forceinline__ int ld_acquire(const int* p) {

@@ -212,6 +212,25 @@ void choose_bias_mode(KParams& p, int block_n) {
   p.bias_pitch = bias_pitch_bytes(block_n, es);
 }
 
+template <typename F>
+void dispatch_hdim(int dk, F&& f) {
+  switch (dk) {
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 96: f(std::integral_constant<int, 96>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    case 160: f(std::integral_constant<int, 160>{}); break;
+    case 192: f(std::integral_constant<int, 192>{}); break;
+    default: f(std::integral_constant<int, 256>{}); break;
+  }
+}
+
+// Items per CTA so that ceil(units / G) CTAs fill whole waves of `slots` resident CTAs (G <= gmax).
+int waves_g(int64_t units, int64_t slots, int gmax) {
+  const int64_t waves = std::max<int64_t>(1, (units + slots * gmax - 1) / (slots * gmax));
+  return int(std::max<int64_t>(1, (units + slots * waves - 1) / (slots * waves)));
+}
+
 // ---- forward plan ----------------------------------------------------------------------------------------------
 struct FwdPlan {
   KParams p;
@@ -229,18 +248,6 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   const TileConfig tc = tile_config(pl.dk);
   const DeviceInfo dev = device_info();
   const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
-  int G = 1;
-  if (mblocks == 1 && nblocks == 1 && p.B > 1) {
-    const int64_t items = int64_t(p.B) * p.H;
-    G = int(std::max<int64_t>(1, std::min<int64_t>(32, items / (16 * int64_t(dev.sms)))));
-    G = env_int("WINATTN_FWD_G", G);
-    G = std::max(1, std::min(G, p.B));
-  }
-  p.G = G;
-  p.Pg = 1;
-  p.NC = ceil_div(p.B, G);
-  p.NR = p.NC;
-  pl.grid = int64_t(mblocks) * p.H * p.NR;
   pl.comb = comb_plan(fp);
   // the workspace is 256-byte aligned: a stand-in pointer decides the staging mode; fwd() sets the real one
   if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
@@ -252,23 +259,25 @@ FwdPlan plan_fwd(const FwdParams& fp) {
     p.bias_stages = std::min(p.bias_stages, env_int("WINATTN_BIAS_STAGES", 2));
     pl.smem += p.bias_stages * tile;
   }
+  // window mode: G items (windows) per CTA, sized so the grid is a whole number of resident waves
+  int G = 1;
+  if (mblocks == 1 && nblocks == 1 && p.B > 1) {
+    const int dt = dtype_code(fp.dtype);
+    int occ = 1;
+    dispatch_hdim(pl.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
+    G = waves_g(int64_t(p.B) * p.H, int64_t(dev.sms) * std::max(occ, 1), 32);
+    G = env_int("WINATTN_FWD_G", G);
+    G = std::max(1, std::min(G, p.B));
+  }
+  p.G = G;
+  p.Pg = 1;
+  p.NC = ceil_div(p.B, G);
+  p.NR = p.NC;
+  pl.grid = int64_t(mblocks) * p.H * p.NR;
   Carver cv;
   if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.ws_bytes = cv.size;
   return pl;
-}
-
-template <typename F>
-void dispatch_hdim(int dk, F&& f) {
-  switch (dk) {
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    case 96: f(std::integral_constant<int, 96>{}); break;
-    case 128: f(std::integral_constant<int, 128>{}); break;
-    case 160: f(std::integral_constant<int, 160>{}); break;
-    case 192: f(std::integral_constant<int, 192>{}); break;
-    default: f(std::integral_constant<int, 256>{}); break;
-  }
 }
 
 // ---- backward plan ---------------------------------------------------------------------------------------------
@@ -346,7 +355,11 @@ BwdPlan plan_bwd(const BwdParams& bp) {
     Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
     const int per_r = p.B / Pg;
     const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
-    G = int(std::max<int64_t>(1, std::min<int64_t>(64, items / (16 * int64_t(dev.sms)))));
+    const int dt = dtype_code(bp.dtype);
+    const int smem = pl.smem + acc_bytes;
+    int occ = 1;
+    dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem); });
+    G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
     G = env_int("WINATTN_BWD_G", G);
     G = std::max(1, std::min(G, per_r));
   }
@@ -389,10 +402,9 @@ BwdPlan plan_bwd(const BwdParams& bp) {
     t.period = 1;
     t.heads = p.H;
     full(t);
-    t.mode = pl.window ? TargetMode::kAccum
-             : p.B == 1 ? TargetMode::kStore
-             : det ? TargetMode::kOrdered
-                   : TargetMode::kAtomic;
+    // the table gradient is always deterministic (window_attention has no flag): partials in window mode,
+    // fixed-order read-add-write otherwise
+    t.mode = pl.window ? TargetMode::kAccum : p.B == 1 ? TargetMode::kStore : TargetMode::kOrdered;
   }
 
   // workspace: zero-filled regions first (one memset), then the rest
@@ -533,7 +545,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
   if (pl.dtable) {
     const int64_t T = params.table_rows;
-    if (params.deterministic || Sq * Sk <= 65536) {
+    if (params.deterministic || Sq * Sk <= (int64_t(1) << 20)) {
       dim3 grid(unsigned((T + 127) / 128), unsigned(p.H));
       scatter_dtable_scan_kernel<<<grid, 128, 0, stream>>>(params.dtable, T, p.H, dtb, params.rel_index,
                                                           params.index_stride_q, params.index_stride_k, p.Sq, p.Sk);

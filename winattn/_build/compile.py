@@ -251,8 +251,13 @@ def link_flags(backend: str, cuda: CudaToolkit | None, obj_dir: Path, torch: Tor
         assert cuda is not None
         if _env_flag("WINATTN_STATIC_CUDART"):
             flags += [f"-L{cuda.lib_dir}", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
-        else:
+        elif (cuda.lib_dir / "libcudart.so").exists():
             flags += [f"-L{cuda.lib_dir}", "-lcudart"]
+        else:  # PyPI's CUDA 13 runtime wheel ships the versioned soname only
+            sonames = sorted(p.name for p in cuda.lib_dir.glob("libcudart.so.[0-9]*") if p.name.count(".") == 2)
+            if not sonames:
+                raise BuildError(f"{cuda.lib_dir}: no libcudart.so or libcudart.so.<major> to link against")
+            flags += [f"-L{cuda.lib_dir}", f"-l:{sonames[0]}"]
     return flags
 
 
@@ -317,13 +322,14 @@ def write_build_ninja(obj_dir: Path, cxx: str, cuda: CudaToolkit | None, units: 
 _STEP_RE = re.compile(r"^\[\d+/\d+\] (CXX|NVCC|LINK|COMPAT) (.*)$")
 
 
-def run_ninja(ninja: str, obj_dir: Path, target: str, log, dry_run: bool = False, jobs: int | None = None) -> NinjaRun:
+def run_ninja(ninja: str, obj_dir: Path, target: str | list[str], log, dry_run: bool = False,
+              jobs: int | None = None) -> NinjaRun:
     cmd = [ninja, "-C", str(obj_dir)]
     if dry_run:
         cmd.append("-n")
     if jobs:
         cmd += ["-j", str(jobs)]
-    cmd.append(target)
+    cmd += [target] if isinstance(target, str) else list(target)
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

@@ -4,5 +4,6 @@
 namespace winattn {
 namespace cuda {
 template void run_bwd<32>(const KParams&, int, int64_t, int, cudaStream_t);
+template int bwd_blocks_per_sm<32>(int, int);
 }  // namespace cuda
 }  // namespace winattn

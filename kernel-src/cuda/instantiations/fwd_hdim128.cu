@@ -4,5 +4,6 @@
 namespace winattn {
 namespace cuda {
 template void run_fwd<128>(const KParams&, int, int64_t, int, cudaStream_t);
+template int fwd_blocks_per_sm<128>(int, int);
 }  // namespace cuda
 }  // namespace winattn
