@@ -123,10 +123,10 @@ def bench_swin(kern, win, nwin, reps, results):
         f = lambda: kern.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
         return measure(f, autograd_grads([q, k, v, table]), reps)
 
-    def bias_full():
+    def bias_full():  # (RPB gather + shift mask) materialized as [Bw, H, N, N], as SDPA needs it
         rpb = table[index].permute(2, 0, 1)  # [H, N, N]
         b = rpb[None] + mask.repeat(Bw // nW, 1, 1)[:, None]
-        return b.to(BF16)
+        return b.to(BF16).contiguous()
 
     def sdpa(backend, with_bias=True, bias_grad=True):
         def run(reps):

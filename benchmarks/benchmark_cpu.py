@@ -15,7 +15,8 @@ for three implementations on the same inputs:
   * composite  softmax(q k^T * scale + bias) v with autograd              (q/k/v [B, H, S, D], their best layout)
   * sdpa       torch.nn.functional.scaled_dot_product_attention(attn_mask=bias)
 
-Reported: median (and min) wall time over `--repeats` runs after `--warmup` runs, GFLOP/s with the usual
+Implementations are timed round-robin (one run of each per round, so load on a shared machine affects all of
+them alike). Reported: median (and min) wall time over `--repeats` rounds after `--warmup`, GFLOP/s with the usual
 attention count (fwd 4*B*H*S*S*D, bwd 2.5x fwd: recomputation not counted), and the kernel's speedup over each
 baseline. `--json` writes every measurement plus the machine/thread/torch details.
 """
@@ -48,14 +49,18 @@ def load_kernel(build_dir: Path, build: bool):
     return get_local_kernel(build_dir)
 
 
-def timeit(fn, repeats: int, warmup: int) -> list[float]:
+def time_interleaved(fns: dict, repeats: int, warmup: int) -> dict:
+    """Round-robin timing: each round runs every implementation once, so load changes on a shared machine hit
+    all of them alike instead of whichever happened to be running."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
     return times
 
 
@@ -134,8 +139,9 @@ def main(argv=None) -> int:
     for dname in args.dtypes:
         cases = make_cases(kernel, B, H, S, D, DTYPES[dname])
         for mode_i, mode in enumerate(("fwd", "fwd+bwd")):
+            all_times = time_interleaved({impl: cases[impl][mode_i] for impl in args.impls}, args.repeats, args.warmup)
             for impl in args.impls:
-                times = timeit(cases[impl][mode_i], args.repeats, args.warmup)
+                times = all_times[impl]
                 med = statistics.median(times)
                 results.append({
                     "impl": impl, "dtype": dname, "mode": mode, "median_ms": med * 1e3, "min_ms": min(times) * 1e3,
@@ -144,24 +150,27 @@ def main(argv=None) -> int:
                 print(f"  measured {dname:4s} {mode:7s} {impl:9s} {med * 1e3:9.1f} ms", file=sys.stderr, flush=True)
         del cases
 
-    def kernel_ms(r):
+    def kernel_row(r):
         for x in results:
             if x["impl"] == "kernel" and x["dtype"] == r["dtype"] and x["mode"] == r["mode"]:
-                return x["median_ms"]
+                return x
         return None
 
     title = f"window-attention CPU benchmark: B={B} H={H} S={S} D={D}, bias [1, H, S, S], " \
             f"{torch.get_num_threads()} threads, torch {torch.__version__}"
     print(title)
-    header = f"{'dtype':5s} {'mode':8s} {'impl':10s} {'median ms':>10s} {'min ms':>9s} {'GFLOP/s':>8s} {'kernel speedup':>15s}"
+    header = (f"{'dtype':5s} {'mode':8s} {'impl':10s} {'median ms':>10s} {'min ms':>9s} {'GFLOP/s':>8s} "
+              f"{'kernel speedup (median / min)':>30s}")
     print(header)
     print("-" * len(header))
     for r in results:
-        km = kernel_ms(r)
-        r["kernel_speedup"] = None if km is None else r["median_ms"] / km
-        speed = "" if r["impl"] == "kernel" or km is None else f"{r['kernel_speedup']:.2f}x"
+        k = kernel_row(r)
+        r["kernel_speedup"] = None if k is None else r["median_ms"] / k["median_ms"]
+        r["kernel_speedup_min"] = None if k is None else r["min_ms"] / k["min_ms"]
+        speed = "" if r["impl"] == "kernel" or k is None else \
+            f"{r['kernel_speedup']:.2f}x / {r['kernel_speedup_min']:.2f}x"
         print(f"{r['dtype']:5s} {r['mode']:8s} {r['impl']:10s} {r['median_ms']:10.1f} {r['min_ms']:9.1f} "
-              f"{r['gflops']:8.1f} {speed:>15s}")
+              f"{r['gflops']:8.1f} {speed:>30s}")
 
     if args.json:
         meta = {

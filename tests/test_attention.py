@@ -135,7 +135,9 @@ def _check_key_broadcast_dbias(got, ref64, out, g, dtype):
     per_row = (g.double().abs() * out.detach().double().abs()).sum(-1).transpose(1, 2)[..., None]  # [B, H, Sq, 1]
     bound = per_row.sum_to_size(got.shape) * torch.finfo(dtype).eps + 1e-4
     err = (got.double() - ref64).abs()
-    assert (err <= bound).all(), f"dbias (key-broadcast): max error {err.max().item():.3e}, bound {bound.min().item():.3e}"
+    assert (err <= bound).all(), (
+        f"dbias (key-broadcast): max error {err.max().item():.3e}, bound {bound.min().item():.3e}"
+    )
 
 
 def _qkv(B, Sq, Sk, H, Hkv, D, dtype, device):
@@ -592,17 +594,27 @@ def test_bad_inputs_at_op_level(kernel, device):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# CPU only: the portable (non-AVX2) code path gives the same results
+# CPU only: every code path of the CPU kernel. The best one for the machine runs above (AVX512-BF16 tile
+# products for bf16 where the CPU has them, AVX2/FMA otherwise); WINATTN_CPU_ISA caps the choice.
 
 
-def test_cpu_generic_isa_path(kernel, device, monkeypatch):
+@pytest.mark.parametrize("isa", ["avx2", "generic"])
+def test_cpu_isa_paths(kernel, device, monkeypatch, isa):
     if device != "cpu":
         pytest.skip("CPU code-path selection")
+    monkeypatch.setenv("WINATTN_CPU_ISA", isa)
     q, k, v = _qkv(2, 45, 70, 4, 2, 40, torch.bfloat16, device)
     bias = _rand(1, 4, 45, 70, dtype=torch.bfloat16, device=device)
     kpm = torch.rand(2, 70) > 0.2
-    monkeypatch.setenv("WINATTN_CPU_ISA", "generic")
     check_attention(kernel, torch.bfloat16, q, k, v, bias=bias, key_padding_mask=kpm, causal=True, return_lse=True)
+    q16, k16, v16 = _qkv(2, 33, 33, 2, 2, 72, torch.float16, device)
+    check_attention(kernel, torch.float16, q16, k16, v16, bias=_rand(2, 1, 33, 33, dtype=torch.float16, device=device),
+                    window=(4, 4))
     q32, k32, v32 = _qkv(1, 33, 33, 2, 2, 8, torch.float32, device)
     check_attention(kernel, torch.float32, q32, k32, v32, bias=_rand(33, 33, dtype=torch.float32, device=device),
                     window=(4, 4))
+    ws, nw = 7, 2
+    qw, kw, vw = _qkv(2 * nw, ws * ws, ws * ws, 2, 2, 32, torch.bfloat16, device)
+    table = _rand((2 * ws - 1) ** 2, 2, dtype=torch.float32, device=device)
+    check_window_attention(kernel, torch.bfloat16, qw, kw, vw, table, swin_relative_index(ws, device),
+                           mask=swin_shift_mask(nw, ws * ws, device))

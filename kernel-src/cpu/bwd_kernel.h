@@ -7,11 +7,11 @@
 //   fp32 buffer [split, B, H, Sq, D]: the task owns the (b, group heads) slice of its split. The common case is a
 //   single split (enough (b, kv head) pairs to feed every thread), i.e. one fp32 copy of dq and no recomputation;
 //   splits only appear for small B * H_kv and are summed in split order at the end.
-//   Tasks run in `nchunks` contiguous runs (see BwdPlan in cpu_common.h), sequentially inside a run. dS
-//   reductions into dbias / the table accumulator go straight to the output when no two runs can hit the same
-//   slot (tasks that could are kept in one run), else into a per-run buffer; run buffers are summed in run order.
-//   Every sum therefore has a fixed order: the backward is bit-reproducible for a given thread count whether or
-//   not `deterministic` is set (it costs nothing here, so the flag needs no separate path).
+//   Tasks are cut into `nchunks` contiguous chunks (see BwdPlan in cpu_common.h), run sequentially inside a
+//   chunk. dS reductions into dbias / the table accumulator go straight to the output when no two chunks can hit
+//   the same slot (tasks that could are kept in one chunk), else into a per-chunk buffer; chunk buffers are summed
+//   in chunk order. Every sum therefore has a fixed order: the backward is bit-reproducible for a given thread
+//   count whether or not `deterministic` is set (it costs nothing here, so the flag needs no separate path).
 // ISA-specific; no include guard.
 
 struct BwdScratch {
@@ -74,8 +74,8 @@ inline void bwd_task_init(const BwdCtx& c, int64_t task) {
 // One k-tile of a task = everything that touches dK/dV of those keys: the unit of work. Steps of tasks that
 // differ only in the batch run k-tile-major (see run_bwd), so a bias / dbias strip shared across the batch stays
 // in cache between them.
-
-inline void bwd_step(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
+inline void bwd_step(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& dbias, const DsSink& dtab,
+                     BwdScratch& w) {
   const BwdParams& p = c.p;
   const BwdPlan& pl = c.plan;
   const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;
@@ -136,7 +136,8 @@ inline void bwd_step(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& db
 // bf16 inputs with AVX512-BF16: bwd_task with the five tile products on bf16 pairs. dV and dK are accumulated
 // transposed (dV^T = dO^T.P, dK^T = q^T.dS) so that P and dS only need row-pair packing, never a transpose;
 // q / dO come pre-packed from the workspace. q is not pre-scaled (bf16 rounding): scale multiplies S and dK.
-inline void bwd_step_bf16(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& dbias, const DsSink& dtab, BwdScratch& w) {
+inline void bwd_step_bf16(const BwdCtx& c, int64_t task, int64_t kt, const DsSink& dbias, const DsSink& dtab,
+                          BwdScratch& w) {
   const BwdParams& p = c.p;
   const BwdPlan& pl = c.plan;
   const int64_t B = p.batch, H = p.heads, Hkv = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k, D = p.head_dim;

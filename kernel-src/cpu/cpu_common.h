@@ -24,7 +24,7 @@ constexpr int64_t kFwdBlockQ = 64;
 constexpr int64_t kFwdBlockK = 64;
 constexpr int64_t kBwdBlockQ = 64;
 constexpr int64_t kBwdBlockK = 64;
-constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kPrivateBudgetBytes = int64_t{1} << 30;  // see make_bwd_plan
 
 inline float to_float(const void* p, DType t, int64_t i) {
   switch (t) {
@@ -104,13 +104,13 @@ struct DsSink {
 //   tasks = (b, kv head, split of the k-tiles), numbered in mixed radix with the dims along which two tasks can
 //   hit the same dbias / dtable slot innermost, so that such tasks are consecutive ("conflict group": e.g. all
 //   batches of one head for a bias broadcast over the batch). Consecutive tasks then also reuse the same slots
-//   from cache. The units handed to parallel_for are `nchunks` contiguous runs of tasks, each run sequentially.
-//   When there are enough groups, runs are cut at group boundaries and every slot has a single writer
-//   (`grouped`); otherwise runs that may collide accumulate into per-chunk buffers (`*_private`), summed in chunk
-//   order at the end.
+//   from cache. The units handed to parallel_for are `nchunks` contiguous chunks of tasks, each run
+//   sequentially. When there are enough groups, chunks are cut at group boundaries and every slot has a single
+//   writer (`grouped`); otherwise chunks that may collide accumulate into per-chunk buffers (`*_private`), summed
+//   in chunk order at the end.
 struct BwdPlan {
   int64_t ktiles = 0, nsplit = 1, ntasks = 0, nchunks = 1;
-  int64_t unit = 1;  // tasks per indivisible run: the conflict-group size when grouped, else 1
+  int64_t unit = 1;  // tasks per indivisible piece of a chunk: the conflict-group size when grouped, else 1
   bool grouped = false;
   bool dbias_private = false, dtable_private = false;  // per-chunk buffers (else write in place)
   int order[3] = {0, 1, 2};                            // dims (0 = b, 1 = kv head, 2 = split), outer to inner
@@ -173,6 +173,13 @@ inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads, bool bf16_dot
   if (pl.nchunks > 1 && !pl.grouped) {
     pl.dbias_private = bias_b || bias_h || bias_s;
     pl.dtable_private = table_b;
+    // Per-chunk buffers cost nchunks copies of dbias / the table accumulator: above kPrivateBudgetBytes, trade
+    // threads for memory (e.g. a [1, 1, 8192, 8192] bias on a 64-thread machine).
+    const int64_t per_chunk = 4 * ((pl.dbias_private ? align16(p.bias.period * p.bias.heads * p.bias.rows *
+                                                               p.bias.cols) : 0) +
+                                   (pl.dtable_private ? align16(H * Sq * Sk) : 0));
+    if (per_chunk > 0) pl.nchunks = std::max<int64_t>(1, std::min(pl.nchunks, kPrivateBudgetBytes / per_chunk));
+    if (pl.nchunks == 1) pl.dbias_private = pl.dtable_private = false;
   }
   int64_t off = 0;
   pl.off_delta = off;

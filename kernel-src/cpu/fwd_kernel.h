@@ -2,8 +2,8 @@
 //
 // One task = (batch, kv head, block of q rows) and covers the q rows of all G = H / H_kv heads sharing that kv
 // head. Loop order inside a task: k-tile outer, (head, q-tile) inner, so each K^T / V tile is converted to fp32
-// once per task and reused by up to `rows_per_task` query rows (the conversion, a transposition for K, would
-// otherwise cost a sizeable fraction of the tile products). The running state (max, sum, unnormalized output)
+// (or packed to bf16 pairs) once per task and reused by G * qblock query rows (the conversion, a transposition
+// for K, would otherwise cost a sizeable fraction of the tile products). The running state (max, sum, unnormalized output)
 // of the task's rows stays in task-local fp32 buffers; scratch is tile-sized, never [Sq, Sk].
 // Tasks write disjoint rows of out/lse: race-free and deterministic. k-tiles outside the causal/window band
 // of a q-tile are skipped. ISA-specific; no include guard.

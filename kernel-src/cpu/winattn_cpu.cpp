@@ -1,22 +1,29 @@
 // CPU backend of window-attention: tiled flash-attention (online softmax forward, recompute-from-lse backward)
-// in fp32 for fp16/bf16/fp32 inputs. See winattn_params.h for the meaning of every field.
+// with fp32 accumulation for fp16/bf16/fp32 inputs. See winattn_params.h for the meaning of every field.
 //
 // Layout of kernel-src/cpu (flash-attention style):
 //   cpu_common.h   ISA-independent: scalar dtype conversion, broadcast addressing, causal/window band, tile sizes,
 //                  backward work plan + workspace layout
 //   simd_avx2.h    8-lane fp32 vector on AVX2/FMA/F16C     } one of them is `Vec` in each ISA namespace
-//   simd_generic.h the same on plain C++ (any CPU)         }
+//   simd_generic.h the same in plain C++ (any CPU)         }
 //   tile_io.h      tile loads to fp32 (natural / transposed), row stores to the output dtype
-//   gemm_tile.h    register-blocked tile products
+//   gemm_tile.h    register-blocked fp32 tile products
+//   gemm_bf16.h    bf16-pair tile products (AVX512-BF16), pack_bf16.h: their operand packing
 //   score_mod.h    bias / rel-pos table / masks / band applied to a score tile
 //   softmax.h      online softmax (fwd), P recomputation and dS (bwd)
 //   reductions.h   dS reduced into dbias / the rel-pos table accumulator
 //   fwd_kernel.h, bwd_kernel.h  tile loops + parallelization (the why is at the top of each)
 //
-// ISA dispatch: the shipped binary targets baseline x86-64 (no -march), but the kernel headers are compiled a
-// second time under `#pragma GCC target("avx2,fma,f16c")` and that copy is picked at run time when the CPU has
-// those features (every x86 server since ~2013). Other CPUs, non-x86 hosts and WINATTN_CPU_ISA=generic use the
-// portable copy. Threads come from torch (torch::stable::parallel_for), not OpenMP.
+// ISA dispatch: the shipped binary targets baseline x86-64 (no -march). The kernel headers are compiled up to
+// three times, each copy in its own namespace: `generic` (baseline), `avx2` (under #pragma GCC target
+// "avx2,fma,f16c": every x86 server since ~2013) and `avx512bf16` (bf16 inputs only: the tile products use
+// vdpbf16ps, about twice the fp32 FMA rate; Zen 4+, Cooper Lake, Sapphire Rapids+). The best copy the running
+// CPU supports is picked per call (pick_isa); WINATTN_CPU_ISA=avx2|generic caps it. Non-x86 hosts and clang
+// builds get the generic copy. Threads come from torch (torch::stable::parallel_for), not OpenMP.
+//
+// Numerics: fp32 accumulation everywhere; the avx512bf16 copy rounds P and dS to bf16 before their tile products
+// (as GPU flash-attention does). Results are bit-reproducible for a given thread count and code path (see
+// bwd_kernel.h), so `deterministic` needs no special handling on CPU.
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>

@@ -6,6 +6,8 @@
 // in 16- or 4-byte chunks, or strided element copies for arbitrary strides / broadcast columns) and read back in
 // fragment order. Scores leave apply_terms() in log2 units (s * scale * log2e + term * log2e), -inf = hidden key.
 #pragma once
+#include <type_traits>
+
 #include "kernel_params.h"
 #include "utils.h"
 
@@ -99,21 +101,30 @@ __device__ __forceinline__ void load_bias_tile(unsigned char* s, const KParams& 
   }
 }
 
-__device__ __forceinline__ float2 bias_smem_pair(const unsigned char* s, int pitch, int dtype, int r, int c) {
-  if (dtype == 2) return *reinterpret_cast<const float2*>(s + r * pitch + c * 4);
-  const unsigned char* ptr = s + r * pitch + c * 2;
-  if (dtype == 1) return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
-  return __half22float2(*reinterpret_cast<const __half2*>(ptr));
+template <typename BT>
+__device__ __forceinline__ float2 smem_pair_t(const unsigned char* s, int pitch, int r, int c);
+template <>
+__device__ __forceinline__ float2 smem_pair_t<float>(const unsigned char* s, int pitch, int r, int c) {
+  return *reinterpret_cast<const float2*>(s + r * pitch + c * 4);
+}
+template <>
+__device__ __forceinline__ float2 smem_pair_t<__nv_bfloat16>(const unsigned char* s, int pitch, int r, int c) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + r * pitch + c * 2));
+}
+template <>
+__device__ __forceinline__ float2 smem_pair_t<__half>(const unsigned char* s, int pitch, int r, int c) {
+  return __half22float2(*reinterpret_cast<const __half2*>(s + r * pitch + c * 2));
 }
 
-// acc (raw Q K^T of the warp tile at tile row rw, tile col cw) -> scores in log2 units with every term applied.
-// sB: the staged additive tile (tile coordinates), or nullptr to read the term from global memory.
-// need_mask: the tile crosses the band edge or the sequence end.
-template <int MT, int NT>
-__device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KParams& p, const unsigned char* sB, int b,
-                                            int h, int i0, int rw, int j0, int cw, int lane, bool need_mask) {
+// BT: the staged tile's element type (void: no staged tile; the term, if any, is read from global memory).
+template <int MT, int NT, typename BT>
+__device__ __forceinline__ void apply_terms_t(float (&acc)[MT][NT][4], const KParams& p, const unsigned char* sB,
+                                              int b, int h, int i0, int rw, int j0, int cw, int lane,
+                                              bool need_mask) {
   const int qr = lane >> 2, qc = (lane & 3) * 2;
-  const bool has_bias = p.bias.ptr != nullptr, has_mask = p.mask.ptr != nullptr, has_kp = p.kp != nullptr;
+  constexpr bool kStaged = !std::is_same<BT, void>::value;
+  const bool glob_bias = !kStaged && p.bias.ptr != nullptr;
+  const bool has_mask = p.mask.ptr != nullptr, has_kp = p.kp != nullptr;
   const bool any_vis = need_mask || has_mask || has_kp;
   bool kp[NT][2];
 #pragma unroll
@@ -127,7 +138,7 @@ __device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KPara
       kp[nt][1] = kp[nt][1] && __ldg(row + int64_t(j + 1) * p.kp_sk) != 0;
     }
   }
-  const int64_t bias_bh = has_bias ? int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh : 0;
+  const int64_t bias_bh = glob_bias ? int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh : 0;
   const int64_t mask_bh = has_mask ? int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh : 0;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -141,12 +152,13 @@ __device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KPara
         const int c = cw + nt * 8 + qc;
         const int j = j0 + c;
         float x0 = acc[mt][nt][2 * hf] * p.scale_log2, x1 = acc[mt][nt][2 * hf + 1] * p.scale_log2;
-        if (has_bias) {
-          float2 bv;
-          if (sB != nullptr)
-            bv = bias_smem_pair(sB, p.bias_pitch, p.bias.dtype, r, c);
-          else
-            bv = row_ok ? bias_pair(p.bias, bias_bh + int64_t(i) * p.bias.sq, j, p.Sk) : make_float2(0.f, 0.f);
+        if constexpr (kStaged) {
+          const float2 bv = smem_pair_t<BT>(sB, p.bias_pitch, r, c);
+          x0 = fmaf(bv.x, kLog2e, x0);
+          x1 = fmaf(bv.y, kLog2e, x1);
+        } else if (glob_bias) {
+          const float2 bv =
+              row_ok ? bias_pair(p.bias, bias_bh + int64_t(i) * p.bias.sq, j, p.Sk) : make_float2(0.f, 0.f);
           x0 = fmaf(bv.x, kLog2e, x0);
           x1 = fmaf(bv.y, kLog2e, x1);
         }
@@ -170,6 +182,23 @@ __device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KPara
         acc[mt][nt][2 * hf + 1] = x1;
       }
     }
+}
+
+// acc (raw Q K^T of the warp tile at tile row rw, tile col cw) -> scores in log2 units with every term applied.
+// sB: the staged additive tile (tile coordinates), or nullptr to read the term from global memory.
+// need_mask: the tile crosses the band edge or the sequence end. The staged tile's dtype is dispatched once here,
+// so the unrolled element loop is branch-free.
+template <int MT, int NT>
+__device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KParams& p, const unsigned char* sB, int b,
+                                            int h, int i0, int rw, int j0, int cw, int lane, bool need_mask) {
+  if (sB == nullptr || p.bias.ptr == nullptr)
+    apply_terms_t<MT, NT, void>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+  else if (p.bias.dtype == 2)
+    apply_terms_t<MT, NT, float>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+  else if (p.bias.dtype == 1)
+    apply_terms_t<MT, NT, __nv_bfloat16>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+  else
+    apply_terms_t<MT, NT, __half>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
 }
 
 }  // namespace cuda

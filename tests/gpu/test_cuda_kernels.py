@@ -205,3 +205,18 @@ def test_dtable_matches_reference_large(kernel):
     inp = swin_inputs(8, 12, 64, 4, 32, BF16)
     rep = run_case(kernel, inp, {}, swin=True)
     assert rep["drel_pos_table"] <= 1e-2
+
+
+# ---- fallback staging paths (taken on sm86 / sm89, whose 99 KB shared memory limit can exclude the prefetched
+# additive tile or window mode): forced here through the planner's environment overrides --------------------------
+@pytest.mark.parametrize("stages", ["0", "1"])
+def test_bias_staging_fallbacks(kernel, stages, monkeypatch):
+    monkeypatch.setenv("WINATTN_BIAS_STAGES", stages)
+    inp = qkv(2, 150, 170, 3, 64, BF16)
+    inp["bias"] = rand(1, 3, 150, 170, dtype=BF16, grad=True)
+    run_case(kernel, inp, {"causal": True})
+    inp = swin_inputs(4, 7, 16, 2, 32, BF16)
+    run_case(kernel, inp, {}, swin=True)
+    inp = qkv(2, 96, 96, 2, 128, FP16)
+    inp["bias"] = rand(2, 1, 96, 1, dtype=torch.float32, grad=True).to(FP16).detach().requires_grad_(True)
+    run_case(kernel, inp, {})
