@@ -1,7 +1,8 @@
 """CPU benchmark of the window-attention kernel against plain PyTorch.
 
     python benchmarks/benchmark_cpu.py [--json out.json] [--build] [--build-dir build] [--dtypes fp32 bf16]
-                                       [-B 8 -H 8 -S 1024 -D 64] [--repeats 5] [--warmup 2]
+                                       [-B 8 -H 8 -S 1024 -D 64] [--repeats 5] [--warmup 2] [--threads N]
+                                       [--clock wall|thread]
 
 Loads the built CPU variant the way users do (`kernels.get_local_kernel(build_dir)`; `--build` runs
 `winattn build` first) and times, for an additive bias of shape [1, H, S, S]:
@@ -49,7 +50,7 @@ def load_kernel(build_dir: Path, build: bool):
     return get_local_kernel(build_dir)
 
 
-def time_interleaved(fns: dict, repeats: int, warmup: int) -> dict:
+def time_interleaved(fns: dict, repeats: int, warmup: int, clock=time.perf_counter) -> dict:
     """Round-robin timing: each round runs every implementation once, so load changes on a shared machine hit
     all of them alike instead of whichever happened to be running."""
     for _ in range(warmup):
@@ -58,9 +59,9 @@ def time_interleaved(fns: dict, repeats: int, warmup: int) -> dict:
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
     return times
 
 
@@ -128,7 +129,16 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--impls", nargs="+", default=["kernel", "composite", "sdpa"])
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                    help="thread: CPU time of the calling thread (needs --threads 1); insensitive to other "
+                         "processes sharing the cores")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.clock == "thread" and torch.get_num_threads() != 1:
+        ap.error("--clock thread measures one thread: pass --threads 1")
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
 
     kernel = load_kernel(args.build_dir, args.build)
     B, H, S, D = args.B, args.H, args.S, args.D
@@ -139,7 +149,8 @@ def main(argv=None) -> int:
     for dname in args.dtypes:
         cases = make_cases(kernel, B, H, S, D, DTYPES[dname])
         for mode_i, mode in enumerate(("fwd", "fwd+bwd")):
-            all_times = time_interleaved({impl: cases[impl][mode_i] for impl in args.impls}, args.repeats, args.warmup)
+            all_times = time_interleaved({impl: cases[impl][mode_i] for impl in args.impls}, args.repeats,
+                                         args.warmup, clock)
             for impl in args.impls:
                 times = all_times[impl]
                 med = statistics.median(times)
@@ -157,7 +168,7 @@ def main(argv=None) -> int:
         return None
 
     title = f"window-attention CPU benchmark: B={B} H={H} S={S} D={D}, bias [1, H, S, S], " \
-            f"{torch.get_num_threads()} threads, torch {torch.__version__}"
+            f"{torch.get_num_threads()} threads, {args.clock} clock, torch {torch.__version__}"
     print(title)
     header = (f"{'dtype':5s} {'mode':8s} {'impl':10s} {'median ms':>10s} {'min ms':>9s} {'GFLOP/s':>8s} "
               f"{'kernel speedup (median / min)':>30s}")
@@ -177,7 +188,7 @@ def main(argv=None) -> int:
             "shape": {"B": B, "H": H, "S": S, "D": D, "bias": [1, H, S, S]},
             "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-            "repeats": args.repeats, "warmup": args.warmup,
+            "repeats": args.repeats, "warmup": args.warmup, "clock": args.clock,
             "kernel_isa": os.environ.get("WINATTN_CPU_ISA", "auto"),
             "flops_convention": "fwd 4*B*H*S*S*D, fwd+bwd 3.5x fwd",
         }

@@ -76,6 +76,10 @@ struct BwdParams : FwdParams {
   // dtable: nullptr when not requested, else float32 contiguous [T, H], zero-filled by the caller.
   float* dtable = nullptr;
   bool deterministic = false;  // same inputs -> bit-identical gradients
+  // Gradient of lse (float32 contiguous [B, H, Sq]) when the caller back-propagates through it (ring attention
+  // merges partial results through lse); nullptr = zero. d lse_i / d s_ij = P_ij, so it enters as
+  // dS_ij = P_ij * (dP_ij - (rowsum(dO_i * O_i) - dlse_i)): backends subtract it from delta.
+  const float* dlse = nullptr;
 };
 
 }  // namespace winattn

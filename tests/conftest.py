@@ -50,3 +50,16 @@ def kernel(built_variant):
 @pytest.fixture(scope="session")
 def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _build_imported_first(kernel):
+    """Import the build directory's module before any test loads the same build from another path.
+
+    All copies of one build share an op namespace and a module name. `kernels` (`_import_from_path`) would import a
+    second copy over the first in sys.modules, and its submodules (`<id>._ops`, the .so) would then be taken from
+    sys.modules without being bound on the new package, so a later `kernel._ops` fails. With the build directory's
+    module imported first, every in-process `winattn.load` verifies its own copy and then reuses that module
+    (`LoadInfo.reused_from`); loads that must really import run in child processes.
+    """
+    return kernel

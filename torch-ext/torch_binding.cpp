@@ -52,7 +52,8 @@ constexpr const char* kDeviceName =
 void check_qkv_like(const Tensor& t, const char* name) {
   WINATTN_CHECK(on_kernel_device(t), name, " must be a ", kDeviceName, " tensor for this build");
   WINATTN_CHECK(t.dim() == 4, name, " must be 4-D [B, S, H, D], got ", t.dim(), "-D");
-  WINATTN_CHECK(t.stride(3) == 1, name, " must have a contiguous last dim (stride(-1) == 1)");
+  // Empty tensors are never read, and autograd may hand them over with any strides.
+  WINATTN_CHECK(t.numel() == 0 || t.stride(3) == 1, name, " must have a contiguous last dim (stride(-1) == 1)");
 }
 
 // [P, Hb, Rq, Rk] broadcast against [B, H, Sq, Sk]; see winattn_params.h.
@@ -205,7 +206,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
     Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, std::optional<Tensor> bias,
     std::optional<Tensor> mask, std::optional<Tensor> key_padding_mask, std::optional<Tensor> rel_pos_table,
     std::optional<Tensor> rel_pos_index, double scale, bool causal, int64_t window_left, int64_t window_right,
-    bool bias_requires_grad, bool table_requires_grad, bool deterministic) {
+    bool bias_requires_grad, bool table_requires_grad, bool deterministic, std::optional<Tensor> grad_lse) {
 #ifdef CUDA_KERNEL
   torch::stable::accelerator::DeviceGuard guard(q.get_device_index());
 #endif
@@ -224,6 +225,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
   p.dout = grad_out.const_data_ptr();
   p.do_stride_b = grad_out.stride(0); p.do_stride_s = grad_out.stride(1); p.do_stride_h = grad_out.stride(2);
   p.deterministic = deterministic;
+  if (grad_lse.has_value()) {
+    const Tensor& g = *grad_lse;
+    WINATTN_CHECK(on_kernel_device(g) && g.scalar_type() == ScalarType::Float && g.dim() == 3 && g.is_contiguous() &&
+                      g.size(0) == p.batch && g.size(1) == p.heads && g.size(2) == p.seqlen_q,
+                  "grad_lse must be a contiguous float32 [B, H, Sq] tensor on q's device");
+    p.dlse = static_cast<const float*>(g.const_data_ptr());
+  }
 
   Tensor dq = torch::stable::new_empty(q, {p.batch, p.seqlen_q, p.heads, p.head_dim});
   Tensor dk = torch::stable::new_empty(q, {p.batch, p.seqlen_k, p.heads_kv, p.head_dim});
@@ -261,7 +269,7 @@ STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
       "bwd(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, Tensor? mask, "
       "Tensor? key_padding_mask, Tensor? rel_pos_table, Tensor? rel_pos_index, float scale, bool causal, "
       "int window_left, int window_right, bool bias_requires_grad, bool table_requires_grad, "
-      "bool deterministic) -> (Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor grad_bias, "
+      "bool deterministic, Tensor? grad_lse=None) -> (Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor grad_bias, "
       "Tensor grad_rel_pos_table)");
 }
 

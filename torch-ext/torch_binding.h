@@ -23,4 +23,5 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
     Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, std::optional<Tensor> bias,
     std::optional<Tensor> mask, std::optional<Tensor> key_padding_mask, std::optional<Tensor> rel_pos_table,
     std::optional<Tensor> rel_pos_index, double scale, bool causal, int64_t window_left,
-    int64_t window_right, bool bias_requires_grad, bool table_requires_grad, bool deterministic);
+    int64_t window_right, bool bias_requires_grad, bool table_requires_grad, bool deterministic,
+    std::optional<Tensor> grad_lse);

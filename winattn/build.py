@@ -356,8 +356,11 @@ def _run_matrix(args: argparse.Namespace, root: Path, build_dir: Path) -> int:
         raise BuildError("--matrix: nothing to build (check --backend / --no-stable / --torch)")
     print(f"[matrix] {len(entries)} variants: {', '.join(e.label for e in entries)} -> {build_dir}")
     t0 = time.monotonic()
+    # Object dirs of their own (_build_obj/matrix/<variant>/): `winattn build`, `make build-cuda CUDA_ARCHS=...` and
+    # the tests' builds keep theirs, so neither side recompiles everything after the other ran with other flags.
+    obj_root = root / "_build_obj" / "matrix"
     rows = _matrix.run_matrix(root, build_dir, entries, cuda_archs=args.cuda_archs, unique_id=args.unique_id,
-                              jobs=args.jobs, log=print)
+                              jobs=args.jobs, obj_root=obj_root, log=print)
     built = {r.variant for r in rows if r.status == "ok"}
     others = sorted(d.name for d in Path(build_dir).glob("torch*") if d.is_dir() and d.name not in built)
     if others and args.clean:
@@ -369,7 +372,7 @@ def _run_matrix(args: argparse.Namespace, root: Path, build_dir: Path) -> int:
     elif others:
         print(f"[matrix] note: {build_dir} also holds {', '.join(others)} (not built by this run; `winattn publish` "
               "uploads them too; --clean removes them)")
-    summary = root / "_build_obj" / "matrix.json"
+    summary = obj_root / "matrix.json"
     _matrix.write_summary(rows, summary)
     print(f"[matrix] summary ({time.monotonic() - t0:.0f} s in all; {summary}):")
     print(_matrix.summary_table(rows))

@@ -7,8 +7,8 @@
 //   fp32 buffer [split, B, H, Sq, D]: the task owns the (b, group heads) slice of its split. The common case is a
 //   single split (enough (b, kv head) pairs to feed every thread), i.e. one fp32 copy of dq and no recomputation;
 //   splits only appear for small B * H_kv and are summed in split order at the end.
-//   Tasks are cut into `nchunks` contiguous chunks (see BwdPlan in cpu_common.h), run sequentially inside a
-//   chunk. dS reductions into dbias / the table accumulator go straight to the output when no two chunks can hit
+//   Tasks are cut into `nchunks` contiguous chunks (see BwdPlan in cpu_common.h), each run sequentially by the
+//   thread that takes it from a shared counter. dS reductions into dbias / the table accumulator go straight to the output when no two chunks can hit
 //   the same slot (tasks that could are kept in one chunk), else into a per-chunk buffer; chunk buffers are summed
 //   in chunk order. Every sum therefore has a fixed order: the backward is bit-reproducible for a given thread
 //   count whether or not `deterministic` is set (it costs nothing here, so the flag needs no separate path).
@@ -214,7 +214,7 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
   if (B * H * Sq * D == 0 && B * p.heads_kv * Sk * D == 0) return;
   const BwdCtx c{p, pl, ws};
 
-  // delta = rowsum(dO * O) per (b, h, i), from the rounded forward output as flash-attention does.
+  // delta = rowsum(dO * O) - dlse per (b, h, i), from the rounded forward output as flash-attention does.
   float* delta = ws + pl.off_delta;
   torch::stable::parallel_for(0, B * H * Sq, 256, [&](int64_t begin, int64_t end) {
     std::vector<float> o(D), g(D);
@@ -224,7 +224,7 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
       convert_row<false>(g.data(), p.dout, p.dtype, b * p.do_stride_b + i * p.do_stride_s + h * p.do_stride_h, D);
       Vec acc = Vec::zero();
       for (int64_t d = 0; d < D; d += Vec::W) acc = Vec::fma(Vec::load(o.data() + d), Vec::load(g.data() + d), acc);
-      delta[r] = acc.reduce_add();
+      delta[r] = acc.reduce_add() - (p.dlse != nullptr ? p.dlse[r] : 0.f);
     }
   });
 
@@ -251,9 +251,13 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
 
   const bool main_pass = Sk > 0 && Sq > 0;
   if (main_pass) {
-    torch::stable::parallel_for(0, pl.nchunks, 1, [&](int64_t c0, int64_t c1) {
+    // Chunks are taken from a shared counter (dynamic balancing); each chunk's work and buffer are fixed by its
+    // index, so the result does not depend on the schedule.
+    std::atomic<int64_t> next_chunk{0};
+    torch::stable::parallel_for(0, std::min(pl.nchunks, num_workers()), 1, [&](int64_t, int64_t) {
       BwdScratch w(D);
-      for (int64_t ch = c0; ch < c1; ++ch) {
+      for (int64_t ch = next_chunk.fetch_add(1, std::memory_order_relaxed); ch < pl.nchunks;
+           ch = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
         DsSink dbias = bias_shape, dtab = table_shape;
         if (pl.dbias_private) {
           dbias.base = ws + pl.off_dbias + ch * align16(bias_shape.size());

@@ -2,10 +2,12 @@
 // causal/window band, tile sizes and the backward work plan (shared by bwd_workspace_bytes and bwd so both see
 // the same buffer layout).
 #pragma once
+#include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -104,10 +106,10 @@ struct DsSink {
 //   tasks = (b, kv head, split of the k-tiles), numbered in mixed radix with the dims along which two tasks can
 //   hit the same dbias / dtable slot innermost, so that such tasks are consecutive ("conflict group": e.g. all
 //   batches of one head for a bias broadcast over the batch). Consecutive tasks then also reuse the same slots
-//   from cache. The units handed to parallel_for are `nchunks` contiguous chunks of tasks, each run
-//   sequentially. When there are enough groups, chunks are cut at group boundaries and every slot has a single
-//   writer (`grouped`); otherwise chunks that may collide accumulate into per-chunk buffers (`*_private`), summed
-//   in chunk order at the end.
+//   from cache. The units of parallel work are `nchunks` contiguous chunks of tasks, each run sequentially by
+//   whichever thread takes it. When there are enough groups, chunks are cut at group boundaries and every slot
+//   has a single writer (`grouped`); otherwise chunks that may collide accumulate into per-chunk buffers
+//   (`*_private`), summed in chunk order at the end. Results never depend on which thread ran which chunk.
 struct BwdPlan {
   int64_t ktiles = 0, nsplit = 1, ntasks = 0, nchunks = 1;
   int64_t unit = 1;  // tasks per indivisible piece of a chunk: the conflict-group size when grouped, else 1
@@ -135,6 +137,10 @@ struct BwdPlan {
 };
 
 inline int64_t align16(int64_t n) { return round_up(n, 16); }
+
+// Number of parallel_for workers to start for a self-scheduling loop (each worker pulls work from an atomic
+// counter until none is left).
+inline int64_t num_workers() { return std::max<int64_t>(1, static_cast<int64_t>(torch::stable::get_num_threads())); }
 
 inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads, bool bf16_dot) {
   BwdPlan pl;
@@ -166,11 +172,14 @@ inline BwdPlan make_bwd_plan(const BwdParams& p, int64_t nthreads, bool bf16_dot
     }
   for (int d = 0; d < 3; ++d) pl.extent[d] = ext[d];
   const int64_t ngroups = pl.ntasks / std::max<int64_t>(1, group);
-  // Whole groups per chunk when they balance well enough; else per-chunk buffers.
-  pl.grouped = ngroups >= nthreads && (ngroups % nthreads == 0 || ngroups >= 4 * nthreads);
+  // Whole groups per chunk when they balance well enough; else per-chunk buffers. Chunks are handed out
+  // dynamically (run_bwd), so without private buffers there are several per thread for load balance (causal
+  // masks, a core taken by another process); with them, one per thread bounds the buffers' memory.
+  pl.grouped = ngroups >= nthreads && (ngroups % nthreads == 0 || ngroups >= 2 * nthreads);
   pl.unit = pl.grouped ? std::max<int64_t>(1, group) : 1;
-  pl.nchunks = std::max<int64_t>(1, std::min<int64_t>(pl.ntasks / pl.unit, nthreads));
-  if (pl.nchunks > 1 && !pl.grouped) {
+  const bool needs_private = !pl.grouped && (bias_b || bias_h || bias_s || table_b);
+  pl.nchunks = std::max<int64_t>(1, std::min<int64_t>(pl.ntasks / pl.unit, (needs_private ? 1 : 4) * nthreads));
+  if (pl.nchunks > 1 && needs_private) {
     pl.dbias_private = bias_b || bias_h || bias_s;
     pl.dtable_private = table_b;
     // Per-chunk buffers cost nchunks copies of dbias / the table accumulator: above kPrivateBudgetBytes, trade

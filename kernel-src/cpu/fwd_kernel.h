@@ -193,9 +193,13 @@ inline void run_fwd(const FwdParams& p, int64_t nthreads) {
   const FwdPlan pl = make_fwd_plan(p, nthreads);
   if (pl.ntasks == 0) return;
   const int64_t G = p.heads / p.heads_kv;
-  torch::stable::parallel_for(0, pl.ntasks, 1, [&](int64_t begin, int64_t end) {
+  // Tasks are taken from a shared counter: dynamic balancing of causal / windowed work and of cores shared with
+  // other processes (tasks are independent, so the schedule never changes the result).
+  std::atomic<int64_t> next_task{0};
+  torch::stable::parallel_for(0, std::min(pl.ntasks, num_workers()), 1, [&](int64_t, int64_t) {
     FwdScratch w(p.head_dim, G * pl.qblock);
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t t = next_task.fetch_add(1, std::memory_order_relaxed); t < pl.ntasks;
+         t = next_task.fetch_add(1, std::memory_order_relaxed)) {
       int64_t b, hk, qb;
       pl.decode(t, p.batch, p.heads_kv, b, hk, qb);
       const int64_t i0 = qb * pl.qblock;

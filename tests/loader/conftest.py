@@ -33,20 +33,6 @@ REPO = "winattn/window-attention"
 CHILD = Path(__file__).with_name("_child.py")
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _build_imported_first(kernel):
-    """Import the build directory's module (the session's shared `kernel` fixture) before any in-process load.
-
-    All copies of one build share an op namespace and a module name; kernels (`_import_from_path`) would import a
-    second copy over the first in sys.modules, and its submodules (`<id>._ops`, the .so) would then be taken from
-    sys.modules without being bound on the new package — a later `kernel._ops` fails. With the build directory's
-    module imported first, every in-process `winattn.load` verifies its own copy and then reuses that module
-    (`LoadInfo.reused_from`), so these tests leave the session as they found it. Loads that must really import run
-    in child processes (conftest.run_child).
-    """
-    return kernel
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Environment
 

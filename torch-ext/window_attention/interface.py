@@ -22,7 +22,7 @@ def _fwd_fake(q, k, v, bias, mask, key_padding_mask, rel_pos_table, rel_pos_inde
 
 @torch.library.register_fake(add_op_namespace_prefix("bwd"))
 def _bwd_fake(grad_out, q, k, v, out, lse, bias, mask, key_padding_mask, rel_pos_table, rel_pos_index, scale, causal,
-              window_left, window_right, bias_requires_grad, table_requires_grad, deterministic):
+              window_left, window_right, bias_requires_grad, table_requires_grad, deterministic, grad_lse=None):
     dbias = q.new_empty(bias.shape if bias_requires_grad else (0,), dtype=torch.float32)
     dtable = q.new_empty(rel_pos_table.shape if table_requires_grad else (0,), dtype=torch.float32)
     return (q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape), dbias, dtable)
@@ -42,9 +42,15 @@ def _backward(ctx, grad_out, grad_lse):
     scale, causal, left, right, deterministic = ctx.options
     bias_grad = bias is not None and ctx.needs_input_grad[3]
     table_grad = table is not None and ctx.needs_input_grad[6]
+    if grad_out is None:  # only lse was differentiated
+        grad_out = torch.zeros_like(out)
+    if grad_lse is not None:
+        # Enters through delta (see BwdParams::dlse). Rows with lse = -inf have P = 0: zero their gradient so a NaN
+        # coming from -inf arithmetic downstream cannot leak into dS.
+        grad_lse = torch.where(torch.isfinite(lse), grad_lse.float(), torch.zeros_like(lse)).contiguous()
     dq, dk, dv, dbias, dtable = ops.bwd(
         grad_out.contiguous(), q, k, v, out, lse, bias, mask, kpm, table, index, scale, causal, left, right,
-        bias_grad, table_grad, deterministic,
+        bias_grad, table_grad, deterministic, grad_lse,
     )
     dbias = dbias.to(ctx.bias_dtype) if bias_grad else None
     dtable = dtable.to(ctx.table_dtype) if table_grad else None

@@ -11,7 +11,7 @@ The plan (docs/build-matrix.md):
 * with `--torch 2.13 ...`, one per-torch `torch213-cxx11-cpu-<arch>-linux` per version, compiled against that
   torch's headers (this process's torch when the version matches, else a throwaway venv with that torch wheel).
 
-Each variant has its own object dir (`_build_obj/<variant>/`), its own toolkit and torch paths (nothing is read from
+Each variant has its own object dir (`_build_obj/matrix/<variant>/`), its own toolkit and torch paths (nothing is read from
 the environment of another), and the checks are fatal: abi3 (Python 3.9), manylinux_2_28, every undefined symbol
 resolvable, and for CUDA the fatbinary (`cuobjdump --list-elf/--list-ptx`, PyPI's nvidia-cuda-cuobjdump installed
 into the toolchain env) holding exactly metadata.json's `backend.archs`. A failing variant is reported with its reason
