@@ -618,3 +618,31 @@ def test_cpu_isa_paths(kernel, device, monkeypatch, isa):
     table = _rand((2 * ws - 1) ** 2, 2, dtype=torch.float32, device=device)
     check_window_attention(kernel, torch.bfloat16, qw, kw, vw, table, swin_relative_index(ws, device),
                            mask=swin_shift_mask(nw, ws * ws, device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradient_through_lse(kernel, device, dtype):
+    """Ring attention merges partial results through lse, so lse must be differentiable: d lse_i / d s_ij = P_ij.
+    A fully masked row (lse = -inf) still gets zero gradients."""
+    _skip_unsupported(device, dtype)
+    q, k, v = _qkv(2, 40, 48, 4, 2, 32, dtype, device)
+    bias = _rand(1, 4, 40, 48, dtype=dtype, device=device)
+    kpm = torch.ones(2, 48, dtype=torch.bool, device=device)
+    kpm[1] = False  # batch 1: every row fully masked
+    inputs = [q, k, v, bias]
+    g = torch.randn(2, 40, 4, 32, device=device).to(dtype)
+    gl = torch.randn(2, 4, 40, device=device)
+
+    def loss(mod, tensors, cast):
+        out, lse = mod.attention(*tensors[:3], bias=tensors[3], key_padding_mask=kpm, return_lse=True)
+        live = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+        return (out * cast(g)).sum() + (live * gl.to(live.dtype)).sum()
+
+    loss(kernel, inputs, lambda t: t).backward()
+    same_in, ref_in = _leaves_same(inputs), _leaves64(inputs)
+    loss(kernel.reference, same_in, lambda t: t).backward()
+    loss(kernel.reference, ref_in, lambda t: t.double()).backward()
+    for name, t, s, r in zip(("dq", "dk", "dv"), inputs[:3], same_in[:3], ref_in[:3]):
+        assert_fa_close(name, t.grad, s.grad, r.grad, dtype)
+        assert (t.grad[1] == 0).all(), f"{name}: fully masked batch must get zero gradient"
+    assert_rel_l2("dbias", bias.grad, ref_in[3].grad)
