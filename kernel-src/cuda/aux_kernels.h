@@ -37,11 +37,12 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
   }
 }
 
-// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]; 4 lanes per row, 16-byte loads.
+// delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d] - dlse[b, h, i]; 4 lanes per row, 16-byte loads.
+// (d lse_i / d s_ij = P_ij, so a gradient flowing into lse enters dS = P * (dP - delta) through delta.)
 template <typename Elem>
 __global__ void bwd_delta_kernel(float* delta, const Elem* dout, int64_t do_sb, int64_t do_ss, int64_t do_sh,
-                                 const Elem* out, int64_t o_sb, int64_t o_ss, int64_t o_sh, int B, int Sq, int H,
-                                 int D) {
+                                 const Elem* out, int64_t o_sb, int64_t o_ss, int64_t o_sh, const float* dlse, int B,
+                                 int Sq, int H, int D) {
   const int64_t rows = int64_t(B) * Sq * H;
   const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 4;
   const int sub = threadIdx.x & 3;
@@ -67,7 +68,10 @@ __global__ void bwd_delta_kernel(float* delta, const Elem* dout, int64_t do_sb, 
   }
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-  if (row < rows && sub == 0) delta[(int64_t(b) * H + h) * Sq + i] = acc;
+  if (row < rows && sub == 0) {
+    const int64_t idx = (int64_t(b) * H + h) * Sq + i;
+    delta[idx] = dlse != nullptr ? acc - dlse[idx] : acc;
+  }
 }
 
 // dq (Elem, contiguous [B, Sq, H, D]) <- dq_accum (fp32, same layout, already scaled)

@@ -132,8 +132,10 @@ void fill_common(const FwdParams& fp, KParams& p) {
   p.v_sb = fp.v_stride_b; p.v_ss = fp.v_stride_s; p.v_sh = fp.v_stride_h;
   p.o_sb = fp.o_stride_b; p.o_ss = fp.o_stride_s; p.o_sh = fp.o_stride_h;
   check_rows(fp.q, p.q_sb, p.q_ss, p.q_sh, "q");
-  check_rows(fp.k, p.k_sb, p.k_ss, p.k_sh, "k");
-  check_rows(fp.v, p.v_sb, p.v_ss, p.v_sh, "v");
+  if (p.Sk > 0) {  // empty tensors are never read (and may come with any strides)
+    check_rows(fp.k, p.k_sb, p.k_ss, p.k_sh, "k");
+    check_rows(fp.v, p.v_sb, p.v_ss, p.v_sh, "v");
+  }
   check_rows(fp.out, p.o_sb, p.o_ss, p.o_sh, "out");
   p.bias = operand(fp.bias, p.Sk, false);
   p.mask = operand(fp.mask, p.Sk, true);
@@ -494,17 +496,17 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
 
   const int dt = dtype_code(params.dtype);
-  {  // delta = rowsum(dO * O)
+  {  // delta = rowsum(dO * O) - dlse
     const int64_t threads = B * Sq * H * 4;
     const int blocks = int((threads + 255) / 256);
     if (dt == 0)
       bwd_delta_kernel<__half><<<blocks, 256, 0, stream>>>(
           delta, static_cast<const __half*>(p.dout), p.do_sb, p.do_ss, p.do_sh, static_cast<const __half*>(p.o),
-          p.o_sb, p.o_ss, p.o_sh, p.B, p.Sq, p.H, p.D);
+          p.o_sb, p.o_ss, p.o_sh, params.dlse, p.B, p.Sq, p.H, p.D);
     else
       bwd_delta_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(
           delta, static_cast<const __nv_bfloat16*>(p.dout), p.do_sb, p.do_ss, p.do_sh,
-          static_cast<const __nv_bfloat16*>(p.o), p.o_sb, p.o_ss, p.o_sh, p.B, p.Sq, p.H, p.D);
+          static_cast<const __nv_bfloat16*>(p.o), p.o_sb, p.o_ss, p.o_sh, params.dlse, p.B, p.Sq, p.H, p.D);
     check_cuda(cudaGetLastError(), "window_attention bwd preprocess");
   }
 
