@@ -96,7 +96,7 @@ __device__ __forceinline__ void target_atomic(float* base, int rows, int cols, c
 }
 
 template <typename Tr, typename Elem>
-__global__ void __launch_bounds__(Tr::kNThreads) bwd_kernel(const KParams p) {
+__global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks) bwd_kernel(const KParams p) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, LD = Tr::kLd, LDS = Tr::kLdS;
   constexpr int NTH = Tr::kNThreads;
   constexpr int SMT = Tr::kSdpMT, SNT = Tr::kSdpNT, KMT = Tr::kKvMT, KNT = Tr::kKvNT, QMT = Tr::kDqMT,

@@ -52,10 +52,13 @@ __host__ __device__ constexpr int bias_pitch_bytes(int block_n, int esize) {
 //   S / dP  [BM x BN]: kSdpWM x kSdpWN warps   (warps past the grid idle for these two GEMMs)
 //   dK / dV [BN x D] : kKvWN  x kKvWD  warps
 //   dQ      [BM x D] : kDqWM  x kDqWD  warps
+// kMinBlocks: resident CTAs per SM the kernel is compiled for (__launch_bounds__ second argument), i.e. a register
+// cap of 65536 / (kMinBlocks * kNThreads) per thread; 1 leaves ptxas free (up to 255).
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kSdpWM_, int kSdpWN_, int kKvWN_, int kKvWD_,
-          int kDqWM_, int kDqWD_, int kQStages_, int kKVStages_>
+          int kDqWM_, int kDqWD_, int kQStages_, int kKVStages_, int kMinBlocks_ = 1>
 struct BwdTraitsBase {
   static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kNWarps = kNWarps_;
+  static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kSdpWM = kSdpWM_, kSdpWN = kSdpWN_, kKvWN = kKvWN_, kKvWD = kKvWD_, kDqWM = kDqWM_,
                        kDqWD = kDqWD_;
@@ -79,8 +82,23 @@ struct BwdTraitsBase {
   static_assert(kSmemBytes <= 101376, "must fit the sm86/sm89 shared memory limit");
 };
 
-template <int D> struct BwdTraits;
-template <> struct BwdTraits<32> : BwdTraitsBase<32, 64, 64, 4, 4, 1, 4, 1, 4, 1, 2, 2> {};
+// Backward configurations per head dim: BwdTraits<D, 0> is the default; D = 32 (Swin: N <= 64 windows, one 64 x 64
+// tile per window, many windows per CTA) has alternatives selected at run time by WINATTN_BWD_CFG (planner). Every
+// configuration of one head dim shares BM, BN, the pipeline depths and the shared memory size, so the planner's
+// tile arithmetic is configuration-independent (checked in launch_template.h).
+//   D = 32, cfg 0 (default, v1.1): 8 warps (S/dP 4x2 warps of 16x32, dK/dV and dQ 4x2 warps of 16x16), registers
+//     capped at 128 for 2 CTAs/SM = 16 warps/SM. v1 ran 4 warps at 236 registers: 2 CTAs = 8 warps/SM, 12%
+//     occupancy, latency-bound (Nsight: 73% of cycles without an eligible warp). Halving each warp's tile halves
+//     its accumulators (S/dP 64 -> 32 floats, dK/dV 32 -> 16), so the cap costs no spills.
+//   D = 32, cfg 1: the v1 configuration (4 warps, no register cap), kept for comparison.
+//   D = 32, cfg 2: 4 warps capped at 168 registers for 3 CTAs/SM (needs <= ~75 KB of shared memory: the planner
+//     then reads the additive tile from global / L1 instead of staging it).
+template <int D, int Cfg = 0> struct BwdTraits;
+template <int D> constexpr int kBwdConfigs = 1;
+template <> constexpr int kBwdConfigs<32> = 3;
+template <> struct BwdTraits<32, 0> : BwdTraitsBase<32, 64, 64, 8, 4, 2, 4, 2, 4, 2, 2, 2, 2> {};
+template <> struct BwdTraits<32, 1> : BwdTraitsBase<32, 64, 64, 4, 4, 1, 4, 1, 4, 1, 2, 2> {};
+template <> struct BwdTraits<32, 2> : BwdTraitsBase<32, 64, 64, 4, 4, 1, 4, 1, 4, 1, 2, 2, 3> {};
 template <> struct BwdTraits<64> : BwdTraitsBase<64, 64, 64, 4, 4, 1, 4, 1, 4, 1, 2, 2> {};
 template <> struct BwdTraits<96> : BwdTraitsBase<96, 64, 64, 8, 4, 2, 4, 2, 4, 2, 2, 1> {};
 template <> struct BwdTraits<128> : BwdTraitsBase<128, 64, 64, 8, 4, 2, 4, 2, 4, 2, 1, 1> {};

@@ -8,17 +8,18 @@
 namespace winattn {
 namespace cuda {
 
-// dtype: 0 fp16, 1 bf16. `grid` CTAs (already planned by the dispatch), `smem` dynamic shared bytes.
+// dtype: 0 fp16, 1 bf16. `grid` CTAs (already planned by the dispatch), `smem` dynamic shared bytes, `cfg` the
+// backward configuration BwdTraits<D, cfg> (kernel_traits.h; 0 = default).
 template <int D>
 void run_fwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 template <int D>
-void run_bwd(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
+void run_bwd(const KParams& p, int dtype, int64_t grid, int smem, int cfg, cudaStream_t stream);
 
 // Resident CTAs per SM for the kernel at this dynamic shared memory size (registers and smem both count).
 template <int D>
 int fwd_blocks_per_sm(int dtype, int smem);
 template <int D>
-int bwd_blocks_per_sm(int dtype, int smem);
+int bwd_blocks_per_sm(int dtype, int smem, int cfg);
 
 void check_cuda(cudaError_t err, const char* what);
 

@@ -286,6 +286,7 @@ FwdPlan plan_fwd(const FwdParams& fp) {
 struct BwdPlan {
   KParams p;
   int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
+  int cfg = 0;  // backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
   int64_t grid = 0;
   bool window = false, expand = false, dtable = false, dbias_accum = false;
   CombPlan comb;
@@ -311,6 +312,8 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   pl.mblocks = ceil_div(p.Sq, pl.bm);
   pl.nblocks = ceil_div(p.Sk, pl.bn);
   pl.dtable = bp.dtable != nullptr;
+  pl.cfg = std::max(0, env_int("WINATTN_BWD_CFG", 0));  // tuning / testing override (out of range: default)
+  const int dt = dtype_code(bp.dtype);
   const bool det = bp.deterministic;
   p.dq_mode = pl.nblocks <= 1 ? DqMode::kDirect : det ? DqMode::kOrdered : DqMode::kAtomic;
 
@@ -324,7 +327,9 @@ BwdPlan plan_bwd(const BwdParams& bp) {
 
   // window mode (many items per CTA, dS summed in a shared [Sq][BN] fp32 tile, one partial per CTA) and the
   // staging depth of the additive tile (QS stages: prefetched with Q / dO; 1: loaded at the top of its step;
-  // 0: read from global) are chosen together for the most CTAs per SM (ties: deeper staging).
+  // 0: read from global) are chosen together for the most CTAs per SM (ties: deeper staging). The CTA count is the
+  // runtime's occupancy (registers and shared memory): v1 counted shared memory only and, with the register-bound
+  // D = 32 kernel, gave up the staged tile for a third CTA per SM that never became resident.
   const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
   const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
@@ -340,7 +345,8 @@ BwdPlan plan_bwd(const BwdParams& bp) {
     for (int st = max_stages; st >= 0; --st) {
       const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
       if (smem > dev.smem_optin) continue;
-      const int occ = int(dev.smem_per_sm / (smem + 1024));
+      int occ = 0;
+      dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
       if (occ > best_occ) {
         best_occ = occ;
         best_stages = st;
@@ -357,10 +363,9 @@ BwdPlan plan_bwd(const BwdParams& bp) {
     Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
     const int per_r = p.B / Pg;
     const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
-    const int dt = dtype_code(bp.dtype);
     const int smem = pl.smem + acc_bytes;
     int occ = 1;
-    dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem); });
+    dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
     G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
     G = env_int("WINATTN_BWD_G", G);
     G = std::max(1, std::min(G, per_r));
@@ -510,7 +515,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     check_cuda(cudaGetLastError(), "window_attention bwd preprocess");
   }
 
-  dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+  dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, pl.cfg, stream); });
 
   if (p.dq_mode != DqMode::kDirect) {
     const int64_t n2 = B * Sq * H * p.D / 2;

@@ -16,42 +16,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from winattn.hub import HubServer
+from hub_clients import point_clients_at  # noqa: F401  (re-exported for the tests)
 
 TOKEN = "test-token"
 TRUSTED = "trusted-org"
 UNTRUSTED = "untrusted-org"
-
-
-def point_clients_at(url: str, home: Path, monkeypatch) -> None:
-    """Send huggingface_hub and kernels to `url`, with caches and token files under `home`."""
-    from huggingface_hub import constants
-
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LOCAL_KERNELS"):
-        monkeypatch.delenv(var, raising=False)
-    home.mkdir(parents=True, exist_ok=True)
-    patches = {
-        "ENDPOINT": url,
-        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
-        "HF_HOME": str(home),
-        "HF_HUB_CACHE": str(home / "hub"),
-        "HUGGINGFACE_HUB_CACHE": str(home / "hub"),
-        "HF_ASSETS_CACHE": str(home / "assets"),
-        "HF_XET_CACHE": str(home / "xet"),
-        "HF_TOKEN_PATH": str(home / "token"),
-        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
-        "AGENT_HARNESSES_PATH": str(home / ".agent_harnesses.json"),
-        "HF_HUB_OFFLINE": False,
-        # kernels 0.17.2 builds an illegal empty user agent when telemetry is off (hub-protocol.md §6).
-        "HF_HUB_DISABLE_TELEMETRY": False,
-    }
-    for name, value in patches.items():
-        monkeypatch.setattr(constants, name, value, raising=False)
-    import kernels.install
-    import kernels.locking
-    import kernels.resolver
-
-    for module in (kernels.install, kernels.locking, kernels.resolver):
-        monkeypatch.setattr(module, "CACHE_DIR", str(home / "hub"))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import hub_clients
 import pytest
 
 from winattn.integrations import install_torchvision_shim
@@ -81,48 +82,10 @@ def published_hub(built_variant, tmp_path_factory):
 
 
 def point_clients_at(url: str, home: Path, monkeypatch) -> dict:
-    """Send huggingface_hub, kernels and winattn to `url`, with caches under `home`; returns the child environment."""
-    from huggingface_hub import constants
-
-    home.mkdir(parents=True, exist_ok=True)
-    env = {
-        "HF_ENDPOINT": url,
-        "HF_HOME": str(home),
-        "HF_HUB_CACHE": str(home / "hub"),
-        "HF_TOKEN_PATH": str(home / "token"),
-        "WINATTN_CACHE": str(home / "winattn"),
-        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "HF_HUB_DISABLE_XET": "1",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LOCAL_KERNELS",
-                "KERNELS_CACHE", "DIFFUSERS_TRUST_REMOTE_KERNELS", "DIFFUSERS_DISABLE_REMOTE_CODE"):
+    """The shared client redirection (tests/hub_clients.py), plus no diffusers trust opt-ins from the outside."""
+    for key in ("DIFFUSERS_TRUST_REMOTE_KERNELS", "DIFFUSERS_DISABLE_REMOTE_CODE"):
         monkeypatch.delenv(key, raising=False)
-    patches = {
-        "ENDPOINT": url,
-        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
-        "HF_HOME": str(home),
-        "HF_HUB_CACHE": str(home / "hub"),
-        "HUGGINGFACE_HUB_CACHE": str(home / "hub"),
-        "HF_ASSETS_CACHE": str(home / "assets"),
-        "HF_XET_CACHE": str(home / "xet"),
-        "HF_TOKEN_PATH": str(home / "token"),
-        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
-        "HF_HUB_OFFLINE": False,
-        "HF_HUB_DISABLE_PROGRESS_BARS": True,
-        "HF_HUB_DISABLE_TELEMETRY": False,  # kernels 0.17.2 sends an illegal empty user agent otherwise
-    }
-    for name, value in patches.items():
-        monkeypatch.setattr(constants, name, value, raising=False)
-    import kernels.hf_hub
-
-    monkeypatch.setattr(kernels.hf_hub, "CACHE_DIR", None, raising=False)
-    for module_name in ("kernels.install", "kernels.locking", "kernels.resolver"):
-        module = __import__(module_name, fromlist=["_"])
-        if hasattr(module, "CACHE_DIR"):
-            monkeypatch.setattr(module, "CACHE_DIR", str(home / "hub"))
-    return env
+    return hub_clients.point_clients_at(url, home, monkeypatch)
 
 
 @pytest.fixture

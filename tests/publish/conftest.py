@@ -13,6 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from hub_clients import point_clients_at  # noqa: F401  (re-exported for the tests)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAKE_VARIANT = "torch-stable-abi210-cpu-x86_64-linux"
@@ -115,46 +116,6 @@ def other_keypair(tmp_path_factory):
 
 TOKEN = "publish-test-token"
 REPO = "winattn/window-attention"
-
-
-def point_clients_at(url: str, home: Path, monkeypatch) -> dict:
-    """Send huggingface_hub and kernels (this process) to `url` with every cache under `home`; return the env for
-    subprocesses (huggingface_hub reads HF_ENDPOINT/HF_HOME at import, so in-process we patch its constants)."""
-    import os
-
-    from huggingface_hub import constants
-
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LOCAL_KERNELS",
-                "KERNELS_CACHE", "HF_HUB_DISABLE_TELEMETRY", "DISABLE_TELEMETRY", "DO_NOT_TRACK"):
-        monkeypatch.delenv(var, raising=False)
-    home.mkdir(parents=True, exist_ok=True)
-    cache = str(home / "hub")
-    for name, value in {
-        "ENDPOINT": url,
-        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
-        "HF_HOME": str(home),
-        "HF_HUB_CACHE": cache,
-        "HUGGINGFACE_HUB_CACHE": cache,
-        "HF_ASSETS_CACHE": str(home / "assets"),
-        "HF_XET_CACHE": str(home / "xet"),
-        "HF_TOKEN_PATH": str(home / "token"),
-        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
-        "HF_HUB_OFFLINE": False,
-        # kernels 0.17.2 sends an illegal empty user agent when telemetry is off (hub-protocol.md §6).
-        "HF_HUB_DISABLE_TELEMETRY": False,
-    }.items():
-        monkeypatch.setattr(constants, name, value, raising=False)
-    import kernels.cli.download
-    import kernels.install
-    import kernels.locking
-    import kernels.resolver
-
-    for module in (kernels.install, kernels.locking, kernels.resolver, kernels.cli.download):
-        if hasattr(module, "CACHE_DIR"):
-            monkeypatch.setattr(module, "CACHE_DIR", None)  # None = constants.HF_HUB_CACHE, patched above
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KERNELS_"))}
-    env.update(HF_ENDPOINT=url, HF_HOME=str(home), HF_HUB_CACHE=cache, PYTHONUNBUFFERED="1")
-    return env
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 
 namespace winattn {
 namespace cuda {
-template void run_bwd<256>(const KParams&, int, int64_t, int, cudaStream_t);
-template int bwd_blocks_per_sm<256>(int, int);
+template void run_bwd<256>(const KParams&, int, int64_t, int, int, cudaStream_t);
+template int bwd_blocks_per_sm<256>(int, int, int);
 }  // namespace cuda
 }  // namespace winattn
