@@ -40,5 +40,11 @@ demo: setup
 gpu-check:
 	bash scripts/gpu_check.sh
 
+# Every variant this machine can make (docs/build-matrix.md): CPU, cu124 (Debian+PyPI), cu130 (system), cu132 (PyPI),
+# each checked (abi3, manylinux_2_28, fatbinary); toolkits are provisioned once under ~/.cache/winattn/toolchains.
+# CUDA="cu130" limits the toolkits, TORCH="2.12 2.13" adds per-torch CPU variants, CLEAN=1 drops other variant dirs.
+matrix: setup
+	nice -n 10 $(PY) -m winattn build --matrix $(if $(CUDA),--cuda $(CUDA)) $(if $(TORCH),--torch $(TORCH)) $(if $(CLEAN),--clean)
+
 clean:
 	rm -rf build _build_obj results

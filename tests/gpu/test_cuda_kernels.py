@@ -156,6 +156,17 @@ def test_swin_shift_mask_grad(kernel):
     run_case(kernel, inp, {}, swin=True)
 
 
+# ---- alternative backward configurations (kernel_traits.h BwdTraits<32, cfg>; default cfg 0 is covered above) -----
+@pytest.mark.parametrize("cfg", ["1"])
+def test_bwd_configs_d32(kernel, cfg, monkeypatch):
+    monkeypatch.setenv("WINATTN_BWD_CFG", cfg)
+    inp = swin_inputs(4, 7, 16, 2, 32, BF16)  # window mode
+    run_case(kernel, inp, {}, swin=True)
+    inp = qkv(2, 150, 170, 3, 32, BF16)  # several key blocks: dQ through atomics, dbias broadcast over the batch
+    inp["bias"] = rand(1, 3, 150, 170, dtype=BF16, grad=True)
+    run_case(kernel, inp, {"causal": True})
+
+
 # ---- long sequence, large batch*heads ---------------------------------------------------------------------------
 def test_long_4096(kernel):
     inp = qkv(1, 4096, 4096, 2, 64, BF16)
