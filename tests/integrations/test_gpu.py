@@ -154,6 +154,39 @@ def wd(hub_repo, ad):
     wd.unload()
 
 
+@pytest.fixture
+def dispatch_calls(wd, ad, monkeypatch):
+    """Every call of the window_attn_hub backend function made by diffusers' dispatcher: (keyword arguments, out)."""
+    member = ad.AttentionBackendName(NAME)
+    fn = ad._AttentionBackendRegistry._backends[member]
+    calls = []
+
+    def recording(**kwargs):
+        out = fn(**kwargs)
+        calls.append(({n: t.detach() if isinstance(t, torch.Tensor) else t for n, t in kwargs.items()},
+                      (out[0] if isinstance(out, tuple) else out).detach()))
+        return out
+
+    monkeypatch.setitem(ad._AttentionBackendRegistry._backends, member, recording)
+    return calls
+
+
+def _check_attention_calls(ad, calls, dtype, what):
+    """Each attention call the model made: the kernel's output vs diffusers' `native` backend on the very same
+    q/k/v/mask, in `dtype` and in float32 (FA rule). This sees masks and their mapping without the dilution of the
+    rest of the model."""
+    assert calls
+    native = ad.AttentionBackendName.NATIVE
+    for i, (kw, out) in enumerate(calls):
+        args = {n: kw[n] for n in ("attn_mask", "is_causal", "scale", "enable_gqa") if n in kw}
+        lowp = ad.dispatch_attention_fn(kw["query"], kw["key"], kw["value"], backend=native, **args)
+        mask = args.get("attn_mask")
+        if mask is not None and mask.is_floating_point():
+            args["attn_mask"] = mask.float()
+        ref = ad.dispatch_attention_fn(*(kw[n].float() for n in ("query", "key", "value")), backend=native, **args)
+        _fa_close(f"{what} attention call {i}", out, lowp, ref, dtype)
+
+
 def _flux_d64(seed: int = 0):
     """Tiny Flux with head dim 64 (a real Flux head dim), an 8x8 latent with positions, and a text padding mask."""
     from diffusers import FluxTransformer2DModel
@@ -177,9 +210,27 @@ MASK_KINDS = {"qwenimage": {"key_padding_mask"}, "flux_masked": {"key_padding_ma
               "hunyuan_video": {"key_padding_mask"}, "ltx_video": {"bias"}}
 
 
+def _loud_padding(inputs, factor=20.0):
+    """Give the padded text tokens large embeddings, so that a padding mask the kernel did not apply shows in the
+    output (with the tiny random models a few ignored keys would otherwise hide in bf16 rounding)."""
+    text = inputs.get("encoder_hidden_states")
+    keep = None
+    for key in ("encoder_hidden_states_mask", "encoder_attention_mask"):  # QwenImage; LTX-Video, HunyuanVideo
+        if key in inputs:
+            keep = inputs[key].bool()
+    mask = (inputs.get("joint_attention_kwargs") or {}).get("attention_mask")
+    if mask is not None:  # Flux: [B, 1, 1, text + image], text first
+        keep = mask[:, 0, 0, :text.shape[1]]
+    if keep is not None:
+        assert not keep.all(), "the model's inputs have padding"
+        inputs["encoder_hidden_states"] = torch.where(keep[..., None], text, text * factor)
+    return inputs
+
+
 def _lowp_and_ref(name, dtype):
     """(model, inputs) in `dtype` on DEVICE and the float32 copy of exactly those weights and inputs."""
     model, inputs = MODELS[name]()
+    inputs = _loud_padding(inputs)
     lowp = model.to(device=DEVICE, dtype=dtype).eval()
     inputs_lp = _to(inputs, dtype)
     ref = copy.deepcopy(lowp).float()
@@ -216,9 +267,10 @@ def test_diffusers_context_manager_selection_on_device(wd, ad, load_calls, hub_r
 @pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("name", ["flux", "flux_d64", "flux_masked", "qwenimage", "ltx_video", "wan",
                                   "hunyuan_video"])
-def test_diffusers_model_matches_native(wd, name, dtype):
-    """Each tiny transformer with window_attn_hub vs `native`, both in `dtype` on the GPU, against float32 native;
-    masks reach the kernel in the same slots as on CPU (QwenImage/HunyuanVideo/Flux bool, LTX-Video float)."""
+def test_diffusers_model_matches_native(wd, ad, dispatch_calls, name, dtype):
+    """Each tiny transformer with window_attn_hub vs `native`, both in `dtype` on the GPU, against float32 native
+    (model output, and every attention call on its own inputs); masks reach the kernel in the same slots as on CPU
+    (QwenImage/HunyuanVideo/Flux bool key padding, LTX-Video float bias)."""
     model, inputs, ref, inputs_ref = _lowp_and_ref(name, dtype)
     with torch.no_grad():
         native = _models.output(model(**inputs))
@@ -232,6 +284,8 @@ def test_diffusers_model_matches_native(wd, name, dtype):
     assert set().union(*(c[2] for c in spy.calls)) == MASK_KINDS.get(name, set())
     assert out.dtype == dtype
     _fa_close(f"{name} out", out, native, expected, dtype)
+    assert len(dispatch_calls) == len(spy.calls)
+    _check_attention_calls(ad, dispatch_calls, dtype, name)
 
 
 @pytest.mark.parametrize("name", ["flux_masked", "flux_d64", "ltx_video"])
@@ -273,7 +327,6 @@ def test_diffusers_fp32_on_cuda_is_refused_not_run_elsewhere(wd, ad, hub_repo, b
     ad._AttentionBackendRegistry._checks_enabled = False
 
     wd.register("window_attn_hub_fb", fallback="reference")
-    wd.unload("window_attn_hub_fb")
     twin, _ = _models.flux()
     twin = twin.to(DEVICE)
     twin.set_attention_backend("window_attn_hub_fb")
@@ -476,10 +529,12 @@ def test_fastvideo_impl_matches_sdpa_impl(wf, mask_kind, causal):
 
 @needs_fastvideo
 def test_fastvideo_layer_selection_on_device(wf, monkeypatch, hub_repo, built_variant):
-    """FASTVIDEO_ATTENTION_BACKEND=WINDOW_ATTN_HUB with a bf16 compute dtype selects the device build; a float32
-    compute dtype on CUDA is refused while the layer is built (no fallback to another FastVideo backend)."""
+    """FASTVIDEO_ATTENTION_BACKEND=WINDOW_ATTN_HUB with a bf16 compute dtype selects the device build for a layer
+    with a hard-coded (FLASH_ATTN, TORCH_SDPA) tuple, and its forward matches torch SDPA; a float32 compute dtype
+    on CUDA is refused while the layer is built (no fallback to another FastVideo backend)."""
     from fastvideo.attention import selector
     from fastvideo.attention.layer import LocalAttention
+    from fastvideo.forward_context import set_forward_context
     from fastvideo.platforms import AttentionBackendEnum as E
 
     monkeypatch.setenv("FASTVIDEO_ATTENTION_BACKEND", "WINDOW_ATTN_HUB")
@@ -491,6 +546,14 @@ def test_fastvideo_layer_selection_on_device(wf, monkeypatch, hub_repo, built_va
         torch.set_default_dtype(previous)
     assert isinstance(layer.attn_impl, wf.WindowAttnHubImpl)
     _expect_device_variant(layer.attn_impl.kernel, built_variant, hub_repo.repo_id)
+    (q, k, v), _ = _fv_inputs(BF16, H=2, Hkv=2)
+    with set_forward_context(current_timestep=0, attn_metadata=None):
+        out = layer(q, k, v)
+
+    def sdpa(*t):
+        return torch.nn.functional.scaled_dot_product_attention(*(x.transpose(1, 2) for x in t)).transpose(1, 2)
+
+    _fa_close("fastvideo layer", out, sdpa(q, k, v), sdpa(q.float(), k.float(), v.float()), BF16)
     if DEVICE == "cuda":
         selector._cached_get_attn_backend.cache_clear()
         with pytest.raises(ValueError, match=r"compute dtype torch\.float32 is not supported by the cuda build"):
