@@ -6,6 +6,7 @@ patches both, isolates every cache and token file under `home`, and returns the 
 Shared by the hub, publish, integration and matrix tests (importable because pytest puts tests/ on sys.path).
 """
 
+import importlib
 import os
 from pathlib import Path
 
@@ -52,13 +53,8 @@ def point_clients_at(url: str, home: Path, monkeypatch) -> dict:
         "HF_HUB_DISABLE_TELEMETRY": False,
     }.items():
         monkeypatch.setattr(constants, name, value, raising=False)
-    import kernels.cli.download
-    import kernels.hf_hub
-    import kernels.install
-    import kernels.locking
-    import kernels.resolver
-
-    for module in (kernels.hf_hub, kernels.install, kernels.locking, kernels.resolver, kernels.cli.download):
+    for name in ("kernels.hf_hub", "kernels.install", "kernels.locking", "kernels.resolver", "kernels.cli.download"):
+        module = importlib.import_module(name)  # the module object itself: `kernels.cli` is not always bound
         if hasattr(module, "CACHE_DIR"):
             monkeypatch.setattr(module, "CACHE_DIR", cache)
     return dict(os.environ)

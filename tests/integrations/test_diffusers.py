@@ -126,6 +126,20 @@ def test_backend_has_explicit_parameters_constraints_and_context_parallel(wd, ad
     assert len(constraints) >= 4  # + dtype/device of the loaded build, head dim, dropout
 
 
+def test_masks_under_ring_attention_are_refused_not_misapplied(wd, ad, load_calls):
+    """diffusers' ring attention passes the local mask shard with every rotated K/V chunk: refuse masks there
+    (a 2-GPU run applied them to the wrong keys) rather than return wrong attention."""
+    from types import SimpleNamespace
+
+    wd.register()
+    wd.load_backend()
+    fn = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName(NAME)]
+    q = torch.randn(1, 8, 2, 16)
+    ring = SimpleNamespace(context_parallel_config=SimpleNamespace(ring_degree=2, ulysses_degree=1))
+    with pytest.raises(ValueError, match="ring attention"):
+        fn(q, q, q, attn_mask=torch.ones(1, 8, dtype=torch.bool), _parallel_config=ring)
+
+
 def test_register_refuses_a_trust_keyword_and_diffusers_own_names(wd):
     with pytest.raises(TypeError, match="DIFFUSERS_TRUST_REMOTE_KERNELS"):
         wd.register("window_attn_x", trust_remote_code=True)

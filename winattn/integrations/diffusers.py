@@ -384,6 +384,16 @@ def _make_backend_fn(backend: _Backend):
         if _parallel_config is not None:
             from diffusers.models.attention_dispatch import _templated_context_parallel_attention
 
+            ring = getattr(_parallel_config.context_parallel_config, "ring_degree", 1) or 1
+            if attn_mask is not None and ring > 1:
+                # diffusers' ring attention hands every rotated K/V chunk the same local mask shard, so a mask would
+                # be applied to the wrong keys (measured on 2 H200s: 0.48 max error). Refuse instead of being wrong.
+                raise ValueError(
+                    f"{backend.value}: attention masks are not supported under diffusers' ring attention "
+                    f"(ring_degree={ring}): diffusers does not rotate the mask with the K/V chunks. Use Ulysses "
+                    "attention (ulysses_degree) for masked inputs."
+                )
+
             return _templated_context_parallel_attention(
                 query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
                 forward_op=backend.forward_op, backward_op=backend.backward_op, _parallel_config=_parallel_config,
