@@ -10,23 +10,35 @@ Defining the two op schemas first is enough: the fake registrations then succeed
 deform_conv2d, image/video decoding) stay unavailable; timm's Swin and FastVideo's attention path do not use them.
 
 Import this module before torchvision/timm/fastvideo (`winattn.integrations.install_torchvision_shim()` does it).
-It is a no-op when torchvision's own ops are already registered (a matching CPU or CUDA torchvision build) or
-when it already ran.
+It is a no-op when torchvision imports as it is (a matching CPU or CUDA build) or when it already ran.
 """
+
+import sys
 
 import torch
 
 
-def _needed() -> bool:
+def _torchvision_imports() -> bool:
+    """Import torchvision as it is; False only for the CPU-torch + cu130-wheel failure this shim exists for."""
     try:
-        torch._C._dispatch_find_schema_or_throw("torchvision::nms", "")
-        return False  # a working torchvision (or this shim) already defined the ops
-    except RuntimeError:
-        return True
+        import torchvision  # noqa: F401
+    except ModuleNotFoundError:
+        return True  # not installed: nothing to fix
+    except RuntimeError as e:
+        if "torchvision::nms" not in str(e):
+            raise
+        # Drop the half-imported package so the retry below runs its __init__ again.
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        return False
+    return True
 
 
-if _needed():
+# Shim only after the real failure: defining the schemas *before* a working torchvision loads its own `_C` would
+# register them twice and abort the process (seen on the H200 with a matching CUDA torchvision).
+if not _torchvision_imports():
     # The three lines (torch.library.Library keeps the definitions alive for the process's lifetime).
     _lib = torch.library.Library("torchvision", "DEF")
     _lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     _lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    import torchvision  # noqa: F401,E402
