@@ -8,6 +8,7 @@ Shared by the hub, publish, integration and matrix tests (importable because pyt
 
 import importlib
 import os
+import sys
 from pathlib import Path
 
 # Variables that would send clients elsewhere, authenticate them, or switch them offline.
@@ -54,7 +55,8 @@ def point_clients_at(url: str, home: Path, monkeypatch) -> dict:
     }.items():
         monkeypatch.setattr(constants, name, value, raising=False)
     for name in ("kernels.hf_hub", "kernels.install", "kernels.locking", "kernels.resolver", "kernels.cli.download"):
-        module = importlib.import_module(name)  # the module object itself: `kernels.cli` is not always bound
-        if hasattr(module, "CACHE_DIR"):
+        # The CLI module (it needs sigstore's cryptography) only when something already imported it in-process.
+        module = sys.modules.get(name) if name.startswith("kernels.cli") else importlib.import_module(name)
+        if module is not None and hasattr(module, "CACHE_DIR"):
             monkeypatch.setattr(module, "CACHE_DIR", cache)
     return dict(os.environ)
