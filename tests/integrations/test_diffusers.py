@@ -17,44 +17,6 @@ from . import _models
 NAME = "window_attn_hub"
 
 
-@pytest.fixture
-def ad():
-    from diffusers.models import attention_dispatch
-
-    return attention_dispatch
-
-
-@pytest.fixture
-def wd(hub_repo, ad):
-    """The integration with the default backend registered and nothing loaded yet; restores the global backend."""
-    import winattn.integrations.diffusers as wd
-
-    wd.register()
-    wd.unload()
-    previous = ad._AttentionBackendRegistry._active_backend
-    checks = ad._AttentionBackendRegistry._checks_enabled
-    yield wd
-    ad._AttentionBackendRegistry._active_backend = previous
-    ad._AttentionBackendRegistry._checks_enabled = checks
-    wd.unload()
-
-
-@pytest.fixture
-def load_calls(monkeypatch):
-    """Records every winattn.load call (the integrations resolve `winattn.load` at call time)."""
-    import winattn
-
-    calls = []
-    real = winattn.load
-
-    def spy(*args, **kwargs):
-        calls.append((args, kwargs))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(winattn, "load", spy)
-    return calls
-
-
 class KernelSpy:
     """Stands in for the loaded kernel module: records the keyword arguments of each `attention` call."""
 

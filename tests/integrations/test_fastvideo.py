@@ -49,21 +49,6 @@ def wf(hub_repo, monkeypatch):
     wf.unload()
 
 
-@pytest.fixture
-def load_calls(monkeypatch):
-    import winattn
-
-    calls = []
-    real = winattn.load
-
-    def spy(*args, **kwargs):
-        calls.append((args, kwargs))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(winattn, "load", spy)
-    return calls
-
-
 def _qkv(B=2, S=10, H=2, D=16, Hkv=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, S, H, D, generator=g)

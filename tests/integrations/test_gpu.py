@@ -112,46 +112,8 @@ class _Recorder:
         return getattr(self._module, name)
 
 
-@pytest.fixture
-def load_calls(monkeypatch):
-    """Records every winattn.load call (the integrations resolve `winattn.load` at call time)."""
-    import winattn
-
-    calls = []
-    real = winattn.load
-
-    def spy(*args, **kwargs):
-        calls.append((args, kwargs))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(winattn, "load", spy)
-    return calls
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # diffusers
-
-
-@pytest.fixture
-def ad():
-    from diffusers.models import attention_dispatch
-
-    return attention_dispatch
-
-
-@pytest.fixture
-def wd(hub_repo, ad):
-    """The diffusers integration registered with defaults and nothing loaded; restores the global backend state."""
-    import winattn.integrations.diffusers as wd
-
-    wd.register()
-    wd.unload()
-    previous = ad._AttentionBackendRegistry._active_backend
-    checks = ad._AttentionBackendRegistry._checks_enabled
-    yield wd
-    ad._AttentionBackendRegistry._active_backend = previous
-    ad._AttentionBackendRegistry._checks_enabled = checks
-    wd.unload()
 
 
 @pytest.fixture
