@@ -74,6 +74,31 @@ struct FwdScratch {
 #endif
 };
 
+// Running max / sum / output of the task's rows (G heads x nrows), before the first k-tile.
+inline void reset_accumulators(FwdScratch& w, const FwdPlan& pl, int64_t G, int64_t nrows, int64_t D) {
+  for (int64_t hh = 0; hh < G; ++hh) {
+    std::fill(w.m + hh * pl.qblock, w.m + hh * pl.qblock + nrows, kNegInf);
+    std::fill(w.l + hh * pl.qblock, w.l + hh * pl.qblock + nrows, 0.f);
+    std::fill(w.o + hh * pl.qblock * D, w.o + (hh * pl.qblock + nrows) * D, 0.f);
+  }
+}
+
+// Epilogue: normalize, round to the output dtype; rows that saw no visible key -> out 0, lse -inf.
+inline void store_outputs(const FwdParams& p, const FwdPlan& pl, const FwdScratch& w, int64_t b, int64_t hk,
+                          int64_t i_begin, int64_t nrows) {
+  const int64_t D = p.head_dim, G = p.heads / p.heads_kv;
+  for (int64_t hh = 0; hh < G; ++hh) {
+    const int64_t h = hk * G + hh;
+    for (int64_t r = 0; r < nrows; ++r) {
+      const int64_t row = hh * pl.qblock + r, i = i_begin + r;
+      const float l = w.l[row];
+      store_row(p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, w.o + row * D, D,
+                l > 0.f ? 1.f / l : 0.f);
+      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l > 0.f ? w.m[row] + std::log(l) : kNegInf;
+    }
+  }
+}
+
 #if defined(WINATTN_BF16_DOT)
 // bf16 inputs with AVX512-BF16: the same loop as fwd_task with the two tile products on bf16 pairs. q is read
 // straight from the input (its rows are already bf16 pairs along D), scale is applied to the fp32 scores
@@ -87,11 +112,7 @@ inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int6
   const uint16_t* kb = static_cast<const uint16_t*>(p.k);
   const uint16_t* vb = static_cast<const uint16_t*>(p.v);
 
-  for (int64_t hh = 0; hh < G; ++hh) {
-    std::fill(w.m + hh * pl.qblock, w.m + hh * pl.qblock + nrows, kNegInf);
-    std::fill(w.l + hh * pl.qblock, w.l + hh * pl.qblock + nrows, 0.f);
-    std::fill(w.o + hh * pl.qblock * D, w.o + (hh * pl.qblock + nrows) * D, 0.f);
-  }
+  reset_accumulators(w, pl, G, nrows, D);
   const int64_t jlo = band.lo(i_begin), jhi = band.hi(i_end - 1);
   const int64_t kt_begin = jlo / kFwdBlockK;
   const int64_t kt_end = jhi < jlo ? kt_begin : jhi / kFwdBlockK + 1;
@@ -119,16 +140,7 @@ inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int6
       }
     }
   }
-  for (int64_t hh = 0; hh < G; ++hh) {
-    const int64_t h = hk * G + hh;
-    for (int64_t r = 0; r < nrows; ++r) {
-      const int64_t row = hh * pl.qblock + r, i = i_begin + r;
-      const float l = w.l[row];
-      store_row(p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, w.o + row * D, D,
-                l > 0.f ? 1.f / l : 0.f);
-      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l > 0.f ? w.m[row] + std::log(l) : kNegInf;
-    }
-  }
+  store_outputs(p, pl, w, b, hk, i_begin, nrows);
 }
 #endif
 
@@ -143,10 +155,8 @@ inline void fwd_task(const FwdParams& p, const FwdPlan& pl, int64_t b, int64_t h
     const int64_t h = hk * G + hh;
     load_rows(w.q + hh * pl.qblock * D, D, p.q, p.dtype, b * p.q_stride_b + i_begin * p.q_stride_s + h * p.q_stride_h,
               p.q_stride_s, nrows, D, p.scale);
-    std::fill(w.m + hh * pl.qblock, w.m + hh * pl.qblock + nrows, kNegInf);
-    std::fill(w.l + hh * pl.qblock, w.l + hh * pl.qblock + nrows, 0.f);
-    std::fill(w.o + hh * pl.qblock * D, w.o + (hh * pl.qblock + nrows) * D, 0.f);
   }
+  reset_accumulators(w, pl, G, nrows, D);
 
   // k-tiles meeting the band of any row (band.lo / band.hi are monotone in the row).
   const int64_t jlo = band.lo(i_begin), jhi = band.hi(i_end - 1);
@@ -176,17 +186,7 @@ inline void fwd_task(const FwdParams& p, const FwdPlan& pl, int64_t b, int64_t h
     }
   }
 
-  // Epilogue: normalize, round to the output dtype; rows that saw no visible key -> out 0, lse -inf.
-  for (int64_t hh = 0; hh < G; ++hh) {
-    const int64_t h = hk * G + hh;
-    for (int64_t r = 0; r < nrows; ++r) {
-      const int64_t row = hh * pl.qblock + r, i = i_begin + r;
-      const float l = w.l[row];
-      store_row(p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, w.o + row * D, D,
-                l > 0.f ? 1.f / l : 0.f);
-      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l > 0.f ? w.m[row] + std::log(l) : kNegInf;
-    }
-  }
+  store_outputs(p, pl, w, b, hk, i_begin, nrows);
 }
 
 inline void run_fwd(const FwdParams& p, int64_t nthreads) {
