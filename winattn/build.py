@@ -29,6 +29,7 @@ from pathlib import Path
 from ._build import compile as _compile
 from ._build import layout as _layout
 from ._build import toolchain as _tc
+from ._build.locking import FileLock
 from ._build.config import CUDA_SOURCE_SUFFIXES, BuildConfig, check_backend, load_config
 from .errors import BuildError
 
@@ -82,28 +83,6 @@ def _builder_version() -> str:
         return f"winattn-build {version('winattn')}"
     except Exception:  # noqa: BLE001 - not installed as a distribution (PYTHONPATH checkout)
         return "winattn-build"
-
-
-class _Lock:
-    """Exclusive lock on the object dir: concurrent builds of one variant wait instead of sharing ninja state."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd = None
-
-    def __enter__(self):
-        import fcntl
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
 
 
 def kernel_cuda_caps(k, cuda: _tc.CudaToolkit, cuda_archs: list[str] | None = None) -> list[str]:
@@ -196,7 +175,8 @@ def build(
     archs = sorted({c for caps in cuda_caps.values() for c in caps}, key=lambda c: _tc.parse_capability(c)[:2])
 
     log(f"[build] {backend}: {variant} (ops namespace {ops_name})")
-    with _Lock(obj_dir / ".lock"):
+    # Concurrent builds of one variant wait instead of sharing ninja state.
+    with FileLock(obj_dir / ".lock"):
         _compile.write_generated(obj_dir)
         units = _compile.plan_units(cfg, backend, kernels, ops_name, stable_abi, obj_dir, cuda, cuda_caps, torch)
         so_name = f"{ops_name}.abi3.so"

@@ -28,7 +28,6 @@ variant serves every CUDA 12.x torch >= 12.4 (12.6, 12.8, 12.9).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -42,6 +41,7 @@ from pathlib import Path
 
 from ..errors import BuildError
 from . import toolchain as _tc
+from .locking import FileLock
 
 CACHE_ENV = "WINATTN_TOOLCHAIN_CACHE"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -123,19 +123,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "winattn" / "toolchains"
 
 
-class _FileLock:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
 
 
 def _run(cmd: list[str], what: str, **kw) -> str:
@@ -292,7 +279,7 @@ def ensure_toolchain(spec: ToolchainSpec, root: Path | None = None, log=print) -
     root = Path(root) if root else cache_root()
     d = root / spec.name
     stamp = d / "toolchain.json"
-    with _FileLock(root / f".{spec.name}.lock"):
+    with FileLock(root / f".{spec.name}.lock"):
         info = json.loads(stamp.read_text()) if stamp.is_file() else {}
         if info.get("spec") != spec.digest() or not Path(info.get("nvcc", "/nonexistent")).exists():
             t0 = time.monotonic()
@@ -352,7 +339,7 @@ def torch_for(version: str, root: Path | None = None, log=print) -> _tc.TorchPat
         return mine
     root = Path(root) if root else cache_root()
     d = root / f"torch-{version}"
-    with _FileLock(root / f".torch-{version}.lock"):
+    with FileLock(root / f".torch-{version}.lock"):
         found = sorted(d.glob("venv/lib/python3*/site-packages/torch"))
         if not found or not (d / "ready").is_file():
             log(f"[matrix] torch {version}: provisioning a throwaway venv in {d}")
