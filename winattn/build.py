@@ -86,12 +86,17 @@ def _builder_version() -> str:
 
 
 def kernel_cuda_caps(k, cuda: _tc.CudaToolkit, cuda_archs: list[str] | None = None) -> list[str]:
-    """Capabilities the kernel `k` is compiled for with `cuda`: --cuda-archs as given, else build.toml's
+    """Capabilities the kernel `k` is compiled for with `cuda`: --cuda-archs (see below), else build.toml's
     cuda-capabilities loosely intersected with kernel-builder's defaults for that nvcc version (kernel-builder.md §3:
     < 12.8 up to 9.0, 12.8 adds 10.0/10.1/12.0, 13.0 has 7.5 ... 12.1), else those defaults; then what nvcc targets."""
     version = f"{cuda.version[0]}.{cuda.version[1]}"
     if cuda_archs:
-        return _tc.select_cuda_archs(list(cuda_archs), cuda, "--cuda-archs")
+        # --cuda-archs picks the base archs; a kernel's own arch-specific form of one of them survives ('9.0' keeps
+        # the sm90 kernel's '9.0a'). A kernel none of whose capabilities is requested is compiled for the requested
+        # list as given (the sm90 kernels then compile to stubs the planner never launches).
+        requested = list(cuda_archs)
+        kept = _tc.loose_intersection(k.cuda_capabilities, requested) if k.cuda_capabilities else []
+        return _tc.select_cuda_archs(kept or requested, cuda, "--cuda-archs")
     defaults = _default_caps(cuda.version)
     if k.cuda_capabilities is None:
         return _tc.select_cuda_archs(defaults, cuda, f"nvcc {version} default archs")
@@ -172,7 +177,7 @@ def build(
     build_dir = Path(build_dir).resolve()
     variant_dir = build_dir / variant
     obj_dir = Path(obj_dir).resolve() if obj_dir else root / "_build_obj" / variant
-    archs = sorted({c for caps in cuda_caps.values() for c in caps}, key=lambda c: _tc.parse_capability(c)[:2])
+    archs = sorted({c for caps in cuda_caps.values() for c in caps}, key=lambda c: _tc.parse_capability(c)[:3])
 
     log(f"[build] {backend}: {variant} (ops namespace {ops_name})")
     # Concurrent builds of one variant wait instead of sharing ninja state.

@@ -21,6 +21,20 @@ int fwd_blocks_per_sm(int dtype, int smem);
 template <int D>
 int bwd_blocks_per_sm(int dtype, int smem, int cfg);
 
+// Hopper forward (sm90/fwd_kernel_sm90.h) for head dims 32, 64, 96, 128: `fwd_sm90_ready` says whether this binary
+// holds sm_90a code for it on the current device (built with 9.0a, running on compute capability 9.0).
+template <int D>
+bool fwd_sm90_ready(int dtype);
+template <int D>
+int fwd_sm90_blocks_per_sm(int dtype, int smem);
+template <int D>
+void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
+// Window mode on Hopper (sm90/fwd_windows_sm90.h), head dims 32 and 64.
+template <int D>
+int fwd_windows_sm90_blocks_per_sm(int dtype, int smem);
+template <int D>
+void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
+
 void check_cuda(cudaError_t err, const char* what);
 
 }  // namespace cuda

@@ -17,6 +17,7 @@
 #include "kernel_params.h"
 #include "kernel_traits.h"
 #include "launch.h"
+#include "sm90/kernel_traits_sm90.h"
 #include "winattn_backend.h"
 
 namespace winattn {
@@ -36,7 +37,7 @@ void require(bool cond, const std::string& msg) {
 }
 
 struct DeviceInfo {
-  int sms = 132, smem_optin = 101376, smem_per_sm = 102400;
+  int sms = 132, smem_optin = 101376, smem_per_sm = 102400, cc_major = 8;
 };
 DeviceInfo device_info() {
   static DeviceInfo cache[64];
@@ -46,6 +47,7 @@ DeviceInfo device_info() {
   if (dev >= 0 && dev < 64 && have[dev]) return cache[dev];
   DeviceInfo d;
   check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
+  check_cuda(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
   check_cuda(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
   check_cuda(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
              "device attribute");
@@ -214,6 +216,35 @@ void choose_bias_mode(KParams& p, int block_n) {
   p.bias_pitch = bias_pitch_bytes(block_n, es);
 }
 
+// The Hopper forward (sm90/fwd_kernel_sm90.h) runs when the device is compute capability 9.x, the head dim has an
+// sm90 instantiation, this binary holds its sm_90a code, and WINATTN_SM90 is not 0 (the v1 kernel otherwise; both
+// pass the same tests, so the choice is a speed decision).
+bool has_sm90_fwd(int dk) { return dk == 32 || dk == 64 || dk == 96 || dk == 128; }
+template <typename F>
+void dispatch_sm90_hdim(int dk, F&& f) {
+  switch (dk) {
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 96: f(std::integral_constant<int, 96>{}); break;
+    default: f(std::integral_constant<int, 128>{}); break;
+  }
+}
+bool use_sm90_fwd(int dk, int dtype, const DeviceInfo& dev) {
+  if (dev.cc_major != 9 || !has_sm90_fwd(dk) || env_int("WINATTN_SM90", 1) == 0) return false;
+  static int ready[2][4] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
+  int& r = ready[dtype == 0 ? 0 : 1][dk == 32 ? 0 : dk == 64 ? 1 : dk == 96 ? 2 : 3];
+  if (r == 0) dispatch_sm90_hdim(dk, [&](auto d) { r = fwd_sm90_ready<decltype(d)::value>(dtype) ? 1 : 2; });
+  return r == 1;
+}
+template <int D>
+TileConfig sm90_fwd_tiles(TileConfig tc) {
+  using Tr = typename sm90::FwdTraitsSm90For<D>::type;
+  tc.fwd_bm = Tr::kBlockM;
+  tc.fwd_bn = Tr::kBlockN;
+  tc.fwd_smem = Tr::kSmemBytes;
+  return tc;
+}
+
 template <typename F>
 void dispatch_hdim(int dk, F&& f) {
   switch (dk) {
@@ -237,22 +268,66 @@ int waves_g(int64_t units, int64_t slots, int gmax) {
 struct FwdPlan {
   KParams p;
   int dk = 32, smem = 0;
+  bool sm90 = false;          // Hopper kernel (use_sm90_fwd)
+  bool sm90_windows = false;  // Hopper window-mode kernel (plan_fwd_windows_sm90)
   int64_t grid = 0;
   CombPlan comb;
   int64_t ws_bytes = 0, off_comb = -1;
 };
+
+// Window mode on Hopper (sm90/fwd_windows_sm90.h): every window fits one 64 x 64 tile, and the additive term, if
+// any, repeats with a period that divides B, so grouping windows by b % period (Pg) gives each CTA one tile of it.
+bool plan_fwd_windows_sm90(FwdPlan& pl, const DeviceInfo& dev, int dt) {
+  KParams& p = pl.p;
+  if (!pl.sm90 || (pl.dk != 32 && pl.dk != 64) || p.Sq > 64 || p.Sk > 64 || p.Sk == 0 ||
+      env_int("WINATTN_SM90_WINDOWS", 1) == 0)
+    return false;
+  const int period = p.bias.ptr ? p.bias.period : 1;
+  if (p.B % period != 0) return false;
+  int smem = 0;
+  auto traits = [&](auto d) { smem = sm90::FwdWindowTraitsSm90For<decltype(d)::value>::type::kSmemBytes; };
+  if (pl.dk == 32) traits(std::integral_constant<int, 32>{}); else traits(std::integral_constant<int, 64>{});
+  if (p.bias.ptr) {
+    choose_bias_mode(p, 64);
+    smem += 64 * p.bias_pitch;
+  }
+  if (smem > dev.smem_optin) return false;
+  int occ = 1;
+  if (pl.dk == 32)
+    occ = fwd_windows_sm90_blocks_per_sm<32>(dt, smem);
+  else
+    occ = fwd_windows_sm90_blocks_per_sm<64>(dt, smem);
+  const int per_r = p.B / period;
+  int G = waves_g(int64_t(p.B) * p.H, int64_t(dev.sms) * std::max(occ, 1), 64);
+  G = std::max(1, std::min(env_int("WINATTN_FWD_G", G), per_r));
+  p.G = G;
+  p.Pg = period;
+  p.NC = ceil_div(per_r, G);
+  p.NR = p.NC * period;
+  pl.grid = int64_t(p.H) * p.NR;
+  pl.smem = smem;
+  pl.sm90_windows = true;
+  return true;
+}
 
 FwdPlan plan_fwd(const FwdParams& fp) {
   FwdPlan pl;
   KParams& p = pl.p;
   fill_common(fp, p);
   pl.dk = kernel_head_dim(p.D);
-  const TileConfig tc = tile_config(pl.dk);
   const DeviceInfo dev = device_info();
+  const int dt = dtype_code(fp.dtype);
+  pl.sm90 = use_sm90_fwd(pl.dk, dt, dev);
+  TileConfig tc = tile_config(pl.dk);
+  if (pl.sm90) dispatch_sm90_hdim(pl.dk, [&](auto d) { tc = sm90_fwd_tiles<decltype(d)::value>(tc); });
   const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
   pl.comb = comb_plan(fp);
   // the workspace is 256-byte aligned: a stand-in pointer decides the staging mode; fwd() sets the real one
   if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
+  Carver cv;
+  if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
+  pl.ws_bytes = cv.size;
+  if (plan_fwd_windows_sm90(pl, dev, dt)) return pl;
   pl.smem = tc.fwd_smem;
   if (p.bias.ptr) {
     choose_bias_mode(p, tc.fwd_bn);
@@ -264,9 +339,11 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   // window mode: G items (windows) per CTA, sized so the grid is a whole number of resident waves
   int G = 1;
   if (mblocks == 1 && nblocks == 1 && p.B > 1) {
-    const int dt = dtype_code(fp.dtype);
     int occ = 1;
-    dispatch_hdim(pl.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
+    if (pl.sm90)
+      dispatch_sm90_hdim(pl.dk, [&](auto d) { occ = fwd_sm90_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
+    else
+      dispatch_hdim(pl.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
     G = waves_g(int64_t(p.B) * p.H, int64_t(dev.sms) * std::max(occ, 1), 32);
     G = env_int("WINATTN_FWD_G", G);
     G = std::max(1, std::min(G, p.B));
@@ -276,9 +353,6 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   p.NC = ceil_div(p.B, G);
   p.NR = p.NC;
   pl.grid = int64_t(mblocks) * p.H * p.NR;
-  Carver cv;
-  if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
-  pl.ws_bytes = cv.size;
   return pl;
 }
 
@@ -452,7 +526,14 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     p.bias.ptr = comb;
   }
   const int dt = dtype_code(params.dtype);
-  dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+  if (pl.sm90_windows && pl.dk == 32)
+    run_fwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
+  else if (pl.sm90_windows)
+    run_fwd_windows_sm90<64>(p, dt, pl.grid, pl.smem, stream);
+  else if (pl.sm90)
+    dispatch_sm90_hdim(pl.dk, [&](auto d) { run_fwd_sm90<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+  else
+    dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
 }
 
 int64_t bwd_workspace_bytes(const BwdParams& params) {

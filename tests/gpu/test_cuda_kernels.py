@@ -231,3 +231,43 @@ def test_bias_staging_fallbacks(kernel, stages, monkeypatch):
     inp = qkv(2, 96, 96, 2, 128, FP16)
     inp["bias"] = rand(2, 1, 96, 1, dtype=torch.float32, grad=True).to(FP16).detach().requires_grad_(True)
     run_case(kernel, inp, {})
+
+
+# ---- the v1 (sm80-class) forward on Hopper: on compute capability 9.0 the planner runs the sm90 (wgmma) forward
+# for head dims 32..128, so every test above checks that one there; WINATTN_SM90=0 keeps the v1 forward (what
+# sm80 / sm86 / sm89 run) checked on the same machine --------------------------------------------------------------
+@pytest.mark.parametrize("D", [32, 64, 128])
+def test_v1_forward_on_hopper(kernel, D, monkeypatch):
+    monkeypatch.setenv("WINATTN_SM90", "0")
+    inp = qkv(2, 197, 197, 3, D, BF16)
+    inp["bias"] = rand(1, 3, 197, 197, dtype=BF16, grad=True)
+    run_case(kernel, inp, {"causal": True})
+    inp = swin_inputs(4, 7, 16, 2, 32, BF16)
+    run_case(kernel, inp, {}, swin=True)
+
+
+# ---- window mode on Hopper (sm90/fwd_windows_sm90.h: <= 64 queries and keys per sequence, many sequences): the
+# fp32 term table fast path (no terms, broadcast bias, per-item bias) and the apply_terms path (bool mask, key
+# padding, causal), fully masked rows included ---------------------------------------------------------------------
+@pytest.mark.parametrize("D", [32, 64])
+@pytest.mark.parametrize("terms", ["none", "bias", "bias_per_item", "cross", "bool_mask", "key_padding", "causal"])
+def test_window_mode_terms(kernel, D, terms):
+    B, N, H = 48, 49, 3
+    Sk = 64 if terms == "cross" else N
+    inp = qkv(B, N, Sk, H, D, BF16)
+    kwargs = {}
+    if terms in ("bias", "cross"):
+        inp["bias"] = rand(1, H, N, Sk, dtype=BF16, grad=True)
+    elif terms == "bias_per_item":
+        inp["bias"] = rand(B, 1, N, Sk, dtype=FP16, grad=True)
+    elif terms == "bool_mask":
+        mask = torch.rand(B, 1, N, Sk, device="cuda") > 0.3
+        mask[3, 0, 7] = False  # a fully masked query row
+        inp["mask"] = mask
+    elif terms == "key_padding":
+        kpm = torch.rand(B, Sk, device="cuda") > 0.2
+        kpm[5] = False  # an item with no real key
+        inp["key_padding_mask"] = kpm
+    elif terms == "causal":
+        kwargs["causal"] = True
+    run_case(kernel, inp, kwargs)

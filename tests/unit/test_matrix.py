@@ -120,6 +120,9 @@ def test_capabilities_defaults_override_and_errors():
     assert kernel_cuda_caps(none, _toolkit((12, 4), ALL_ARCHS))[-1] == "9.0+PTX"  # kernel-builder's < 12.8 list
     assert kernel_cuda_caps(none, _toolkit((13, 0), ALL_ARCHS))[0] == "7.5"
     assert kernel_cuda_caps(spec, _toolkit((12, 4), ALL_ARCHS), ["10.0"]) == ["10.0"]  # --cuda-archs as given
+    sm90 = type(spec)(**{**spec.__dict__, "cuda_capabilities": ["9.0a"]})
+    assert kernel_cuda_caps(sm90, _toolkit((13, 0), ALL_ARCHS), ["8.0", "9.0"]) == ["9.0a"]  # keeps its 9.0a
+    assert kernel_cuda_caps(sm90, _toolkit((13, 0), ALL_ARCHS), ["8.0"]) == ["8.0"]  # no 9.x asked: stubs
     only_new = type(spec)(**{**spec.__dict__, "cuda_capabilities": ["12.0"]})
     with pytest.raises(BuildError, match=r"cuda-capabilities = \['12.0'\]: none is among nvcc 12.4"):
         kernel_cuda_caps(only_new, _toolkit((12, 4), ALL_ARCHS))
@@ -370,16 +373,16 @@ def test_real_cuda_sources_build_for_one_arch(tmp_path):
     r = build(REPO_ROOT, "cuda", tmp_path / "build", cuda_archs=["9.0"], unique_id="ci_sm90",
               obj_dir=tmp_path / "obj", log=quiet)
     assert r.variant == f"torch-stable-abi210-{cuda.tag}-{ARCH}"
-    assert r.archs == ["9.0"] and r.linked
+    assert r.archs == ["9.0", "9.0a"] and r.linked  # the sm90 kernels keep their arch-specific 9.0a
     cfg = load_config(REPO_ROOT)
     cu = [s for k in cfg.kernels_for("cuda") for s in k.src if s.endswith(".cu")]
     assert sorted(r.compiled) == sorted(cu + [s for s in cfg.torch_src if s.endswith(".cpp")])
     assert r.abi.abi3 == [] and r.abi.unresolved == [] and r.abi.manylinux == []
     assert r.abi.exported == ["PyInit__window_attention_cuda_ci_sm90"]
     meta = Metadata.read_from_file(str(r.variant_dir / "metadata.json"))
-    assert str(meta.backend.backend_type) == "cuda" and meta.backend.archs == ["9.0"]
+    assert str(meta.backend.backend_type) == "cuda" and meta.backend.archs == ["9.0", "9.0a"]
     if cuda.cuobjdump:  # only where a cuobjdump exists (the matrix installs one into each toolchain env)
-        assert r.fatbin == (["90"], [])
+        assert r.fatbin == (["90", "90a"], [])
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,202 @@
+// Hopper forward kernel (sm_90a): the v1 forward (fwd_kernel.h) with both GEMMs on warpgroup MMA.
+//
+// Same work decomposition, cp.async double-buffered K/V (+ additive tile) pipeline, score terms (score_mod.h),
+// online softmax (softmax.h) and epilogue as v1; what changes is the MMA: each warpgroup (4 warps, 128 threads)
+// owns 64 query rows and issues
+//   S[64 x BN]  = Q K^T  as wgmma m64nBNk16 with Q and K read from shared memory by descriptor, and
+//   O[64 x D]  += P V    as wgmma m64nDk16 with P in registers (the S accumulator, rounded) and V by descriptor,
+// so no warp spends registers or issue slots on ldmatrix B fragments. The wgmma accumulator layout per warp is the
+// mma.sync m16n8 C layout repeated along N (PTX "wgmma-64N16-D"), so every v1 helper that works on
+// acc[MT = 1][NT][4] fragments applies unchanged, with the warp's first row at warp * 16.
+#pragma once
+#include "../block_info.h"
+#include "../gemm.h"
+#include "../kernel_params.h"
+#include "../score_mod.h"
+#include "../softmax.h"
+#include "kernel_traits_sm90.h"
+#include "tile_sm90.h"
+#include "wgmma_ops.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+template <typename Tr, typename Elem>
+__global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_constant__ KParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim;
+  constexpr int NT = Tr::kNT, DT = Tr::kDT, NTH = Tr::kNThreads, QS = Tr::kQStages;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sQ = smem;                       // [QS][BM x DK] swizzled
+  unsigned char* sK = sQ + QS * Tr::kQBytes;      // [2][BN x DK]
+  unsigned char* sV = sK + 2 * Tr::kKVBytes;      // [2][BN x DK]
+  unsigned char* sBias = sV + 2 * Tr::kKVBytes;   // [bias_stages][BM][pitch]
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const Work w = decode_work(p, p.H);
+  const int h = w.hx, m_block = w.blk, hkv = h / p.hgroup;
+  const int i0 = m_block * BM;
+  const int rows_valid = min(BM, p.Sq - i0);
+  const int wr = warp * 16;  // warp's first row in the block
+  const Elem* q = static_cast<const Elem*>(p.q);
+  const Elem* k = static_cast<const Elem*>(p.k);
+  const Elem* v = static_cast<const Elem*>(p.v);
+  Elem* o = static_cast<Elem*>(p.o);
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
+
+  int n_lo, n_hi;
+  n_block_range(p, m_block, BM, BN, n_lo, n_hi);
+  if (n_lo >= n_hi) {  // no key of any row is in the band: zero output, lse = -inf
+    for (int t = 0; t < w.nitems; ++t) {
+      const int b = w.batch(p, t);
+      for (int idx = tid; idx < rows_valid * p.D; idx += NTH) {
+        const int r = idx / p.D, d = idx % p.D;
+        o[int64_t(b) * p.o_sb + int64_t(i0 + r) * p.o_ss + int64_t(h) * p.o_sh + d] = Elem(0.f);
+      }
+      for (int r = tid; r < rows_valid; r += NTH) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = -INFINITY;
+    }
+    return;
+  }
+  const int nper = n_hi - n_lo;
+  const int nsteps = w.nitems * nper;
+  const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool has_bias = p.bias.ptr != nullptr;
+  const int bias_tile = BM * p.bias_pitch;
+
+  auto load_q = [&](int b, int stage) {
+    load_tile_async<Elem, BM, DK, NTH>(sQ + stage * Tr::kQBytes,
+                                       q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh,
+                                       p.q_ss, rows_valid, p.D, p.q, tid);
+  };
+  auto load_step = [&](int s, int stage) {  // K, V (and the additive tile when prefetched) of step s
+    const int b = w.batch(p, s / nper), n = n_lo + s % nper;
+    const int j0 = n * BN, kv_rows = min(BN, p.Sk - j0);
+    load_tile_async<Elem, BN, DK, NTH>(sK + stage * Tr::kKVBytes,
+                                       k + int64_t(b) * p.k_sb + int64_t(j0) * p.k_ss + int64_t(hkv) * p.k_sh,
+                                       p.k_ss, kv_rows, p.D, p.k, tid);
+    load_tile_async<Elem, BN, DK, NTH>(sV + stage * Tr::kKVBytes,
+                                       v + int64_t(b) * p.v_sb + int64_t(j0) * p.v_ss + int64_t(hkv) * p.v_sh,
+                                       p.v_ss, kv_rows, p.D, p.v, tid);
+    if (has_bias && p.bias_stages == 2) load_bias_tile<BM, BN, NTH>(sBias + stage * bias_tile, p, b, h, i0, j0, tid);
+  };
+
+  float acc_o[1][DT][4];
+  zero_acc(acc_o);
+  OnlineSoftmax<1> sm;
+  sm.reset();
+
+  load_q(w.batch(p, 0), 0);
+  load_step(0, 0);
+  cp_async_commit();
+
+  const uint32_t sQ_addr = smem_u32(sQ) + wg * 64 * kSwizzleRowBytes, sK_addr = smem_u32(sK), sV_addr = smem_u32(sV);
+  for (int s = 0; s < nsteps; ++s) {
+    const int t = s / nper, n = n_lo + s % nper;
+    const int b = w.batch(p, t);
+    const int qs = QS == 2 ? (t & 1) : 0;
+    const bool item_end = (n == n_hi - 1);
+    cp_async_wait_all();
+    fence_view_async_shared();
+    __syncthreads();
+    const bool bias_sync = has_bias && p.bias_stages == 1;  // tile not prefetched: load it first, wait for it only
+    if (bias_sync) {
+      load_bias_tile<BM, BN, NTH>(sBias, p, b, h, i0, n * BN, tid);
+      cp_async_commit();
+    }
+    if (s + 1 < nsteps) {
+      load_step(s + 1, (s + 1) & 1);
+      if constexpr (QS == 2)
+        if (item_end) load_q(w.batch(p, t + 1), (t + 1) & 1);
+    }
+    cp_async_commit();
+    const unsigned char* sB = nullptr;
+    if (has_bias && p.bias_stages == 2) sB = sBias + (s & 1) * bias_tile;
+
+    // S = Q K^T: k16 step ks reads column block ks / 2 at byte offset (ks % 2) * 32 of Q's and K's rows
+    float acc_s[1][NT][4];
+    {
+      const uint32_t qa = sQ_addr + qs * Tr::kQBytes, ka = sK_addr + (s & 1) * Tr::kKVBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < DK / 16; ++ks) {
+        const uint64_t da = make_desc(qa + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+        const uint64_t db = make_desc(ka + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+        wgmma_ss<0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(acc_s[0]);
+    }
+    if constexpr (QS == 1) {
+      if (item_end && t + 1 < w.nitems) {
+        __syncthreads();  // every warpgroup is done with sQ
+        load_q(w.batch(p, t + 1), 0);
+        cp_async_commit();
+      }
+    }
+    if (bias_sync) {
+      cp_async_wait_group<1>();
+      __syncthreads();
+      sB = sBias;
+    }
+    const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
+    if (has_terms || need_mask) {
+      apply_terms<1, NT>(acc_s, p, sB, b, h, i0, wr, n * BN, 0, lane, need_mask);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[0][nt][e] *= p.scale_log2;
+    }
+
+    sm.template update<NT, DT>(acc_s, acc_o);
+
+    // O += P V: k16 step ks covers keys 16 ks .. 16 ks + 15 (1024 bytes into each column block)
+    {
+      uint32_t pf[1][NT / 2][4];
+      acc_to_afrag<Elem, 1, NT>(pf, acc_s);
+      const uint32_t va = sV_addr + (s & 1) * Tr::kKVBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < NT / 2; ++ks)
+        wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[0][ks],
+                    make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(acc_o[0]);
+    }
+
+    if (item_end) {
+      // epilogue: normalize, write O and lse
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const float l = quad_sum(sm.row_sum[0][hf]);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int i = i0 + wr + qr + hf * 8;
+        if (i < p.Sq) {
+          Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
+#pragma unroll
+          for (int dt = 0; dt < DT; ++dt) {
+            const int d = dt * 8 + qc;
+            if (d < p.D)
+              *reinterpret_cast<uint32_t*>(orow + d) =
+                  ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
+          }
+          if ((lane & 3) == 0)
+            p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = l > 0.f ? (sm.row_max[0][hf] + log2f(l)) * kLn2 : -INFINITY;
+        }
+      }
+      zero_acc(acc_o);
+      sm.reset();
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the planner never launches this kernel (fwd_sm90_ready)
+#endif
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

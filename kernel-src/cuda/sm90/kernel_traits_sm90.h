@@ -1,0 +1,47 @@
+// Tile shapes of the Hopper (sm_90a) kernels. Host code (the planner) includes this without the kernels.
+#pragma once
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+template <int kHeadDim_, int kBlockN_, int kNWarpgroups_, int kQStages_>
+struct FwdTraitsSm90 {
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kQStages = kQStages_;
+  static constexpr int kBlockM = 64 * kNWarpgroups_, kNWarps = 4 * kNWarpgroups_, kNThreads = 32 * kNWarps;
+  static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  // 1 KB of slack to align the dynamic shared memory base to 1024 bytes (tile_sm90.h)
+  static constexpr int kSmemBytes = 1024 + kQStages * kQBytes + 4 * kKVBytes;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "sm90 tiles are whole 32-column blocks, k16 steps");
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
+};
+
+// Head dims with an sm90 forward (others run the v1 kernel on Hopper too): D = 32 for Swin windows (one 64-row
+// warpgroup per CTA, many windows per CTA), D = 64 .. 128 for long sequences (2 warpgroups, 128 x 128 tiles).
+template <int D> struct FwdTraitsSm90For;
+template <> struct FwdTraitsSm90For<32> { using type = FwdTraitsSm90<32, 64, 1, 2>; };
+template <> struct FwdTraitsSm90For<64> { using type = FwdTraitsSm90<64, 128, 2, 1>; };
+template <> struct FwdTraitsSm90For<96> { using type = FwdTraitsSm90<96, 128, 2, 1>; };
+template <> struct FwdTraitsSm90For<128> { using type = FwdTraitsSm90<128, 128, 2, 1>; };
+
+// Window mode (fwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and <= kBlockN keys, Q/K/V double
+// buffered, plus the fp32 score-term table [kBlockN / 8][128 threads] float4; the raw additive tile is added by the
+// planner when there is one. kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
+template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
+struct FwdWindowTraitsSm90 {
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
+  static constexpr int kBlockM = 64, kNThreads = 128;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kSmemBytes = 1024 + 2 * kQBytes + 4 * kKVBytes + (kBlockN / 8) * 128 * 16;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "whole 32-column blocks, k16 steps");
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
+};
+// Window-mode head dims: Swin (D = 32) and D = 64, windows of up to 64 tokens.
+template <int D> struct FwdWindowTraitsSm90For;
+template <> struct FwdWindowTraitsSm90For<32> { using type = FwdWindowTraitsSm90<32, 64, 4>; };
+template <> struct FwdWindowTraitsSm90For<64> { using type = FwdWindowTraitsSm90<64, 64, 3>; };
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

@@ -1,0 +1,82 @@
+// Shared-memory tiles in the layout the Hopper tensor cores read (wgmma), and the warpgroup MMA plumbing.
+//
+// Tile layout ("64-byte swizzle"): a [ROWS x DK] tile of 16-bit elements is stored as DK/32 column blocks of
+// [ROWS x 32] (64 bytes per row, blocks ROWS * 64 bytes apart). Within a block, 8 consecutive rows form a
+// 512-byte atom and the four 16-byte chunks of row r sit at chunk index c ^ ((r >> 1) & 3) (PTX "64B swizzle": bits
+// [4,6) of the address XOR bits [7,9)), so the chunk columns a warp reads are spread over all banks.
+// One physical layout serves every operand:
+//   * Q and K as K-major operands of S = Q K^T (K dimension = head dim, contiguous): SBO = 512 (next 8 rows);
+//   * V as the N-major operand of O += P V (N = head dim contiguous, K = keys): SBO = 512 (next 8 keys),
+//     LBO = ROWS * 64 (next 32-column block).
+// Column blocks of 32 keep every head dim that is a multiple of 32 in one layout (64-byte rows instead of 128).
+// Tiles are 1024-byte aligned (the swizzle is a function of address bits).
+#pragma once
+#include "../utils.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+constexpr int kSwizzleRowBytes = 64;
+
+// Byte offset of the 16-byte chunk c (head-dim columns 8c .. 8c + 7) of row r in a ROWS-row tile.
+template <int ROWS>
+__device__ __forceinline__ int tile_chunk_offset(int r, int c) {
+  return (c >> 2) * (ROWS * kSwizzleRowBytes) + r * kSwizzleRowBytes + (((c & 3) ^ ((r >> 1) & 3)) << 4);
+}
+
+// Matrix descriptor (PTX "matrix-descriptor-format"): start address, leading / stride byte offsets (16-byte units),
+// layout type 2 = 64-byte swizzle.
+__device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  uint64_t d = 0;
+  d |= uint64_t((smem_addr & 0x3FFFF) >> 4);
+  d |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
+  d |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
+  d |= uint64_t(2) << 62;
+  return d;
+}
+
+// Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
+// rows_valid and columns past d_valid (cp.async, 16-byte chunks; the caller commits and waits).
+template <typename Elem, int ROWS, int DK, int NTHREADS>
+__device__ __forceinline__ void load_tile_async(unsigned char* s, const Elem* g, int64_t row_stride, int rows_valid,
+                                                int d_valid, const void* g_safe, int tid) {
+  constexpr int kChunksPerRow = DK / 8;
+  constexpr int kTotal = ROWS * kChunksPerRow;
+#pragma unroll
+  for (int it = 0; it < ceil_div(kTotal, NTHREADS); ++it) {
+    const int idx = it * NTHREADS + tid;
+    if (kTotal % NTHREADS == 0 || idx < kTotal) {
+      const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+      const bool pred = r < rows_valid && c * 8 < d_valid;
+      const void* src = pred ? static_cast<const void*>(g + r * row_stride + c * 8) : g_safe;
+      cp_async16(s + tile_chunk_offset<ROWS>(r, c), src, pred);
+    }
+  }
+}
+
+// Shared memory written through the generic proxy (cp.async, st.shared) becomes visible to wgmma (async proxy)
+// after this fence in the writing threads, followed by a barrier.
+__device__ __forceinline__ void fence_view_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across the asynchronous MMA (issue .. wait).
+template <int NT>
+__device__ __forceinline__ void fence_acc(float (&d)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn
