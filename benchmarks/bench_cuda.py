@@ -2,11 +2,14 @@
 
     python benchmarks/bench_cuda.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--out results/bench_cuda.json]
 
-Workloads (bf16): Swin W7 (16384 windows, H=4, N=49, D=32, table + shift mask), Swin W12 (8192 windows, N=144),
-dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias D=128 S=16k (B=1, H=16).
+Workloads (bf16): Swin W7 / W8 (16384 windows, H=4, N=49 / 64, D=32, table + shift mask), Swin W12 (8192
+windows, N=144), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias S=16k (B=1) at D=64 / 128 (H=16) and
+D=256 (H=8), key-padding mask at S=4096, D=128 (B=4, H=16) against the same call without it.
 Peers: SDPA-efficient with the bias materialized (gradient on the bias / table), cuDNN SDPA with bias (no bias
-gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias.
-Timing: CUDA events around each call after warm-up, median of --reps; backward timed alone (retain_graph).
+gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias; and
+`ours_v1`: our kernel with the Hopper kernels disabled (WINATTN_SM90=0), i.e. v1.1, in the same run.
+Timing: CUDA events around each call after warm-up, repetitions queued back to back, median of --reps; backward
+timed alone (retain_graph).
 Prints a table last and writes every number to --out (JSON).
 """
 
@@ -27,6 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 BF16 = torch.bfloat16
 SKIP_PEERS = False  # --skip-peers: only our kernel (profiling / tuning runs)
 SWEEP_G = []  # --sweep-g: also time our Swin kernels at these windows-per-CTA counts
+HOST_MS = []  # host ms per call of each cuda_time() (diagnostic: reported as fwd_host_ms / bwd_host_ms)
 
 
 def load_kernel(variant):
@@ -36,18 +40,23 @@ def load_kernel(variant):
 
 
 def cuda_time(fn, reps, warmup=3):
+    """Median ms of fn() between device events. The repetitions are queued back to back (no host sync between
+    them), so the host's launch overhead overlaps the previous repetition's kernels instead of adding to the
+    measured time; when the host is the slower side, the gaps still show up in the events. (The v1 / v1.1 rows
+    of RESULTS.md synchronized after every repetition and include ~0.05-0.1 ms of launch overhead per call.)"""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    t0 = time.perf_counter()
+    for a, b in events:
         a.record()
         fn()
         b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    host_ms = (time.perf_counter() - t0) * 1e3 / reps  # host time per call; ~= the device time: host-bound
+    torch.cuda.synchronize()
+    HOST_MS.append(host_ms)
+    return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
 def measure(fwd, grads_of, reps):
@@ -84,10 +93,21 @@ def autograd_grads(leaves):
     return g
 
 
+def run_v1(fn, results, key, reps):
+    """Our kernel again with the Hopper (sm90) kernels disabled: v1 (v1.1 backward), same binary, same run."""
+    os.environ["WINATTN_SM90"] = "0"
+    try:
+        run_peer("ours_v1", fn, results, key, reps)
+    finally:
+        del os.environ["WINATTN_SM90"]
+
+
 def run_peer(name, fn, results, key, reps):
     try:
+        HOST_MS.clear()
         t_f, t_b, mem = fn(reps)
-        results[key][name] = {"fwd_ms": t_f, "bwd_ms": t_b, "fb_ms": t_f + t_b, "peak_mb": mem}
+        results[key][name] = {"fwd_ms": t_f, "bwd_ms": t_b, "fb_ms": t_f + t_b, "peak_mb": mem,
+                              "fwd_host_ms": HOST_MS[0], "bwd_host_ms": HOST_MS[1]}
     except Exception as e:  # a peer that cannot run this shape is reported, not fatal
         msg = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         results[key][name] = {"error": msg}
@@ -159,6 +179,7 @@ def bench_swin(kern, win, nwin, reps, results):
         return measure(f, autograd_grads([q, k, v, table]), reps)
 
     run_peer("ours", ours, results, key, reps)
+    run_v1(ours, results, key, reps)
     for g in SWEEP_G:
         os.environ["WINATTN_FWD_G"] = os.environ["WINATTN_BWD_G"] = str(g)
         run_peer(f"ours_G{g}", ours, results, key, reps)
@@ -225,7 +246,7 @@ def bench_dense_bias(kern, reps, results, B=2, H=16, S=4096, D=64):
 
 
 def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
-    key = "nobias_d128_16k"
+    key = f"nobias_d{D}_{S // 1024}k"
     results[key] = {"shape": dict(B=B, H=H, S=S, D=D, dtype="bf16")}
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=BF16).requires_grad_(True) for _ in range(3))
     flops = 4 * B * H * S * S * D
@@ -247,6 +268,7 @@ def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
         return run
 
     run_peer("ours", ours, results, key, reps)
+    run_v1(ours, results, key, reps)
     if not SKIP_PEERS:
         run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
         run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION), results, key, reps)
@@ -254,12 +276,28 @@ def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
     del q, k, v
 
 
+def bench_key_padding(kern, reps, results, B=4, H=16, S=4096, D=128):
+    """The same kernel with and without a [B, S] key-padding mask (every key real, so the work is identical and the
+    difference is the mask's cost)."""
+    key = "keypad_d128_4k"
+    results[key] = {"shape": dict(B=B, H=H, S=S, D=D, key_padding=[B, S], dtype="bf16")}
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=BF16).requires_grad_(True) for _ in range(3))
+    kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+    flops = 4 * B * H * S * S * D
+    results[key]["flops"] = {"fwd": flops, "bwd": 2.5 * flops}
+    run_peer("ours", lambda r: measure(lambda: kern.attention(q, k, v, key_padding_mask=kpm),
+                                       autograd_grads([q, k, v]), r), results, key, reps)
+    run_peer("ours_no_mask", lambda r: measure(lambda: kern.attention(q, k, v), autograd_grads([q, k, v]), r),
+             results, key, reps)
+    del q, k, v
+
+
 # ------------------------------------------------------------------------------------------------------------------
-TARGETS = {  # v1 targets (ms or TFLOP/s), from the issue
-    "swin_w7": {"fb_ms": 2.3},
-    "swin_w12": {"fb_ms": 4.0},
-    "dense_bias_d64": {"fwd_ms": 0.58, "bwd_ms": 1.4},
-    "nobias_d128_16k": {"fwd_tflops": 330, "bwd_tflops": 300},
+TARGETS = {  # v2 (Hopper) targets (ms or TFLOP/s), from the issue; v1's were W7 f+b 2.3 ms, W12 f+b 4 ms,
+    # dense bias 0.58 / 1.4 ms, no-bias D=128 330 / 300 TF/s
+    "swin_w7": {"fwd_ms": 0.35, "bwd_ms": 0.70},
+    "dense_bias_d64": {"fwd_ms": 0.45, "bwd_ms": 1.0},
+    "nobias_d128_16k": {"fwd_tflops": 600, "bwd_tflops": 520},
 }
 
 
@@ -290,7 +328,8 @@ def summarize(results):
             ratio = r["fb_ms"] / ours_fb if ours_fb else float("nan")
             r["ratio_fb_vs_ours"] = ratio
             lines.append(f"{key:<18}{name:<20}{r['fwd_ms']:>9.3f}{r['bwd_ms']:>9.3f}{r['fb_ms']:>9.3f}"
-                         f"{rate[0]:>15}{rate[1]:>15}{r['peak_mb']:>9.0f}{ratio:>8.2f}")
+                         f"{rate[0]:>15}{rate[1]:>15}{r['peak_mb']:>9.0f}{ratio:>8.2f}"
+                         f"   host {r.get('fwd_host_ms', float('nan')):.3f}/{r.get('bwd_host_ms', float('nan')):.3f}")
         tgt = TARGETS.get(key, {})
         if tgt and "fwd_ms" in res["ours"]:
             met = []
@@ -308,7 +347,8 @@ def main():
     ap.add_argument("--variant", default="build/torch-stable-abi210-cu130-x86_64-linux")
     ap.add_argument("--out", default="results/bench_cuda.json")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--only", nargs="*", default=None, help="subset: swin_w7 swin_w12 dense nobias")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="subset: swin_w7 swin_w8 swin_w12 dense nobias nobias_d64 nobias_d256 keypad")
     ap.add_argument("--skip-peers", action="store_true", help="time only our kernel")
     ap.add_argument("--sweep-g", nargs="*", type=int, default=[], help="Swin: also time these windows-per-CTA")
     args = ap.parse_args()
@@ -318,16 +358,24 @@ def main():
     results = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                         "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                         "variant": str(args.variant)}}
-    only = set(args.only or ["swin_w7", "swin_w12", "dense", "nobias"])
+    only = set(args.only or ["swin_w7", "swin_w8", "swin_w12", "dense", "nobias", "nobias_d64", "nobias_d256", "keypad"])
     torch.manual_seed(0)
     if "swin_w7" in only:
         bench_swin(kern, 7, 16384, args.reps, results)
+    if "swin_w8" in only:
+        bench_swin(kern, 8, 16384, args.reps, results)
     if "swin_w12" in only:
         bench_swin(kern, 12, 8192, args.reps, results)
     if "dense" in only:
         bench_dense_bias(kern, args.reps, results)
     if "nobias" in only:
         bench_nobias(kern, args.reps, results)
+    if "nobias_d64" in only:
+        bench_nobias(kern, args.reps, results, D=64)
+    if "nobias_d256" in only:
+        bench_nobias(kern, args.reps, results, H=8, D=256)
+    if "keypad" in only:
+        bench_key_padding(kern, args.reps, results)
     table = summarize(results)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))

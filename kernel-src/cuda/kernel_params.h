@@ -57,6 +57,7 @@ struct KParams {
   Operand4d mask;  // bool, true = attend
   const bool* kp = nullptr;
   int64_t kp_sb = 0, kp_sk = 0;
+  bool kp_vec4 = false;  // kp_sk == 1 and every row 4-byte aligned: key blocks load as 4-byte chunks
   float scale = 1.f;       // softmax scale
   float scale_log2 = 1.f;  // scale * log2(e)
   // band: key j visible to query i iff band_lo <= j - i <= band_hi (offsets already include Sk - Sq)

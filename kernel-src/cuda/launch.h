@@ -34,6 +34,11 @@ template <int D>
 int fwd_windows_sm90_blocks_per_sm(int dtype, int smem);
 template <int D>
 void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
+// Window-mode backward on Hopper (sm90/bwd_windows_sm90.h), head dim 32 (its own translation unit).
+template <int D>
+int bwd_windows_sm90_blocks_per_sm(int dtype, int smem);
+template <int D>
+void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 
 void check_cuda(cudaError_t err, const char* what);
 

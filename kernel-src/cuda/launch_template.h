@@ -1,5 +1,10 @@
 // Definitions behind launch.h, included only by the instantiation translation units.
 #pragma once
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
 #include "bwd_kernel.h"
 #include "fwd_kernel.h"
 #include "launch.h"
@@ -7,22 +12,56 @@
 namespace winattn {
 namespace cuda {
 
+// Per (device, kernel) host state, so that a call costs a launch and not a round of driver queries (the Swin forward
+// is ~0.4 ms of GPU time; the queries used to add about as much host time per call): the dynamic shared memory
+// limit already raised, and resident CTAs per SM per shared memory size.
+struct KernelHostCache {
+  std::mutex mu;
+  std::map<std::pair<int, const void*>, int> smem_limit;
+  std::map<std::tuple<int, const void*, int, int>, int> occupancy;
+  static KernelHostCache& get() {
+    static KernelHostCache c;
+    return c;
+  }
+};
+
+inline void raise_smem_limit(const void* kernel, int smem, const char* what) {
+  if (smem <= 48 * 1024) return;
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), what);
+  KernelHostCache& c = KernelHostCache::get();
+  std::lock_guard<std::mutex> lock(c.mu);
+  int& have = c.smem_limit[{dev, kernel}];
+  if (have >= smem) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), what);
+  have = smem;
+}
+
 template <typename Kernel>
 inline void launch_kernel(Kernel kernel, int64_t grid, int threads, int smem, cudaStream_t stream,
                           const KParams& p, const char* what) {
   if (grid <= 0) return;
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), what);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, what);
   kernel<<<dim3(static_cast<unsigned>(grid)), dim3(threads), smem, stream>>>(p);
   check_cuda(cudaGetLastError(), what);
 }
 
 template <typename Kernel>
 inline int blocks_per_sm(Kernel kernel, int threads, int smem) {
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "occupancy");
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "occupancy");
+  KernelHostCache& c = KernelHostCache::get();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.occupancy.find({dev, key, threads, smem});
+    if (it != c.occupancy.end()) return it->second;
+  }
+  raise_smem_limit(key, smem, "occupancy");
   int n = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem), "occupancy");
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.occupancy[{dev, key, threads, smem}] = n;
   return n;
 }
 

@@ -144,6 +144,7 @@ void fill_common(const FwdParams& fp, KParams& p) {
   p.kp = fp.key_padding;
   p.kp_sb = fp.kp_stride_b;
   p.kp_sk = fp.kp_stride_k;
+  p.kp_vec4 = p.kp != nullptr && p.kp_sk == 1 && reinterpret_cast<uintptr_t>(p.kp) % 4 == 0 && p.kp_sb % 4 == 0;
   p.scale = fp.scale;
   p.scale_log2 = fp.scale * kLog2e;
   int64_t right = fp.window_right;
@@ -216,9 +217,12 @@ void choose_bias_mode(KParams& p, int block_n) {
   p.bias_pitch = bias_pitch_bytes(block_n, es);
 }
 
-// The Hopper forward (sm90/fwd_kernel_sm90.h) runs when the device is compute capability 9.x, the head dim has an
-// sm90 instantiation, this binary holds its sm_90a code, and WINATTN_SM90 is not 0 (the v1 kernel otherwise; both
-// pass the same tests, so the choice is a speed decision).
+// Hopper (sm_90a) kernels, chosen per call when the device is compute capability 9.x, this binary holds their
+// sm_90a code (built with 9.0a) and WINATTN_SM90 is not 0 (tests and benchmarks set it to 0 to run v1 on Hopper):
+//   * sm90/fwd_kernel_sm90.h: forward, head dims 32..128, without an additive term (plan_fwd);
+//   * sm90/fwd_windows_sm90.h / bwd_windows_sm90.h: window mode, <= 64 tokens per window, forward D = 32 / 64,
+//     backward D = 32 (plan_fwd_windows_sm90, plan_bwd_windows_sm90; WINATTN_SM90_WINDOWS=0 turns them off).
+// Elsewhere the v1 kernels run; both pass the same tests, so each choice is a speed decision (benchmarks/RESULTS.md).
 bool has_sm90_fwd(int dk) { return dk == 32 || dk == 64 || dk == 96 || dk == 128; }
 template <typename F>
 void dispatch_sm90_hdim(int dk, F&& f) {
@@ -229,7 +233,7 @@ void dispatch_sm90_hdim(int dk, F&& f) {
     default: f(std::integral_constant<int, 128>{}); break;
   }
 }
-bool use_sm90_fwd(int dk, int dtype, const DeviceInfo& dev) {
+bool hopper_kernels_ready(int dk, int dtype, const DeviceInfo& dev) {
   if (dev.cc_major != 9 || !has_sm90_fwd(dk) || env_int("WINATTN_SM90", 1) == 0) return false;
   static int ready[2][4] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
   int& r = ready[dtype == 0 ? 0 : 1][dk == 32 ? 0 : dk == 64 ? 1 : dk == 96 ? 2 : 3];
@@ -284,13 +288,13 @@ bool plan_fwd_windows_sm90(FwdPlan& pl, const DeviceInfo& dev, int dt) {
     return false;
   const int period = p.bias.ptr ? p.bias.period : 1;
   if (p.B % period != 0) return false;
+  if (p.bias.ptr) choose_bias_mode(p, 64);
   int smem = 0;
-  auto traits = [&](auto d) { smem = sm90::FwdWindowTraitsSm90For<decltype(d)::value>::type::kSmemBytes; };
+  auto traits = [&](auto d) {
+    using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value>::type;
+    smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? Tr::kBlockM * p.bias_pitch : 0);
+  };
   if (pl.dk == 32) traits(std::integral_constant<int, 32>{}); else traits(std::integral_constant<int, 64>{});
-  if (p.bias.ptr) {
-    choose_bias_mode(p, 64);
-    smem += 64 * p.bias_pitch;
-  }
   if (smem > dev.smem_optin) return false;
   int occ = 1;
   if (pl.dk == 32)
@@ -317,10 +321,7 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   pl.dk = kernel_head_dim(p.D);
   const DeviceInfo dev = device_info();
   const int dt = dtype_code(fp.dtype);
-  pl.sm90 = use_sm90_fwd(pl.dk, dt, dev);
-  TileConfig tc = tile_config(pl.dk);
-  if (pl.sm90) dispatch_sm90_hdim(pl.dk, [&](auto d) { tc = sm90_fwd_tiles<decltype(d)::value>(tc); });
-  const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
+  pl.sm90 = hopper_kernels_ready(pl.dk, dt, dev);
   pl.comb = comb_plan(fp);
   // the workspace is 256-byte aligned: a stand-in pointer decides the staging mode; fwd() sets the real one
   if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
@@ -328,6 +329,13 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.ws_bytes = cv.size;
   if (plan_fwd_windows_sm90(pl, dev, dt)) return pl;
+  // Outside window mode the general sm90 kernel is faster only without an additive term (H200, bf16: no-bias
+  // D=128 S=16k 7.09 vs 9.79 ms; with one it lost, dense bias D=64 2.12 vs 1.71 ms, Swin W12 3.57 vs 3.23 ms:
+  // its 128 x 128 tile pays the term per score without overlap). benchmarks/RESULTS.md "v2".
+  if (p.bias.ptr) pl.sm90 = false;
+  TileConfig tc = tile_config(pl.dk);
+  if (pl.sm90) dispatch_sm90_hdim(pl.dk, [&](auto d) { tc = sm90_fwd_tiles<decltype(d)::value>(tc); });
+  const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
   pl.smem = tc.fwd_smem;
   if (p.bias.ptr) {
     choose_bias_mode(p, tc.fwd_bn);
@@ -361,6 +369,7 @@ struct BwdPlan {
   KParams p;
   int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
   int cfg = 0;  // backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
+  bool sm90_windows = false;  // Hopper window-mode kernel (plan_bwd_windows_sm90)
   int64_t grid = 0;
   bool window = false, expand = false, dtable = false, dbias_accum = false;
   CombPlan comb;
@@ -368,6 +377,35 @@ struct BwdPlan {
   int64_t off_dqacc = -1, off_dqsem = -1, off_sem_bias = -1, off_sem_tb = -1, off_dtb = -1, off_inter = -1;
   int64_t off_comb = -1, off_delta = -1, off_partials = -1;
 };
+
+// Window mode on Hopper (sm90/bwd_windows_sm90.h): head dim 32, every window one 64 x 64 tile, no GQA, the
+// additive term's period dividing B (windows grouped by it: Pg), and no per-item dbias (that one is stored per
+// window by v1). The dS sums go to the partials of v1's window mode (same layout, [grid][Sq][bn]).
+bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_per_item, bool wants_accum) {
+  KParams& p = pl.p;
+  if (pl.dk != 32 || pl.bn != 64 || p.Sq > 64 || p.Sk > 64 || p.H != p.Hkv || dbias_per_item ||
+      env_int("WINATTN_SM90_WINDOWS", 1) == 0 || !hopper_kernels_ready(32, dt, dev))
+    return false;
+  const int period = p.bias.ptr ? p.bias.period : 1;
+  if (p.B % period != 0) return false;
+  using Tr = sm90::BwdWindowTraitsSm90For<32>::type;
+  if (p.bias.ptr) choose_bias_mode(p, 64);
+  const int smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? 64 * p.bias_pitch : 0);
+  if (smem > dev.smem_optin) return false;
+  const int occ = bwd_windows_sm90_blocks_per_sm<32>(dt, smem);
+  const int per_r = p.B / period;
+  int G = waves_g(int64_t(p.B) * p.H, int64_t(dev.sms) * std::max(occ, 1), 64);
+  G = std::max(1, std::min(env_int("WINATTN_BWD_G", G), per_r));
+  p.G = G;
+  p.Pg = period;
+  p.NC = ceil_div(per_r, G);
+  p.NR = p.NC * period;
+  pl.grid = int64_t(p.H) * p.NR;
+  pl.smem = smem;
+  pl.window = wants_accum;
+  pl.sm90_windows = true;
+  return true;
+}
 
 BwdPlan plan_bwd(const BwdParams& bp) {
   BwdPlan pl;
@@ -406,52 +444,55 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   // D = 32 kernel, gave up the staged tile for a third CTA per SM that never became resident.
   const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
-  const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
-  int tile = 0;
-  if (p.bias.ptr) {
-    choose_bias_mode(p, pl.bn);
-    tile = pl.bm * p.bias_pitch;
-  }
-  const int max_stages = std::min(p.bias.ptr ? tc.bwd_qs : 0, env_int("WINATTN_BIAS_STAGES", 2));
-  int best_stages = 0, best_occ = -1;
-  bool best_window = false;
-  for (int win = window_ok ? 1 : 0; win >= 0; --win) {
-    for (int st = max_stages; st >= 0; --st) {
-      const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
-      if (smem > dev.smem_optin) continue;
-      int occ = 0;
-      dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
-      if (occ > best_occ) {
-        best_occ = occ;
-        best_stages = st;
-        best_window = win;
-      }
+  // (the Hopper window kernel sets G, Pg, the grid and the shared memory itself)
+  if (!plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum)) {
+    const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
+    int tile = 0;
+    if (p.bias.ptr) {
+      choose_bias_mode(p, pl.bn);
+      tile = pl.bm * p.bias_pitch;
     }
-    if (best_occ >= 0 && win) break;  // window mode when it fits at all
-  }
-  p.bias_stages = best_stages;
-  pl.smem = tc.bwd_smem + best_stages * tile;
+    const int max_stages = std::min(p.bias.ptr ? tc.bwd_qs : 0, env_int("WINATTN_BIAS_STAGES", 2));
+    int best_stages = 0, best_occ = -1;
+    bool best_window = false;
+    for (int win = window_ok ? 1 : 0; win >= 0; --win) {
+      for (int st = max_stages; st >= 0; --st) {
+        const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
+        if (smem > dev.smem_optin) continue;
+        int occ = 0;
+        dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
+        if (occ > best_occ) {
+          best_occ = occ;
+          best_stages = st;
+          best_window = win;
+        }
+      }
+      if (best_occ >= 0 && win) break;  // window mode when it fits at all
+    }
+    p.bias_stages = best_stages;
+    pl.smem = tc.bwd_smem + best_stages * tile;
 
-  int G = 1, Pg = 1;
-  if (best_window) {
-    Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
-    const int per_r = p.B / Pg;
-    const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
-    const int smem = pl.smem + acc_bytes;
-    int occ = 1;
-    dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
-    G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
-    G = env_int("WINATTN_BWD_G", G);
-    G = std::max(1, std::min(G, per_r));
+    int G = 1, Pg = 1;
+    if (best_window) {
+      Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
+      const int per_r = p.B / Pg;
+      const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
+      const int smem = pl.smem + acc_bytes;
+      int occ = 1;
+      dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
+      G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
+      G = env_int("WINATTN_BWD_G", G);
+      G = std::max(1, std::min(G, per_r));
+    }
+    pl.window = G > 1;
+    if (!pl.window) Pg = 1;
+    p.G = G;
+    p.Pg = Pg;
+    p.NC = ceil_div(p.B / Pg, G);
+    p.NR = p.NC * Pg;
+    pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
+    if (pl.window) pl.smem += acc_bytes;
   }
-  pl.window = G > 1;
-  if (!pl.window) Pg = 1;
-  p.G = G;
-  p.Pg = Pg;
-  p.NC = ceil_div(p.B / Pg, G);
-  p.NR = p.NC * Pg;
-  pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
-  if (pl.window) pl.smem += acc_bytes;
 
   // where dS goes
   auto full = [&](Target& t) {
@@ -596,7 +637,10 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     check_cuda(cudaGetLastError(), "window_attention bwd preprocess");
   }
 
-  dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, pl.cfg, stream); });
+  if (pl.sm90_windows)
+    run_bwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
+  else
+    dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, pl.cfg, stream); });
 
   if (p.dq_mode != DqMode::kDirect) {
     const int64_t n2 = B * Sq * H * p.D / 2;

@@ -233,11 +233,12 @@ def test_bias_staging_fallbacks(kernel, stages, monkeypatch):
     run_case(kernel, inp, {})
 
 
-# ---- the v1 (sm80-class) forward on Hopper: on compute capability 9.0 the planner runs the sm90 (wgmma) forward
-# for head dims 32..128, so every test above checks that one there; WINATTN_SM90=0 keeps the v1 forward (what
-# sm80 / sm86 / sm89 run) checked on the same machine --------------------------------------------------------------
+# ---- the v1 (sm80-class) kernels on Hopper: on compute capability 9.0 the planner runs the sm90 (wgmma) kernels
+# where they apply (forward for head dims 32..128 without an additive term, window mode forward D=32/64 and
+# backward D=32), so the tests above check those there; WINATTN_SM90=0 keeps the v1 kernels (what sm80 / sm86 /
+# sm89 run) checked on the same machine ----------------------------------------------------------------------------
 @pytest.mark.parametrize("D", [32, 64, 128])
-def test_v1_forward_on_hopper(kernel, D, monkeypatch):
+def test_v1_kernels_on_hopper(kernel, D, monkeypatch):
     monkeypatch.setenv("WINATTN_SM90", "0")
     inp = qkv(2, 197, 197, 3, D, BF16)
     inp["bias"] = rand(1, 3, 197, 197, dtype=BF16, grad=True)
@@ -270,4 +271,26 @@ def test_window_mode_terms(kernel, D, terms):
         inp["key_padding_mask"] = kpm
     elif terms == "causal":
         kwargs["causal"] = True
+    run_case(kernel, inp, kwargs)
+
+
+# ---- the general sm90 forward (Hopper, no additive term: sm90/fwd_kernel_sm90.h) with every other score term ----
+@pytest.mark.parametrize("D", [64, 96, 128])
+@pytest.mark.parametrize("terms", ["bool_mask", "key_padding", "causal_window", "gqa"])
+def test_sm90_general_terms(kernel, D, terms):
+    B, Sq, Sk, H = 2, 300, 420, 4
+    inp = qkv(B, Sq, Sk, H, D, FP16 if D == 96 else BF16, Hkv=2 if terms == "gqa" else None)
+    kwargs = {}
+    if terms == "bool_mask":
+        mask = torch.rand(B, 1, Sq, Sk, device="cuda") > 0.3
+        mask[1, 0, 130] = False
+        inp["mask"] = mask
+    elif terms == "key_padding":
+        kpm = torch.rand(B, Sk, device="cuda") > 0.2
+        kpm[1, 128:] = False
+        inp["key_padding_mask"] = kpm
+    elif terms == "causal_window":
+        kwargs = {"causal": True, "window": (96, 0)}
+    else:
+        kwargs = {"causal": True}
     run_case(kernel, inp, kwargs)

@@ -1,13 +1,15 @@
 // Hopper forward kernel (sm_90a): the v1 forward (fwd_kernel.h) with both GEMMs on warpgroup MMA.
 //
-// Same work decomposition, cp.async double-buffered K/V (+ additive tile) pipeline, score terms (score_mod.h),
-// online softmax (softmax.h) and epilogue as v1; what changes is the MMA: each warpgroup (4 warps, 128 threads)
+// Same work decomposition, cp.async double-buffered K/V pipeline, score terms (score_mod.h), online softmax
+// (softmax.h) and epilogue as v1; what changes is the MMA: each warpgroup (4 warps, 128 threads)
 // owns 64 query rows and issues
 //   S[64 x BN]  = Q K^T  as wgmma m64nBNk16 with Q and K read from shared memory by descriptor, and
 //   O[64 x D]  += P V    as wgmma m64nDk16 with P in registers (the S accumulator, rounded) and V by descriptor,
 // so no warp spends registers or issue slots on ldmatrix B fragments. The wgmma accumulator layout per warp is the
 // mma.sync m16n8 C layout repeated along N (PTX "wgmma-64N16-D"), so every v1 helper that works on
 // acc[MT = 1][NT][4] fragments applies unchanged, with the warp's first row at warp * 16.
+// The planner runs this kernel only without an additive term (it lost to v1 with one, see winattn_cuda.cu), so the
+// term is not staged in shared memory: if one is passed anyway, apply_terms() reads it from global memory.
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
   unsigned char* sQ = smem;                       // [QS][BM x DK] swizzled
   unsigned char* sK = sQ + QS * Tr::kQBytes;      // [2][BN x DK]
   unsigned char* sV = sK + 2 * Tr::kKVBytes;      // [2][BN x DK]
-  unsigned char* sBias = sV + 2 * Tr::kKVBytes;   // [bias_stages][BM][pitch]
+  unsigned char* sKp = sV + 2 * Tr::kKVBytes;     // [2][BN] key-padding bytes of the K/V stage (kp_vec4)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const Work w = decode_work(p, p.H);
@@ -61,16 +63,14 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
   }
   const int nper = n_hi - n_lo;
   const int nsteps = w.nitems * nper;
-  const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
-  const bool has_bias = p.bias.ptr != nullptr;
-  const int bias_tile = BM * p.bias_pitch;
+  const bool has_row_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr;  // terms that vary along a column
 
   auto load_q = [&](int b, int stage) {
     load_tile_async<Elem, BM, DK, NTH>(sQ + stage * Tr::kQBytes,
                                        q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh,
                                        p.q_ss, rows_valid, p.D, p.q, tid);
   };
-  auto load_step = [&](int s, int stage) {  // K, V (and the additive tile when prefetched) of step s
+  auto load_step = [&](int s, int stage) {  // K and V of step s
     const int b = w.batch(p, s / nper), n = n_lo + s % nper;
     const int j0 = n * BN, kv_rows = min(BN, p.Sk - j0);
     load_tile_async<Elem, BN, DK, NTH>(sK + stage * Tr::kKVBytes,
@@ -79,7 +79,12 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
     load_tile_async<Elem, BN, DK, NTH>(sV + stage * Tr::kKVBytes,
                                        v + int64_t(b) * p.v_sb + int64_t(j0) * p.v_ss + int64_t(hkv) * p.v_sh,
                                        p.v_ss, kv_rows, p.D, p.v, tid);
-    if (has_bias && p.bias_stages == 2) load_bias_tile<BM, BN, NTH>(sBias + stage * bias_tile, p, b, h, i0, j0, tid);
+    if (p.kp_vec4 && tid < BN / 4) {  // key-padding bytes of the block, with K / V (0 = masked past Sk)
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb + j0 + tid * 4;
+      int bytes = kv_rows - tid * 4;
+      bytes = bytes < 0 ? 0 : bytes > 4 ? 4 : bytes;
+      cp_async_bytes(sKp + stage * BN + tid * 4, bytes > 0 ? static_cast<const void*>(src) : p.kp, bytes, 4);
+    }
   };
 
   float acc_o[1][DT][4];
@@ -100,19 +105,38 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
     cp_async_wait_all();
     fence_view_async_shared();
     __syncthreads();
-    const bool bias_sync = has_bias && p.bias_stages == 1;  // tile not prefetched: load it first, wait for it only
-    if (bias_sync) {
-      load_bias_tile<BM, BN, NTH>(sBias, p, b, h, i0, n * BN, tid);
-      cp_async_commit();
-    }
     if (s + 1 < nsteps) {
       load_step(s + 1, (s + 1) & 1);
       if constexpr (QS == 2)
         if (item_end) load_q(w.batch(p, t + 1), (t + 1) & 1);
     }
     cp_async_commit();
-    const unsigned char* sB = nullptr;
-    if (has_bias && p.bias_stages == 2) sB = sBias + (s & 1) * bias_tile;
+
+    // Key padding of this key block's columns as bits (bit 2 * nt + e: column nt * 8 + qc + e is kept): from the
+    // bytes staged with K / V (kp_vec4), else from global memory.
+    const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
+    const bool col_terms = !has_row_terms && !(p.has_band && need_mask) && (need_mask || p.kp != nullptr);
+    unsigned kp_bits = 0xffffffffu;
+    if (col_terms && p.kp != nullptr) {
+      kp_bits = 0;
+      if (p.kp_vec4) {
+        const unsigned char* row = sKp + (s & 1) * BN;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const unsigned short pair = *reinterpret_cast<const unsigned short*>(row + nt * 8 + qc);
+          kp_bits |= (unsigned((pair & 0xff) != 0) | (unsigned((pair >> 8) != 0) << 1)) << (2 * nt);
+        }
+      } else {
+        const unsigned char* kp_row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = n * BN + nt * 8 + qc + e;
+            if (j < p.Sk && __ldg(kp_row + int64_t(j) * p.kp_sk) != 0) kp_bits |= 1u << (2 * nt + e);
+          }
+      }
+    }
 
     // S = Q K^T: k16 step ks reads column block ks / 2 at byte offset (ks % 2) * 32 of Q's and K's rows
     float acc_s[1][NT][4];
@@ -123,7 +147,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
       for (int ks = 0; ks < DK / 16; ++ks) {
         const uint64_t da = make_desc(qa + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
         const uint64_t db = make_desc(ka + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-        wgmma_ss<0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
+        wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -136,19 +160,25 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
         cp_async_commit();
       }
     }
-    if (bias_sync) {
-      cp_async_wait_group<1>();
-      __syncthreads();
-      sB = sBias;
-    }
-    const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
-    if (has_terms || need_mask) {
-      apply_terms<1, NT>(acc_s, p, sB, b, h, i0, wr, n * BN, 0, lane, need_mask);
-    } else {
+    if (!has_row_terms && !need_mask && p.kp == nullptr) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_s[0][nt][e] *= p.scale_log2;
+    } else if (col_terms) {
+      // What is left (key padding, the sequence end) depends on the column only: 0 or -inf per column, one FMA per
+      // score. apply_terms() spends ~15 instructions per score on the general case, which tripled the forward
+      // with a key-padding mask (bench: 5.79 vs 1.89 ms at S=4096, D=128).
+      const int sk_left = p.Sk - n * BN;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool keep = ((kp_bits >> (2 * nt + (e & 1))) & 1u) && nt * 8 + qc + (e & 1) < sk_left;
+          acc_s[0][nt][e] = keep ? acc_s[0][nt][e] * p.scale_log2 : -INFINITY;
+        }
+    } else {
+      apply_terms<1, NT>(acc_s, p, nullptr, b, h, i0, wr, n * BN, 0, lane, need_mask);
     }
 
     sm.template update<NT, DT>(acc_s, acc_o);

@@ -8,7 +8,9 @@
 //     period), so it is staged once and converted once into an fp32 table in accumulator-fragment order, already
 //     scaled by log2(e), with -inf in the columns past Sk: applying bias + sequence-end mask is one FMA per score;
 //   * one key block per window: a plain softmax, no running-max rescale of O;
-//   * O goes out through shared memory in 16-byte row chunks (coalesced) instead of 4-byte fragment stores.
+//   * O goes out through shared memory in 16-byte row chunks (coalesced) instead of 4-byte fragment stores;
+//   * on that fast path the raw term tile is staged in the second window buffer, free until the first window
+//     has been read (window_term_aliased), so a CTA needs 41 KB and five fit on an SM.
 // Score terms this fast path does not cover (bool mask, key padding, causal / sliding band) take apply_terms().
 #pragma once
 #include "../block_info.h"
@@ -18,18 +20,12 @@
 #include "../softmax.h"
 #include "kernel_traits_sm90.h"
 #include "tile_sm90.h"
+#include "window_terms.h"
 #include "wgmma_ops.h"
 
 namespace winattn {
 namespace cuda {
 namespace sm90 {
-
-__device__ __forceinline__ float staged_term(const unsigned char* s, const KParams& p, int r, int c) {
-  const unsigned char* at = s + r * p.bias_pitch;
-  if (p.bias.dtype == 2) return reinterpret_cast<const float*>(at)[c];
-  if (p.bias.dtype == 1) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(at)[c]);
-  return __half2float(reinterpret_cast<const __half*>(at)[c]);
-}
 
 template <typename Tr, typename Elem>
 __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(const __grid_constant__ KParams p) {
@@ -37,11 +33,13 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, NT = BN / 8, DT = DK / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  unsigned char* sQ = smem;                        // [2][BM x DK] swizzled (also O staging of the current window)
-  unsigned char* sK = sQ + 2 * Tr::kQBytes;        // [2][BN x DK]
-  unsigned char* sV = sK + 2 * Tr::kKVBytes;       // [2][BN x DK]
-  float4* sTerm = reinterpret_cast<float4*>(sV + 2 * Tr::kKVBytes);  // [NT][128] fp32 scores terms, fragment order
-  unsigned char* sBias = reinterpret_cast<unsigned char*>(sTerm + NT * 128);  // [BM][pitch] raw additive tile
+  // two window buffers [Q | K | V] (BM x DK, BN x DK, BN x DK swizzled; Q doubles as the O staging tile), then the
+  // fp32 score-term table [NT][128 threads] float4 in fragment order, then (unless aliased) the raw term tile
+  unsigned char* sQ = smem;
+  unsigned char* sK = sQ + Tr::kQBytes;
+  unsigned char* sV = sK + Tr::kKVBytes;
+  float4* sTerm = reinterpret_cast<float4*>(smem + 2 * Tr::kStageBytes);
+  unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : reinterpret_cast<unsigned char*>(sTerm + NT * 128);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
@@ -51,15 +49,15 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   const Elem* k = static_cast<const Elem*>(p.k);
   const Elem* v = static_cast<const Elem*>(p.v);
   Elem* o = static_cast<Elem*>(p.o);
-  const bool fast = p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band;
+  const bool fast = window_fast_terms(p);
   const bool has_bias = p.bias.ptr != nullptr;
 
   auto load_window = [&](int b, int stage) {
-    load_tile_async<Elem, BM, DK, 128>(sQ + stage * Tr::kQBytes, q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh,
+    load_tile_async<Elem, BM, DK, 128>(sQ + stage * Tr::kStageBytes, q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh,
                                        p.q_ss, p.Sq, p.D, p.q, tid);
-    load_tile_async<Elem, BN, DK, 128>(sK + stage * Tr::kKVBytes, k + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh,
+    load_tile_async<Elem, BN, DK, 128>(sK + stage * Tr::kStageBytes, k + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh,
                                        p.k_ss, p.Sk, p.D, p.k, tid);
-    load_tile_async<Elem, BN, DK, 128>(sV + stage * Tr::kKVBytes, v + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh,
+    load_tile_async<Elem, BN, DK, 128>(sV + stage * Tr::kStageBytes, v + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh,
                                        p.v_ss, p.Sk, p.D, p.v, tid);
   };
 
@@ -70,16 +68,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   if (fast) {
     cp_async_wait_all();
     __syncthreads();
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float e[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = wr + qr + (i >> 1) * 8, c = nt * 8 + qc + (i & 1);
-        e[i] = c >= p.Sk ? -INFINITY : (has_bias && r < p.Sq) ? staged_term(sBias, p, r, c) * kLog2e : 0.f;
-      }
-      sTerm[nt * 128 + tid] = make_float4(e[0], e[1], e[2], e[3]);
-    }
+    build_term_table<NT>(sTerm, has_bias ? sBias : nullptr, p, wr, tid);
   }
 
   const uint32_t sQ_addr = smem_u32(sQ) , sK_addr = smem_u32(sK), sV_addr = smem_u32(sV);
@@ -96,23 +85,16 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t da = make_desc(sQ_addr + st * Tr::kQBytes + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-      const uint64_t db = make_desc(sK_addr + st * Tr::kKVBytes + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-      wgmma_ss<0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
+      const uint64_t da = make_desc(sQ_addr + st * Tr::kStageBytes + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      const uint64_t db = make_desc(sK_addr + st * Tr::kStageBytes + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(acc_s[0]);
 
     if (fast) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float4 e = sTerm[nt * 128 + tid];
-        acc_s[0][nt][0] = fmaf(acc_s[0][nt][0], p.scale_log2, e.x);
-        acc_s[0][nt][1] = fmaf(acc_s[0][nt][1], p.scale_log2, e.y);
-        acc_s[0][nt][2] = fmaf(acc_s[0][nt][2], p.scale_log2, e.z);
-        acc_s[0][nt][3] = fmaf(acc_s[0][nt][3], p.scale_log2, e.w);
-      }
+      apply_term_table<NT>(acc_s[0], sTerm, p.scale_log2, tid);
     } else {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, 0, wr, 0, 0, lane, true);
     }
@@ -144,7 +126,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     {
       uint32_t pf[1][NT / 2][4];
       acc_to_afrag<Elem, 1, NT>(pf, acc_s);
-      const uint32_t va = sV_addr + st * Tr::kKVBytes;
+      const uint32_t va = sV_addr + st * Tr::kStageBytes;
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < NT / 2; ++ks)
@@ -156,7 +138,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     }
 
     // epilogue: normalized O into this window's (consumed) Q stage, then 16-byte row chunks to global; lse
-    unsigned char* sO = sQ + st * Tr::kQBytes;
+    unsigned char* sO = sQ + st * Tr::kStageBytes;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const float inv = row_sum[hf] > 0.f ? 1.f / row_sum[hf] : 0.f;

@@ -1,5 +1,6 @@
 // Tile shapes of the Hopper (sm_90a) kernels. Host code (the planner) includes this without the kernels.
 #pragma once
+#include "../kernel_params.h"
 
 namespace winattn {
 namespace cuda {
@@ -12,8 +13,10 @@ struct FwdTraitsSm90 {
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   // 1 KB of slack to align the dynamic shared memory base to 1024 bytes (tile_sm90.h)
-  static constexpr int kSmemBytes = 1024 + kQStages * kQBytes + 4 * kKVBytes;
+  // + the key-padding bytes of the K/V stages (2 x kBlockN)
+  static constexpr int kSmemBytes = 1024 + kQStages * kQBytes + 4 * kKVBytes + 2 * kBlockN;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "sm90 tiles are whole 32-column blocks, k16 steps");
+  static_assert(kBlockN <= 128, "key-padding bits of a key block fit one 32-bit word per thread");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
 
@@ -27,13 +30,14 @@ template <> struct FwdTraitsSm90For<128> { using type = FwdTraitsSm90<128, 128, 
 
 // Window mode (fwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and <= kBlockN keys, Q/K/V double
 // buffered, plus the fp32 score-term table [kBlockN / 8][128 threads] float4; the raw additive tile is added by the
-// planner when there is one. kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
+// planner when it cannot borrow the second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
 template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct FwdWindowTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
   static constexpr int kBlockM = 64, kNThreads = 128;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = 1024 + 2 * kQBytes + 4 * kKVBytes + (kBlockN / 8) * 128 * 16;
+  static constexpr int kStageBytes = kQBytes + 2 * kKVBytes;  // one window: Q, K, V
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + (kBlockN / 8) * 128 * 16;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "whole 32-column blocks, k16 steps");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
@@ -41,6 +45,28 @@ struct FwdWindowTraitsSm90 {
 template <int D> struct FwdWindowTraitsSm90For;
 template <> struct FwdWindowTraitsSm90For<32> { using type = FwdWindowTraitsSm90<32, 64, 4>; };
 template <> struct FwdWindowTraitsSm90For<64> { using type = FwdWindowTraitsSm90<64, 64, 3>; };
+
+// Window-mode backward (bwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and keys; per window buffer
+// Q, dO, K, V (swizzled), lse and delta; then P and dS [64 x kBlockN] bf16 and the fp32 term table.
+template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
+struct BwdWindowTraitsSm90 {
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
+  static constexpr int kBlockM = 64, kNThreads = 128;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kStageBytes = (2 * kQBytes + 2 * kKVBytes + 2 * kBlockM * 4 + 1023) / 1024 * 1024;
+  static constexpr int kPBytes = kBlockM * kBlockN * 2;
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + 2 * kPBytes + (kBlockN / 8) * 128 * 16;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0, "whole 32-column blocks");
+};
+template <int D> struct BwdWindowTraitsSm90For;
+template <> struct BwdWindowTraitsSm90For<32> { using type = BwdWindowTraitsSm90<32, 64, 3>; };
+
+// Fast path (only an additive term) with the raw term tile small enough to borrow the second window buffer (it is
+// read once, into the term table, before the first window's compute: fwd/bwd_windows_sm90.h).
+template <typename Tr>
+__host__ __device__ inline bool window_term_aliased(const KParams& p) {
+  return p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band && Tr::kBlockM * p.bias_pitch <= Tr::kStageBytes;
+}
 
 }  // namespace sm90
 }  // namespace cuda

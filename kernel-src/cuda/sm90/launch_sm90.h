@@ -4,6 +4,7 @@
 #include "../launch_template.h"
 #include "fwd_kernel_sm90.h"
 #include "fwd_windows_sm90.h"
+#include "bwd_windows_sm90.h"
 
 namespace winattn {
 namespace cuda {
@@ -55,6 +56,28 @@ void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
     launch_kernel(sm90::fwd_windows_kernel_sm90<Tr, __nv_bfloat16>, grid, Tr::kNThreads, smem, stream, p,
                   "window_attention fwd (sm90 windows)");
 }
+
+template <int D>
+int bwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
+  using Tr = typename sm90::BwdWindowTraitsSm90For<D>::type;
+  return dtype == 0 ? blocks_per_sm(sm90::bwd_windows_kernel_sm90<Tr, __half>, Tr::kNThreads, smem)
+                    : blocks_per_sm(sm90::bwd_windows_kernel_sm90<Tr, __nv_bfloat16>, Tr::kNThreads, smem);
+}
+
+template <int D>
+void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
+  using Tr = typename sm90::BwdWindowTraitsSm90For<D>::type;
+  if (dtype == 0)
+    launch_kernel(sm90::bwd_windows_kernel_sm90<Tr, __half>, grid, Tr::kNThreads, smem, stream, p,
+                  "window_attention bwd (sm90 windows)");
+  else
+    launch_kernel(sm90::bwd_windows_kernel_sm90<Tr, __nv_bfloat16>, grid, Tr::kNThreads, smem, stream, p,
+                  "window_attention bwd (sm90 windows)");
+}
+
+#define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
+  template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
+  template void run_bwd_windows_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D)                                                      \
   template int fwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
