@@ -77,7 +77,8 @@ struct KParams {
   float* dq_accum = nullptr;  // fp32 [B, Sq, H, D] (kAtomic / kOrdered)
   int* dq_sems = nullptr;     // kOrdered: [B, H, m-blocks]
   DqMode dq_mode = DqMode::kDirect;
-  const float* delta = nullptr;  // fp32 [B, H, Sq]: rowsum(dO * O)
+  const float* delta = nullptr;  // fp32 [B, H, Sq]: rowsum(dO * O) - dlse (null: the kernel computes it)
+  const float* dlse = nullptr;   // fp32 [B, H, Sq] gradient of lse, or null (kernels that compute delta)
   Target t_bias;                 // dbias (or its rows/cols-expanded intermediate)
   Target t_tb;                   // dtb
   float* partials = nullptr;     // window mode: per CTA [m_blocks * BM, BN] sums of dS

@@ -2,7 +2,7 @@
 //
 // Plans the launch (tile config per head dim, window-mode batching, where each gradient goes), carves the workspace
 // the binding allocated, and runs: [table-term expansion] -> forward kernel, or
-// [memset of accumulators] -> [table-term expansion] -> delta -> backward kernel -> [dQ conversion] ->
+// [memset of accumulators] -> [table-term expansion] -> [delta] -> backward kernel -> [dQ conversion] ->
 // [fixed-order reductions to dbias / dtb] -> [dtable scatter].
 #include <cuda_runtime.h>
 
@@ -541,7 +541,7 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
   pl.zero_bytes = cv.size;
   if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
-  pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
+  if (!pl.sm90_windows) pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);  // the windows kernel makes its own
   if (pl.window) pl.off_partials = cv.take(pl.grid * p.Sq * pl.bn * 4);
   if (pl.dtable && pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
   pl.ws_bytes = cv.size;
@@ -606,6 +606,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   p.dq_sems = static_cast<int*>(at(pl.off_dqsem));
   float* delta = static_cast<float*>(at(pl.off_delta));
   p.delta = delta;
+  p.dlse = pl.sm90_windows ? params.dlse : nullptr;
   p.partials = static_cast<float*>(at(pl.off_partials));
   float* dtb = static_cast<float*>(at(pl.off_dtb));
   if (p.t_bias.mode != TargetMode::kNone) {
@@ -623,7 +624,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
 
   const int dt = dtype_code(params.dtype);
-  {  // delta = rowsum(dO * O) - dlse
+  if (!pl.sm90_windows) {  // delta = rowsum(dO * O) - dlse
     const int64_t threads = B * Sq * H * 4;
     const int blocks = int((threads + 255) / 256);
     if (dt == 0)

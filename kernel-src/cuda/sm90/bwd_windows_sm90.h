@@ -3,7 +3,9 @@
 //
 // Per window, five warpgroup MMAs on one 64 x 64 tile, no online softmax and no dQ accumulator:
 //   S = Q K^T, dP = dO V^T                  (A and B from shared memory, K-major)
-//   P = exp2(S * scale * log2e + term - lse * log2e), dS = P * (dP - delta)   (registers)
+//   P = exp2(S * scale * log2e + term - lse * log2e), delta = rowsum(P * dP) - dlse, dS = P * (dP - delta)
+//   (registers; rowsum(P * dP) = dO . (P V) = rowsum(dO * O) in exact arithmetic, so no preprocess kernel reads
+//   dO and O again: that pass took 127 us of the Swin W7 backward)
 //   dQ = scale * dS K                       (dS from registers, K N-major)
 //   dV = P^T dO, dK = scale * dS^T Q        (P, dS staged in shared memory and read M-major: the transpose is free)
 // The additive term is the same for every window of the CTA (windows grouped by its period, Pg), so it is applied
@@ -33,14 +35,13 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
   constexpr int RB = kSwizzleRowBytes;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  // two window buffers [Q | dO | K | V | lse | delta], then P and dS (bf16, rows = queries), the fp32 term table,
+  // two window buffers [Q | dO | K | V | lse], then P and dS (bf16, rows = queries), the fp32 term table,
   // and (unless aliased with the second window buffer) the raw term tile
   auto sQ = [&](int st) { return smem + st * Tr::kStageBytes; };
   auto sdO = [&](int st) { return sQ(st) + Tr::kQBytes; };
   auto sK = [&](int st) { return sdO(st) + Tr::kQBytes; };
   auto sV = [&](int st) { return sK(st) + Tr::kKVBytes; };
   auto sLse = [&](int st) { return reinterpret_cast<float*>(sV(st) + Tr::kKVBytes); };
-  auto sDelta = [&](int st) { return sLse(st) + BM; };
   unsigned char* sP = smem + 2 * Tr::kStageBytes;
   unsigned char* sdS = sP + Tr::kPBytes;
   float4* sTerm = reinterpret_cast<float4*>(sdS + Tr::kPBytes);
@@ -70,7 +71,6 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
     load_tile_async<Elem, BN, DK, 128>(sV(st), v + int64_t(b) * p.v_sb + int64_t(h) * p.v_sh, p.v_ss, p.Sk, p.D, p.v, tid);
     const int64_t row0 = (int64_t(b) * p.H + h) * p.Sq;
     load_vec_async<BM, 128>(sLse(st), p.lse + row0, p.Sq, tid);
-    load_vec_async<BM, 128>(sDelta(st), p.delta + row0, p.Sq, tid);
   };
 
   if (has_bias) load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, 0, 0, tid);
@@ -119,21 +119,31 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, 0, wr, 0, 0, lane, true);
     }
 
-    // P and dS; P, dS -> shared memory (rows = queries) for the transposed GEMMs
+    // P, delta and dS; P, dS -> shared memory (rows = queries) for the transposed GEMMs
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = wr + qr + hf * 8;
-      const float lse = sLse(st)[r], delta = sDelta(st)[r];
+      const float lse = sLse(st)[r];
       const float base = lse == -INFINITY ? 0.f : lse * kLog2e;
       const bool row_ok = r < p.Sq;
+      float delta = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int x = 2 * hf + e;
           const float pv = row_ok ? fast_exp2(acc_s[0][nt][x] - base) : 0.f;
           acc_s[0][nt][x] = pv;
-          acc_dp[0][nt][x] = pv * (acc_dp[0][nt][x] - delta);
+          delta = fmaf(pv, acc_dp[0][nt][x], delta);
+        }
+      delta = quad_sum(delta);
+      if (p.dlse != nullptr && row_ok) delta -= p.dlse[(int64_t(b) * p.H + h) * p.Sq + r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int x = 2 * hf + e;
+          acc_dp[0][nt][x] = acc_s[0][nt][x] * (acc_dp[0][nt][x] - delta);
           acc_db[nt][x] += acc_dp[0][nt][x];
         }
         const int off = tile_chunk_offset<BM>(r, nt) + qc * 2;
