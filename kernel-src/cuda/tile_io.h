@@ -1,6 +1,8 @@
 // Global <-> shared tile movement: cp.async row tiles with zero fill (rows past the sequence end and head-dim
 // columns past the real head dim read as 0), and fragment stores of output tiles.
 #pragma once
+#include "block_info.h"
+#include "kernel_params.h"
 #include "utils.h"
 
 namespace winattn {
@@ -35,6 +37,21 @@ __device__ __forceinline__ void load_vec_async(float* s, const float* g, int row
       const bool pred = r < rows_valid;
       cp_async4(s + r, pred ? g + r : g, pred);
     }
+  }
+}
+
+// Forward rows [i0, i0 + rows) of head h that see no key at all (outside the causal / sliding band), for every
+// item of the CTA: O = 0 and lse = -inf (the contract of fully masked rows).
+template <typename Elem, int NTHREADS>
+__device__ __forceinline__ void write_empty_rows(const KParams& p, const Work& w, int h, int i0, int rows, int tid) {
+  Elem* o = static_cast<Elem*>(p.o);
+  for (int t = 0; t < w.nitems; ++t) {
+    const int b = w.batch(p, t);
+    for (int idx = tid; idx < rows * p.D; idx += NTHREADS) {
+      const int r = idx / p.D, d = idx % p.D;
+      o[int64_t(b) * p.o_sb + int64_t(i0 + r) * p.o_ss + int64_t(h) * p.o_sh + d] = Elem(0.f);
+    }
+    for (int r = tid; r < rows; r += NTHREADS) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = -INFINITY;
   }
 }
 

@@ -289,6 +289,19 @@ int windows_per_cta(int per_r, int64_t groups, int64_t slots) {
   return best_g;
 }
 
+// Grid of the Hopper window kernels: H x Pg CTA columns (windows grouped by the term's period) of NC CTAs with G
+// windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size.
+int64_t window_grid(KParams& p, int period, int occupancy, const DeviceInfo& dev, const char* g_env) {
+  const int per_r = p.B / period;
+  int G = windows_per_cta(per_r, int64_t(p.H) * period, int64_t(dev.sms) * std::max(occupancy, 1));
+  G = std::max(1, std::min(env_int(g_env, G), per_r));
+  p.G = G;
+  p.Pg = period;
+  p.NC = ceil_div(per_r, G);
+  p.NR = p.NC * period;
+  return int64_t(p.H) * p.NR;
+}
+
 // ---- forward plan ----------------------------------------------------------------------------------------------
 struct FwdPlan {
   KParams p;
@@ -322,14 +335,7 @@ bool plan_fwd_windows_sm90(FwdPlan& pl, const DeviceInfo& dev, int dt) {
     occ = fwd_windows_sm90_blocks_per_sm<32>(dt, smem);
   else
     occ = fwd_windows_sm90_blocks_per_sm<64>(dt, smem);
-  const int per_r = p.B / period;
-  int G = windows_per_cta(per_r, int64_t(p.H) * period, int64_t(dev.sms) * std::max(occ, 1));
-  G = std::max(1, std::min(env_int("WINATTN_FWD_G", G), per_r));
-  p.G = G;
-  p.Pg = period;
-  p.NC = ceil_div(per_r, G);
-  p.NR = p.NC * period;
-  pl.grid = int64_t(p.H) * p.NR;
+  pl.grid = window_grid(p, period, occ, dev, "WINATTN_FWD_G");
   pl.smem = smem;
   pl.sm90_windows = true;
   return true;
@@ -414,14 +420,7 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
   const int smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? 64 * p.bias_pitch : 0);
   if (smem > dev.smem_optin) return false;
   const int occ = bwd_windows_sm90_blocks_per_sm<32>(dt, smem);
-  const int per_r = p.B / period;
-  int G = windows_per_cta(per_r, int64_t(p.H) * period, int64_t(dev.sms) * std::max(occ, 1));
-  G = std::max(1, std::min(env_int("WINATTN_BWD_G", G), per_r));
-  p.G = G;
-  p.Pg = period;
-  p.NC = ceil_div(per_r, G);
-  p.NR = p.NC * period;
-  pl.grid = int64_t(p.H) * p.NR;
+  pl.grid = window_grid(p, period, occ, dev, "WINATTN_BWD_G");
   pl.smem = smem;
   pl.window = wants_accum;
   pl.sm90_windows = true;

@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
   constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, NT = BN / 8, DT = DK / 8;
   constexpr int RB = kSwizzleRowBytes;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = align_1024(smem_raw);
   // two window buffers [Q | dO | K | V | lse], then P and dS (bf16, rows = queries), the fp32 term table,
   // and (unless aliased with the second window buffer) the raw term tile
   auto sQ = [&](int st) { return smem + st * Tr::kStageBytes; };

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim;
   constexpr int NT = Tr::kNT, DT = Tr::kDT, NTH = Tr::kNThreads, QS = Tr::kQStages;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = align_1024(smem_raw);
   unsigned char* sQ = smem;                       // [QS][BM x DK] swizzled
   unsigned char* sK = sQ + QS * Tr::kQBytes;      // [2][BN x DK]
   unsigned char* sV = sK + 2 * Tr::kKVBytes;      // [2][BN x DK]
@@ -50,15 +50,8 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
 
   int n_lo, n_hi;
   n_block_range(p, m_block, BM, BN, n_lo, n_hi);
-  if (n_lo >= n_hi) {  // no key of any row is in the band: zero output, lse = -inf
-    for (int t = 0; t < w.nitems; ++t) {
-      const int b = w.batch(p, t);
-      for (int idx = tid; idx < rows_valid * p.D; idx += NTH) {
-        const int r = idx / p.D, d = idx % p.D;
-        o[int64_t(b) * p.o_sb + int64_t(i0 + r) * p.o_ss + int64_t(h) * p.o_sh + d] = Elem(0.f);
-      }
-      for (int r = tid; r < rows_valid; r += NTH) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = -INFINITY;
-    }
+  if (n_lo >= n_hi) {  // no key of any row is in the band
+    write_empty_rows<Elem, NTH>(p, w, h, i0, rows_valid, tid);
     return;
   }
   const int nper = n_hi - n_lo;

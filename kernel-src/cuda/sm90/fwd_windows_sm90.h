@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, NT = BN / 8, DT = DK / 8;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = align_1024(smem_raw);
   // two window buffers [Q | K | V] (BM x DK, BN x DK, BN x DK swizzled; Q doubles as the O staging tile), then the
   // fp32 score-term table [NT][128 threads] float4 in fragment order, then (unless aliased) the raw term tile
   unsigned char* sQ = smem;

@@ -19,6 +19,11 @@ namespace sm90 {
 
 constexpr int kSwizzleRowBytes = 64;
 
+// The dynamic shared memory base rounded up to 1024 bytes (the kernels request 1 KB of slack for it).
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
+}
+
 // Byte offset of the 16-byte chunk c (head-dim columns 8c .. 8c + 7) of row r in a ROWS-row tile.
 template <int ROWS>
 __device__ __forceinline__ int tile_chunk_offset(int r, int c) {
