@@ -64,11 +64,14 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
   const bool has_bias = p.bias.ptr != nullptr;
 
   auto load_window = [&](int b, int st) {
-    load_tile_async<Elem, BM, DK, 128>(sQ(st), q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh, p.q_ss, p.Sq, p.D, p.q, tid);
+    load_tile_async<Elem, BM, DK, 128>(sQ(st), q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh, p.q_ss, p.Sq, p.D, p.q,
+                                       tid);
     load_tile_async<Elem, BM, DK, 128>(sdO(st), dout + int64_t(b) * p.do_sb + int64_t(h) * p.do_sh, p.do_ss, p.Sq, p.D,
                                        p.dout, tid);
-    load_tile_async<Elem, BN, DK, 128>(sK(st), k + int64_t(b) * p.k_sb + int64_t(h) * p.k_sh, p.k_ss, p.Sk, p.D, p.k, tid);
-    load_tile_async<Elem, BN, DK, 128>(sV(st), v + int64_t(b) * p.v_sb + int64_t(h) * p.v_sh, p.v_ss, p.Sk, p.D, p.v, tid);
+    load_tile_async<Elem, BN, DK, 128>(sK(st), k + int64_t(b) * p.k_sb + int64_t(h) * p.k_sh, p.k_ss, p.Sk, p.D, p.k,
+                                       tid);
+    load_tile_async<Elem, BN, DK, 128>(sV(st), v + int64_t(b) * p.v_sb + int64_t(h) * p.v_sh, p.v_ss, p.Sk, p.D, p.v,
+                                       tid);
     const int64_t row0 = (int64_t(b) * p.H + h) * p.Sq;
     load_vec_async<BM, 128>(sLse(st), p.lse + row0, p.Sq, tid);
   };
@@ -194,7 +197,8 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
       if (r < p.Sq) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          *reinterpret_cast<float2*>(dst + r * BN + nt * 8 + qc) = make_float2(acc_db[nt][2 * hf], acc_db[nt][2 * hf + 1]);
+          *reinterpret_cast<float2*>(dst + r * BN + nt * 8 + qc) =
+              make_float2(acc_db[nt][2 * hf], acc_db[nt][2 * hf + 1]);
       }
     }
   }

@@ -10,7 +10,8 @@
 //   * one key block per window: a plain softmax, no running-max rescale of O;
 //   * O goes out through shared memory in 16-byte row chunks (coalesced) instead of 4-byte fragment stores;
 //   * on that fast path the raw term tile is staged in the second window buffer, free until the first window
-//     has been read (window_term_aliased), so a CTA needs 41 KB and five fit on an SM.
+//     has been read (window_term_aliased): 41 KB per CTA, so registers (four CTAs per SM), not shared memory,
+//     bound the occupancy.
 // Score terms this fast path does not cover (bool mask, key padding, causal / sliding band) take apply_terms().
 #pragma once
 #include "../block_info.h"
@@ -39,7 +40,8 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   unsigned char* sK = sQ + Tr::kQBytes;
   unsigned char* sV = sK + Tr::kKVBytes;
   float4* sTerm = reinterpret_cast<float4*>(smem + 2 * Tr::kStageBytes);
-  unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : reinterpret_cast<unsigned char*>(sTerm + NT * 128);
+  unsigned char* sBias =
+      window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : reinterpret_cast<unsigned char*>(sTerm + NT * 128);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     build_term_table<NT>(sTerm, has_bias ? sBias : nullptr, p, wr, tid);
   }
 
-  const uint32_t sQ_addr = smem_u32(sQ) , sK_addr = smem_u32(sK), sV_addr = smem_u32(sV);
+  const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV);
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
     cp_async_wait_all();
@@ -85,8 +87,11 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t da = make_desc(sQ_addr + st * Tr::kStageBytes + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-      const uint64_t db = make_desc(sK_addr + st * Tr::kStageBytes + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      // k16 step ks: column block ks / 2, byte offset (ks % 2) * 32 within its 64-byte rows
+      const uint64_t da =
+          make_desc(sQ_addr + st * Tr::kStageBytes + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      const uint64_t db =
+          make_desc(sK_addr + st * Tr::kStageBytes + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
       wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
     }
     wgmma_commit();
@@ -130,7 +135,8 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < NT / 2; ++ks)
-        wgmma_rs<1>(Int<DK>(), Elem(), acc_o, pf[0][ks], make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512),
+        wgmma_rs<1>(Int<DK>(), Elem(), acc_o, pf[0][ks],
+                    make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512),
                     ks > 0);
       wgmma_commit();
       wgmma_wait<0>();

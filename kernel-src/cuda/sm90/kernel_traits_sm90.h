@@ -30,7 +30,8 @@ template <> struct FwdTraitsSm90For<128> { using type = FwdTraitsSm90<128, 128, 
 
 // Window mode (fwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and <= kBlockN keys, Q/K/V double
 // buffered, plus the fp32 score-term table [kBlockN / 8][128 threads] float4; the raw additive tile is added by the
-// planner when it cannot borrow the second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
+// planner when it cannot borrow the second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the
+// registers (65536 / (128 * kMinBlocks)).
 template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct FwdWindowTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;

@@ -33,7 +33,8 @@ template <int D>
 void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
   using Tr = typename sm90::FwdTraitsSm90For<D>::type;
   if (dtype == 0)
-    launch_kernel(sm90::fwd_kernel_sm90<Tr, __half>, grid, Tr::kNThreads, smem, stream, p, "window_attention fwd (sm90)");
+    launch_kernel(sm90::fwd_kernel_sm90<Tr, __half>, grid, Tr::kNThreads, smem, stream, p,
+                  "window_attention fwd (sm90)");
   else
     launch_kernel(sm90::fwd_kernel_sm90<Tr, __nv_bfloat16>, grid, Tr::kNThreads, smem, stream, p,
                   "window_attention fwd (sm90)");
