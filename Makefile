@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup build build-cuda test demo gpu-check matrix clean
+.PHONY: setup build build-cuda test demo gpu-check gpu-profile matrix clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,9 @@ demo: setup
 
 gpu-check:
 	bash scripts/gpu_check.sh
+
+gpu-profile:
+	bash scripts/gpu_profile.sh
 
 # Every variant this machine can make (docs/build-matrix.md): CPU, cu124 (Debian+PyPI), cu130 (system), cu132 (PyPI),
 # each checked (abi3, manylinux_2_28, fatbinary); toolkits are provisioned once under ~/.cache/winattn/toolchains.

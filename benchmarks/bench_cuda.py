@@ -3,7 +3,7 @@
     python benchmarks/bench_cuda.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--out results/bench_cuda.json]
 
 Workloads (bf16): Swin W7 / W8 (16384 windows, H=4, N=49 / 64, D=32, table + shift mask), Swin W12 (8192
-windows, N=144), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias S=16k (B=1) at D=64 / 128 (H=16) and
+windows, N=144), Swin W16 (4096 windows, N=256), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias S=16k (B=1) at D=64 / 128 (H=16) and
 D=256 (H=8), key-padding mask at S=4096, D=128 (B=4, H=16) against the same call without it.
 Peers: SDPA-efficient with the bias materialized (gradient on the bias / table), cuDNN SDPA with bias (no bias
 gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias; and
@@ -11,6 +11,8 @@ gradient: its backward is run without one), FlexAttention score_mod (torch.compi
 Timing: CUDA events around each call after warm-up, repetitions queued back to back, median of --reps; backward
 timed alone (retain_graph).
 Prints a table last and writes every number to --out (JSON).
+--profile: no timing; each of our calls runs once (forward + backward) inside a CUDA profiler range after warm-up,
+for `ncu --profile-from-start off` (see RESULTS.md for the command).
 """
 
 import argparse
@@ -30,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 BF16 = torch.bfloat16
 SKIP_PEERS = False  # --skip-peers: only our kernel (profiling / tuning runs)
 SWEEP_G = []  # --sweep-g: also time our Swin kernels at these windows-per-CTA counts
+PROFILE = False  # --profile: one forward + backward of ours per workload inside a profiler range, no timing
 HOST_MS = []  # host ms per call of each cuda_time() (diagnostic: reported as fwd_host_ms / bwd_host_ms)
 
 
@@ -66,6 +69,15 @@ def measure(fwd, grads_of, reps):
     dout = torch.randn_like(out)
     grads_of(out, dout)
     del out
+    if PROFILE:
+        grads_of(fwd(), dout)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        grads_of(fwd(), dout)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        HOST_MS[:] = [math.nan, math.nan]
+        return math.nan, math.nan, math.nan
     t_f = cuda_time(lambda: fwd(), reps)
     holder = {}
 
@@ -342,23 +354,27 @@ def summarize(results):
     return "\n".join(lines)
 
 
+WORKLOADS = ["swin_w7", "swin_w8", "swin_w12", "swin_w16", "dense", "nobias", "nobias_d64", "nobias_d256", "keypad"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", default="build/torch-stable-abi210-cu130-x86_64-linux")
     ap.add_argument("--out", default="results/bench_cuda.json")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", nargs="*", default=None,
-                    help="subset: swin_w7 swin_w8 swin_w12 dense nobias nobias_d64 nobias_d256 keypad")
+                    help="subset: " + " ".join(WORKLOADS))
     ap.add_argument("--skip-peers", action="store_true", help="time only our kernel")
     ap.add_argument("--sweep-g", nargs="*", type=int, default=[], help="Swin: also time these windows-per-CTA")
+    ap.add_argument("--profile", action="store_true", help="profiler ranges for ncu instead of timing (no peers)")
     args = ap.parse_args()
-    global SKIP_PEERS, SWEEP_G
-    SKIP_PEERS, SWEEP_G = args.skip_peers, args.sweep_g
+    global SKIP_PEERS, SWEEP_G, PROFILE
+    SKIP_PEERS, SWEEP_G, PROFILE = args.skip_peers or args.profile, args.sweep_g, args.profile
     kern = load_kernel(args.variant)
     results = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                         "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                         "variant": str(args.variant)}}
-    only = set(args.only or ["swin_w7", "swin_w8", "swin_w12", "dense", "nobias", "nobias_d64", "nobias_d256", "keypad"])
+    only = set(args.only or WORKLOADS)
     torch.manual_seed(0)
     if "swin_w7" in only:
         bench_swin(kern, 7, 16384, args.reps, results)
@@ -366,6 +382,8 @@ def main():
         bench_swin(kern, 8, 16384, args.reps, results)
     if "swin_w12" in only:
         bench_swin(kern, 12, 8192, args.reps, results)
+    if "swin_w16" in only:
+        bench_swin(kern, 16, 4096, args.reps, results)
     if "dense" in only:
         bench_dense_bias(kern, args.reps, results)
     if "nobias" in only:

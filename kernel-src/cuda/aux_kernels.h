@@ -11,7 +11,9 @@ namespace cuda {
 // Swin / relative-position path: comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j]) as fp16
 // [P, H, Sq, Skp], rows padded to Skp (a multiple of 8) so the kernels stage it with 16-byte cp.async. P is the bias
 // period (1 without a bias). Small for window attention (nW * H * N^2 halves, L2-resident). fp16 keeps 11 bits
-// of the term (|error| <= 2^-11 |term|); magnitudes past 65504 saturate to +-65504 (still exp() == 0).
+// of the term (|error| <= 2^-11 |term|); finite magnitudes past 65504 saturate to +-65504 (still exp() == 0), while
+// an infinite term stays infinite: a row hidden by -inf terms must stay fully hidden (output 0, lse -inf), which a
+// clamped -65504 would turn into a uniform average.
 __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
                                      int64_t t_sr, int64_t t_sh, const int64_t* index, int64_t i_sq, int64_t i_sk,
                                      Operand4d bias) {
@@ -33,7 +35,7 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
         x += bv;
       }
     }
-    comb[e] = __float2half_rn(fminf(fmaxf(x, -65504.f), 65504.f));
+    comb[e] = __float2half_rn(isinf(x) ? x : fminf(fmaxf(x, -65504.f), 65504.f));
   }
 }
 

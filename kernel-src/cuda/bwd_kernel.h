@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks) bwd_kernel(cons
   }
 
   const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool kp_only = p.kp_vec4 && p.bias.ptr == nullptr && p.mask.ptr == nullptr;  // see kp_block_all_kept
   // additive tile: prefetched with Q / dO (bias_stages == QS), or loaded at the top of its own step
   // (bias_stages == 1 with a double-buffered Q / dO), or read from global memory (0)
   const bool bias_prefetch = p.bias.ptr != nullptr && p.bias_stages == QS;
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks) bwd_kernel(cons
       gemm_ss<Elem, SMT, SNT, DK / 16, false, false>(acc_s, cQ + sdp_r * LD, LD, cK + sdp_c * LD, LD, lane);
       gemm_ss<Elem, SMT, SNT, DK / 16, false, false>(acc_dp, cdO + sdp_r * LD, LD, cV + sdp_c * LD, LD, lane);
       const bool need_mask = tile_needs_mask(p, m, n_block, BM, BN);
-      if (has_terms || need_mask) {
+      if ((has_terms && !(kp_only && kp_block_all_kept<BN>(p, b, j0, lane))) || need_mask) {
         const unsigned char* sB = bias_prefetch ? sBias + qs * bias_tile : bias_sync ? sBias : nullptr;
         apply_terms<SMT, SNT>(acc_s, p, sB, b, h, i0, sdp_r, j0, sdp_c, lane, need_mask);
       } else {

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
   const int nper = n_hi - n_lo;
   const int nsteps = w.nitems * nper;
   const bool has_terms = p.bias.ptr != nullptr || p.mask.ptr != nullptr || p.kp != nullptr;
+  const bool kp_only = p.kp_vec4 && p.bias.ptr == nullptr && p.mask.ptr == nullptr;  // see kp_block_all_kept
   const bool has_bias = p.bias.ptr != nullptr;
   const int bias_tile = BM * p.bias_pitch;
 
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
       }
     }
     const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
-    if (has_terms || need_mask) {
+    if ((has_terms && !(kp_only && kp_block_all_kept<BN>(p, b, n * BN, lane))) || need_mask) {
       apply_terms<MT, NT>(acc_s, p, sB, b, h, i0, wr, n * BN, 0, lane, need_mask);
     } else {
 #pragma unroll

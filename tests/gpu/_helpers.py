@@ -61,6 +61,8 @@ def naive_attention(reference, q, k, v, *, bias=None, mask=None, key_padding_mas
         s = s + a.rel_pos_table.to(dt)[a.rel_pos_index].permute(2, 0, 1)
     vis = reference.visible_keys(B, Sq, Sk, q.device, a.mask, a.key_padding_mask, a.causal, a.window_left,
                                  a.window_right)
+    if torch.isneginf(s).any():  # an additive -inf hides its key like a mask (rows hidden entirely output 0)
+        vis = ~torch.isneginf(s) if vis is None else vis & ~torch.isneginf(s)
     if vis is not None:
         vis = vis.expand(B, H, Sq, Sk)
         any_vis = vis.any(-1, keepdim=True)

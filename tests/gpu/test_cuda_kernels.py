@@ -156,6 +156,19 @@ def test_swin_shift_mask_grad(kernel):
     run_case(kernel, inp, {}, swin=True)
 
 
+def test_swin_infinite_mask_hides_rows(kernel):
+    # -inf shift-mask entries must survive the fp16 table-term expansion: a row hidden entirely by them outputs 0
+    # (not the uniform average a saturated -65504 would give), partly hidden rows ignore exactly those keys
+    inp = swin_inputs(2, 7, 4, 2, 32, BF16)
+    m = inp["swin_mask"]
+    m[1, 5] = float("-inf")  # every key of query 5 in window 1
+    m[2, :, 10:30] = float("-inf")
+    out = kernel.window_attention(inp["q"], inp["k"], inp["v"], rel_pos_table=inp["rel_pos_table"],
+                                  rel_pos_index=inp["rel_pos_index"], mask=m)
+    assert torch.all(out[1::4, 5] == 0)
+    run_case(kernel, inp, {}, swin=True)
+
+
 # ---- alternative backward configurations (kernel_traits.h BwdTraits<32, cfg>; default cfg 0 is covered above) -----
 @pytest.mark.parametrize("cfg", ["1"])
 def test_bwd_configs_d32(kernel, cfg, monkeypatch):

@@ -65,6 +65,11 @@ def fwd(
     if rel_pos_table is not None:
         s = s + rel_pos_table.to(acc)[rel_pos_index].permute(2, 0, 1)
     visible = visible_keys(B, Sq, Sk, q.device, mask, key_padding_mask, causal, window_left, window_right)
+    if bias is not None or rel_pos_table is not None:
+        # An additive -inf hides its key as a mask does; masking it also keeps a row hidden entirely that way from
+        # sending NaN (logsumexp's gradient at lse = -inf) into the gradients.
+        finite = ~torch.isneginf(s)
+        visible = finite if visible is None else visible & finite
     if visible is not None:
         s = s.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)

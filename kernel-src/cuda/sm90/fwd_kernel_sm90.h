@@ -110,7 +110,9 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
     const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
     const bool col_terms = !has_row_terms && !(p.has_band && need_mask) && (need_mask || p.kp != nullptr);
     unsigned kp_bits = 0xffffffffu;
-    if (col_terms && p.kp != nullptr) {
+    // staged bytes are 0 past Sk, so "all kept" also means "block inside the sequence"
+    const bool all_kept = col_terms && p.kp_vec4 && kp_block_all_kept<BN>(sKp + (s & 1) * BN, lane);
+    if (col_terms && p.kp != nullptr && !all_kept) {
       kp_bits = 0;
       if (p.kp_vec4) {
         const unsigned char* row = sKp + (s & 1) * BN;
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel_sm90(const __grid_co
         cp_async_commit();
       }
     }
-    if (!has_row_terms && !need_mask && p.kp == nullptr) {
+    if ((!has_row_terms && !need_mask && p.kp == nullptr) || all_kept) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll

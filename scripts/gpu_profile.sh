@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Nsight Compute profile of our kernels on chosen benchmark workloads (`make gpu-profile`): every kernel launched by
+# one forward + backward of ours (and of the same call without the Hopper kernels, `ours_v1`, and for key padding
+# without the mask) inside bench_cuda.py --profile's profiler range. Reports go to results/ncu_<workload>.txt (and to
+# $OUT when set). Environment:
+#   WINATTN_VARIANT_DIR  prebuilt variant (default build/torch-stable-abi210-cu130-x86_64-linux)
+#   PROFILE_WORKLOADS    bench_cuda.py workloads (default: keypad swin_w12 swin_w16 nobias_d256)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+results=${RESULTS_DIR:-results}
+mkdir -p "$results"
+if [ -d .whl ] && ! python3 -c "import kernels" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH="$root:${PYTHONPATH:-}"
+variant=${WINATTN_VARIANT_DIR:-build/torch-stable-abi210-cu130-x86_64-linux}
+rc=0
+# --clock-control none: the GPU's own clocks, as in the timed benchmark; sections: throughput, occupancy, stalls
+# (plus the per-reason stall cycles per issued instruction).
+for w in ${PROFILE_WORKLOADS:-keypad swin_w12 swin_w16 nobias_d256}; do
+  echo "== ncu: $w"
+  ncu --profile-from-start off --clock-control none \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SchedulerStats \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    python3 benchmarks/bench_cuda.py --variant "$variant" --profile --only "$w" --out "$results/profile_$w.json" \
+    > "$results/ncu_$w.txt" 2>&1 || rc=1
+  grep -E "^  [a-zA-Z_].*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Block Limit" \
+    "$results/ncu_$w.txt" | head -80
+done
+if [ -n "${OUT:-}" ]; then cp -r "$results"/. "$OUT"/ 2>/dev/null; fi
+exit $rc
