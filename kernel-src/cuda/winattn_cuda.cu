@@ -699,8 +699,8 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   if (pl.dtable) {
     const int64_t T = params.table_rows;
     if (params.deterministic || Sq * Sk <= (int64_t(1) << 20)) {
-      dim3 grid(unsigned((T + 127) / 128), unsigned(p.H));
-      scatter_dtable_scan_kernel<<<grid, 128, 0, stream>>>(params.dtable, T, p.H, dtb, params.rel_index,
+      dim3 grid(unsigned((T + 31) / 32), unsigned(p.H));
+      scatter_dtable_scan_kernel<<<grid, kScanWarps * 32, 0, stream>>>(params.dtable, T, p.H, dtb, params.rel_index,
                                                           params.index_stride_q, params.index_stride_k, p.Sq, p.Sk);
     } else {
       const int64_t n = Sq * Sk * H;
