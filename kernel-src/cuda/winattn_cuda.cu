@@ -195,11 +195,18 @@ void use_comb(KParams& p, const CombPlan& c, const void* comb) {
   p.bias = o;
 }
 void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, __half* comb, cudaStream_t stream) {
-  const int64_t n = int64_t(c.P) * p.H * p.Sq * c.Skp;
-  const int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
-  combine_terms_kernel<<<blocks, 256, 0, stream>>>(comb, c.P, p.H, p.Sq, p.Sk, c.Skp, fp.rel_table,
-                                                  fp.table_stride_r, fp.table_stride_h, fp.rel_index,
-                                                  fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false));
+  const int64_t n = int64_t(p.H) * p.Sq * c.Skp;  // one period
+  const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 65535)),
+                  unsigned(std::min(ceil_div(c.P, kCombinePeriods), 65535)));
+  auto launch = [&](auto idx) {
+    combine_terms_kernel<decltype(idx)><<<grid, 256, 0, stream>>>(
+        comb, c.P, p.H, p.Sq, p.Sk, c.Skp, fp.rel_table, fp.table_stride_r, fp.table_stride_h, fp.rel_index,
+        fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false));
+  };
+  if (n + int64_t(grid.x) * 256 < (int64_t(1) << 31))  // 32-bit indices when every index and stride step fit
+    launch(int32_t());
+  else
+    launch(int64_t());
   check_cuda(cudaGetLastError(), "window_attention table term");
 }
 
