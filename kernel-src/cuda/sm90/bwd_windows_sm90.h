@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, 0, wr, 0, 0, lane, true);
     }
 
-    // P, delta and dS; P, dS -> shared memory (rows = queries) for the transposed GEMMs
+    // P, delta and dS (registers)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = wr + qr + hf * 8;
@@ -149,24 +149,35 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
           acc_dp[0][nt][x] = acc_s[0][nt][x] * (acc_dp[0][nt][x] - delta);
           acc_db[nt][x] += acc_dp[0][nt][x];
         }
+      }
+    }
+
+    uint32_t dsf[1][NT / 2][4];
+    acc_to_afrag<Elem, 1, NT>(dsf, acc_dp);
+
+    // P, dS -> shared memory (rows = queries) for the transposed GEMMs
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = wr + qr + hf * 8;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
         const int off = tile_chunk_offset<BM>(r, nt) + qc * 2;
         *reinterpret_cast<uint32_t*>(sP + off) = ElemTraits<Elem>::pack(acc_s[0][nt][2 * hf], acc_s[0][nt][2 * hf + 1]);
         *reinterpret_cast<uint32_t*>(sdS + off) =
             ElemTraits<Elem>::pack(acc_dp[0][nt][2 * hf], acc_dp[0][nt][2 * hf + 1]);
       }
     }
-    uint32_t dsf[1][NT / 2][4];
-    acc_to_afrag<Elem, 1, NT>(dsf, acc_dp);
     fence_view_async_shared();
     __syncthreads();
 
-    // dQ = dS K (rows = queries), dV = P^T dO and dK = dS^T Q (rows = keys)
+    // dQ = dS K (rows = queries), then dV = P^T dO and dK = dS^T Q (rows = keys); dQ is stored while they run
     float acc_dq[1][DT][4], acc_dk[1][DT][4], acc_dv[1][DT][4];
     const uint32_t p_a = smem_u32(sP), ds_a = smem_u32(sdS);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
       wgmma_rs<1>(Int<DK>(), Elem(), acc_dq[0], dsf[0][ks], make_desc(k_a + ks * 16 * RB, BN * RB, 512), ks > 0);
+    wgmma_commit();
 #pragma unroll
     for (int ks = 0; ks < BM / 16; ++ks) {
       const uint32_t off = ks * 16 * RB;
@@ -176,13 +187,14 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
                      make_desc(q_a + off, BM * RB, 512), ks > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();
     fence_acc(acc_dq[0]);
+    store_acc_rows<Elem, 1, DT>(dq + int64_t(b) * dq_sb + int64_t(wr) * dq_ss + int64_t(h) * p.D, dq_ss, acc_dq,
+                                p.scale, p.Sq - wr, p.D, lane);
+    wgmma_wait<0>();
     fence_acc(acc_dk[0]);
     fence_acc(acc_dv[0]);
 
-    store_acc_rows<Elem, 1, DT>(dq + int64_t(b) * dq_sb + int64_t(wr) * dq_ss + int64_t(h) * p.D, dq_ss, acc_dq,
-                                p.scale, p.Sq - wr, p.D, lane);
     const int64_t kv_off = int64_t(b) * dk_sb + int64_t(wr) * dk_ss + int64_t(h) * p.D;
     store_acc_rows<Elem, 1, DT>(dk + kv_off, dk_ss, acc_dk, p.scale, p.Sk - wr, p.D, lane);
     store_acc_rows<Elem, 1, DT>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - wr, p.D, lane);
