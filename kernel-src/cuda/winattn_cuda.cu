@@ -296,17 +296,17 @@ int windows_per_cta(int per_r, int64_t groups, int64_t slots) {
   return best_g;
 }
 
-// Grid of the Hopper window kernels: H x Pg CTA columns (windows grouped by the term's period) of NC CTAs with G
-// windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size.
-int64_t window_grid(KParams& p, int period, int occupancy, const DeviceInfo& dev, const char* g_env) {
+// Grid of the Hopper window kernels: mtiles x H x Pg CTA columns (query tiles, heads, windows grouped by the term's
+// period) of NC CTAs with G windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size.
+int64_t window_grid(KParams& p, int period, int mtiles, int occupancy, const DeviceInfo& dev, const char* g_env) {
   const int per_r = p.B / period;
-  int G = windows_per_cta(per_r, int64_t(p.H) * period, int64_t(dev.sms) * std::max(occupancy, 1));
+  int G = windows_per_cta(per_r, int64_t(mtiles) * p.H * period, int64_t(dev.sms) * std::max(occupancy, 1));
   G = std::max(1, std::min(env_int(g_env, G), per_r));
   p.G = G;
   p.Pg = period;
   p.NC = ceil_div(per_r, G);
   p.NR = p.NC * period;
-  return int64_t(p.H) * p.NR;
+  return int64_t(mtiles) * p.H * p.NR;
 }
 
 // ---- forward plan ----------------------------------------------------------------------------------------------
@@ -315,35 +315,58 @@ struct FwdPlan {
   int dk = 32, smem = 0;
   bool sm90 = false;          // Hopper kernel (use_sm90_fwd)
   bool sm90_windows = false;  // Hopper window-mode kernel (plan_fwd_windows_sm90)
+  int window_bn = 64;         // its key block
   int64_t grid = 0;
   CombPlan comb;
   int64_t ws_bytes = 0, off_comb = -1;
 };
 
-// Window mode on Hopper (sm90/fwd_windows_sm90.h): every window fits one 64 x 64 tile, and the additive term, if
-// any, repeats with a period that divides B, so grouping windows by b % period (Pg) gives each CTA one tile of it.
+// Window mode on Hopper (sm90/fwd_windows_sm90.h): every window's keys fit one key block (D = 32: up to 256 keys,
+// D = 64: up to 64), its queries are split in 64-row tiles, and the additive term, if any, repeats with a period that
+// divides B, so grouping windows by b % period (Pg) gives each CTA one tile of it. Key blocks past 160 keep the term
+// table in fp16, which holds only an fp16 term exactly: other dtypes take v1 there.
+int window_key_block(int dk, int sk) {
+  if (dk == 64) return sk <= 64 ? 64 : 0;
+  return sk <= 64 ? 64 : sk <= 128 ? 128 : sk <= 160 ? 160 : sk <= 256 ? 256 : 0;
+}
+template <typename F>
+void dispatch_window_tiles(int dk, int bn, F&& f) {
+  if (dk == 64) {
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
+    return;
+  }
+  switch (bn) {
+    case 64: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 128>{}); break;
+    case 160: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 160>{}); break;
+    default: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 256>{}); break;
+  }
+}
 bool plan_fwd_windows_sm90(FwdPlan& pl, const DeviceInfo& dev, int dt) {
   KParams& p = pl.p;
-  if (!pl.sm90 || (pl.dk != 32 && pl.dk != 64) || p.Sq > 64 || p.Sk > 64 || p.Sk == 0 ||
+  const int bn = window_key_block(pl.dk, p.Sk);
+  if (!pl.sm90 || (pl.dk != 32 && pl.dk != 64) || bn == 0 || p.Sq > 256 || p.Sk == 0 ||
       env_int("WINATTN_SM90_WINDOWS", 1) == 0)
     return false;
   const int period = p.bias.ptr ? p.bias.period : 1;
   if (p.B % period != 0) return false;
-  if (p.bias.ptr) choose_bias_mode(p, 64);
-  int smem = 0;
-  auto traits = [&](auto d) {
-    using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value>::type;
-    smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? Tr::kBlockM * p.bias_pitch : 0);
-  };
-  if (pl.dk == 32) traits(std::integral_constant<int, 32>{}); else traits(std::integral_constant<int, 64>{});
-  if (smem > dev.smem_optin) return false;
-  int occ = 1;
-  if (pl.dk == 32)
-    occ = fwd_windows_sm90_blocks_per_sm<32>(dt, smem);
-  else
-    occ = fwd_windows_sm90_blocks_per_sm<64>(dt, smem);
-  pl.grid = window_grid(p, period, occ, dev, "WINATTN_FWD_G");
+  if (p.bias.ptr) choose_bias_mode(p, bn);
+  int smem = 0, occ = 1;
+  bool ok = true;
+  dispatch_window_tiles(pl.dk, bn, [&](auto d, auto n) {
+    using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value, decltype(n)::value>::type;
+    const bool aliased = sm90::window_term_aliased<Tr>(p);
+    const bool fast_terms = p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band;  // window_fast_terms()
+    if (!Tr::kGeneralTerms && !fast_terms) ok = false;
+    if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0) ok = false;
+    smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0);
+    if (ok && smem <= dev.smem_optin)
+      occ = fwd_windows_sm90_blocks_per_sm<decltype(d)::value, decltype(n)::value>(dt, smem);
+  });
+  if (!ok || smem > dev.smem_optin) return false;
+  pl.grid = window_grid(p, period, ceil_div(p.Sq, 64), occ, dev, "WINATTN_FWD_G");
   pl.smem = smem;
+  pl.window_bn = bn;
   pl.sm90_windows = true;
   return true;
 }
@@ -427,7 +450,7 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
   const int smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? 64 * p.bias_pitch : 0);
   if (smem > dev.smem_optin) return false;
   const int occ = bwd_windows_sm90_blocks_per_sm<32>(dt, smem);
-  pl.grid = window_grid(p, period, occ, dev, "WINATTN_BWD_G");
+  pl.grid = window_grid(p, period, 1, occ, dev, "WINATTN_BWD_G");
   pl.smem = smem;
   pl.window = wants_accum;
   pl.sm90_windows = true;
@@ -594,10 +617,10 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     p.bias.ptr = comb;
   }
   const int dt = dtype_code(params.dtype);
-  if (pl.sm90_windows && pl.dk == 32)
-    run_fwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
-  else if (pl.sm90_windows)
-    run_fwd_windows_sm90<64>(p, dt, pl.grid, pl.smem, stream);
+  if (pl.sm90_windows)
+    dispatch_window_tiles(pl.dk, pl.window_bn, [&](auto d, auto n) {
+      run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);
+    });
   else if (pl.sm90)
     dispatch_sm90_hdim(pl.dk, [&](auto d) { run_fwd_sm90<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
   else

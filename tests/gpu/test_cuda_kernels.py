@@ -134,7 +134,8 @@ def swin_inputs(nimg, win, nW, H, D, dtype, shift=True):
     return inp
 
 
-@pytest.mark.parametrize("win,nimg,nW", [(7, 2, 64), (7, 32, 64), (12, 2, 16), (12, 16, 64), (4, 4, 16), (8, 8, 16)])
+@pytest.mark.parametrize("win,nimg,nW", [(7, 2, 64), (7, 32, 64), (12, 2, 16), (12, 16, 64), (4, 4, 16), (8, 8, 16),
+                                         (10, 4, 16), (16, 4, 8), (16, 2, 1)])
 def test_swin(kernel, win, nimg, nW):
     inp = swin_inputs(nimg, win, nW, 4, 32, BF16)
     run_case(kernel, inp, {}, swin=True)
@@ -285,6 +286,27 @@ def test_window_mode_terms(kernel, D, terms):
     elif terms == "causal":
         kwargs["causal"] = True
     run_case(kernel, inp, kwargs)
+
+
+# ---- wide windows on Hopper (sm90 window forward with key blocks 128 / 160 / 256, several 64-query tiles) ----------
+@pytest.mark.parametrize("N", [100, 144, 200, 256])
+@pytest.mark.parametrize("terms", ["none", "bias_fp16", "bias_fp32", "bias_per_item", "cross", "key_padding"])
+def test_wide_window_terms(kernel, N, terms):
+    # fp16 terms take the fp16 term table past 160 keys; fp32 ones and key padding go to v1 there (same results)
+    B, H, D = 24, 2, 32
+    Sk = N - 30 if terms == "cross" else N
+    inp = qkv(B, N, Sk, H, D, BF16)
+    if terms in ("bias_fp16", "cross"):
+        inp["bias"] = rand(1, H, N, Sk, dtype=FP16, grad=True)
+    elif terms == "bias_fp32":
+        inp["bias"] = rand(1, H, N, Sk, dtype=torch.float32, grad=True)
+    elif terms == "bias_per_item":
+        inp["bias"] = rand(B // 4, 1, N, Sk, dtype=FP16, grad=True).repeat(4, 1, 1, 1).detach().requires_grad_(True)
+    elif terms == "key_padding":
+        kpm = torch.rand(B, Sk, device="cuda") > 0.2
+        kpm[5] = False
+        inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, {})
 
 
 # ---- the general sm90 forward (Hopper, no additive term: sm90/fwd_kernel_sm90.h) with every other score term ----

@@ -4,6 +4,6 @@
 namespace winattn {
 namespace cuda {
 WINATTN_INSTANTIATE_FWD_SM90(32)
-WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(32)
+WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(32, 64)
 }  // namespace cuda
 }  // namespace winattn

@@ -1,5 +1,5 @@
-// Hopper forward for window mode (sm_90a): many short sequences (Swin windows, N <= BN keys, N <= 64 queries), one
-// head per CTA, G windows per CTA, one warpgroup.
+// Hopper forward for window mode (sm_90a): many short sequences (Swin windows, N <= BN <= 256 keys), one head and
+// one 64-query tile (w.blk) per CTA, G windows per CTA, one warpgroup.
 //
 // The general sm90 forward (fwd_kernel_sm90.h) spends most of a Swin step on integer work (Nsight, Swin W7: 452 M
 // instructions for 65 536 window-heads, ALU the busiest pipe, 49% issue slots at 3 warps per scheduler), not on the
@@ -7,12 +7,14 @@
 //   * the additive term is the same for every window of the CTA (the planner groups windows by b % period, Pg =
 //     period), so it is staged once and converted once into an fp32 table in accumulator-fragment order, already
 //     scaled by log2(e), with -inf in the columns past Sk: applying bias + sequence-end mask is one FMA per score;
-//   * one key block per window: a plain softmax, no running-max rescale of O;
+//   * one key block per window (BN = 64 / 128 / 160 / 256 by the window's keys): a plain softmax, no running-max
+//     rescale of O;
 //   * O goes out through shared memory in 16-byte row chunks (coalesced) instead of 4-byte fragment stores;
 //   * on that fast path the raw term tile is staged in the second window buffer, free until the first window
 //     has been read (window_term_aliased): 41 KB per CTA, so registers (four CTAs per SM), not shared memory,
 //     bound the occupancy.
-// Score terms this fast path does not cover (bool mask, key padding, causal / sliding band) take apply_terms().
+// Score terms this fast path does not cover (bool mask, key padding, causal / sliding band) take apply_terms(), in
+// the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v1).
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -35,28 +37,29 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
   // two window buffers [Q | K | V] (BM x DK, BN x DK, BN x DK swizzled; Q doubles as the O staging tile), then the
-  // fp32 score-term table [NT][128 threads] float4 in fragment order, then (unless aliased) the raw term tile
+  // score-term table [NT][128 threads] in fragment order, then (unless aliased) the raw term tile
   unsigned char* sQ = smem;
   unsigned char* sK = sQ + Tr::kQBytes;
   unsigned char* sV = sK + Tr::kKVBytes;
-  float4* sTerm = reinterpret_cast<float4*>(smem + 2 * Tr::kStageBytes);
-  unsigned char* sBias =
-      window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : reinterpret_cast<unsigned char*>(sTerm + NT * 128);
+  unsigned char* sTerm = smem + 2 * Tr::kStageBytes;
+  unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sTerm + Tr::kTermBytes;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
   const Work w = decode_work(p, p.H);
   const int h = w.hx, hkv = h / p.hgroup;
+  const int i0 = w.blk * BM, rows = min(BM, p.Sq - i0);  // this CTA's query tile of every window
   const Elem* q = static_cast<const Elem*>(p.q);
   const Elem* k = static_cast<const Elem*>(p.k);
   const Elem* v = static_cast<const Elem*>(p.v);
   Elem* o = static_cast<Elem*>(p.o);
-  const bool fast = window_fast_terms(p);
+  const bool fast = !Tr::kGeneralTerms || window_fast_terms(p);  // the planner checks the wide tiles' terms
   const bool has_bias = p.bias.ptr != nullptr;
 
   auto load_window = [&](int b, int stage) {
-    load_tile_async<Elem, BM, DK, 128>(sQ + stage * Tr::kStageBytes, q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh,
-                                       p.q_ss, p.Sq, p.D, p.q, tid);
+    load_tile_async<Elem, BM, DK, 128>(sQ + stage * Tr::kStageBytes,
+                                       q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh, p.q_ss,
+                                       rows, p.D, p.q, tid);
     load_tile_async<Elem, BN, DK, 128>(sK + stage * Tr::kStageBytes, k + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh,
                                        p.k_ss, p.Sk, p.D, p.k, tid);
     load_tile_async<Elem, BN, DK, 128>(sV + stage * Tr::kStageBytes, v + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh,
@@ -64,13 +67,13 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   };
 
   // the additive tile (the same for every window of this CTA) and the first window
-  if (has_bias) load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, 0, 0, tid);
+  if (has_bias) load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, i0, 0, tid);
   load_window(w.batch(p, 0), 0);
   cp_async_commit();
   if (fast) {
     cp_async_wait_all();
     __syncthreads();
-    build_term_table<NT>(sTerm, has_bias ? sBias : nullptr, p, wr, tid);
+    build_term_table<NT, Tr::kHalfTerms>(sTerm, has_bias ? sBias : nullptr, p, wr, rows, tid);
   }
 
   const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV);
@@ -99,9 +102,9 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     fence_acc(acc_s[0]);
 
     if (fast) {
-      apply_term_table<NT>(acc_s[0], sTerm, p.scale_log2, tid);
-    } else {
-      apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, 0, wr, 0, 0, lane, true);
+      apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], sTerm, p.scale_log2, tid);
+    } else if constexpr (Tr::kGeneralTerms) {
+      apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }
 
     // softmax over the one key block (rows may be fully hidden: max -inf -> base 0, sum 0)
@@ -153,16 +156,16 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
       for (int dt = 0; dt < DT; ++dt)
         *reinterpret_cast<uint32_t*>(sO + tile_chunk_offset<BM>(r, dt) + qc * 2) =
             ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv);
-      if ((lane & 3) == 0 && r < p.Sq)
-        p.lse[(int64_t(b) * p.H + h) * p.Sq + r] =
+      if ((lane & 3) == 0 && r < rows)
+        p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] =
             row_sum[hf] > 0.f ? (row_max[hf] + log2f(row_sum[hf])) * kLn2 : -INFINITY;
     }
     __syncthreads();
-    Elem* ob = o + int64_t(b) * p.o_sb + int64_t(h) * p.o_sh;
+    Elem* ob = o + int64_t(b) * p.o_sb + int64_t(i0) * p.o_ss + int64_t(h) * p.o_sh;
 #pragma unroll
     for (int it = 0; it < BM * DT / 128; ++it) {
       const int idx = it * 128 + tid, r = idx / DT, c = idx % DT;
-      if (r < p.Sq && c * 8 < p.D)
+      if (r < rows && c * 8 < p.D)
         *reinterpret_cast<uint4*>(ob + int64_t(r) * p.o_ss + c * 8) =
             *reinterpret_cast<const uint4*>(sO + tile_chunk_offset<BM>(r, c));
     }

@@ -28,24 +28,35 @@ template <> struct FwdTraitsSm90For<64> { using type = FwdTraitsSm90<64, 128, 2,
 template <> struct FwdTraitsSm90For<96> { using type = FwdTraitsSm90<96, 128, 2, 1>; };
 template <> struct FwdTraitsSm90For<128> { using type = FwdTraitsSm90<128, 128, 2, 1>; };
 
-// Window mode (fwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and <= kBlockN keys, Q/K/V double
-// buffered, plus the fp32 score-term table [kBlockN / 8][128 threads] float4; the raw additive tile is added by the
-// planner when it cannot borrow the second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the
-// registers (65536 / (128 * kMinBlocks)).
+// Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
+// double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for
+// wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which halves the table (32 KB at
+// kBlockN = 256) so two CTAs fit an SM. The raw additive tile is added by the planner when it cannot borrow the
+// second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
 template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct FwdWindowTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
   static constexpr int kBlockM = 64, kNThreads = 128;
+  static constexpr bool kHalfTerms = kBlockN > 160;
+  // Only key block 64 also takes bool masks, key padding and bands (apply_terms); the wide tiles run the fast path
+  // alone (an additive term at most) so its registers are not shared with the general one (ptxas: 244-255
+  // registers and spills at key blocks 160 / 256 with both).
+  static constexpr bool kGeneralTerms = kBlockN == 64;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kStageBytes = kQBytes + 2 * kKVBytes;  // one window: Q, K, V
-  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + (kBlockN / 8) * 128 * 16;
+  static constexpr int kTermBytes = (kBlockN / 8) * 128 * (kHalfTerms ? 8 : 16);
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + kTermBytes;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "whole 32-column blocks, k16 steps");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
-// Window-mode head dims: Swin (D = 32) and D = 64, windows of up to 64 tokens.
-template <int D> struct FwdWindowTraitsSm90For;
-template <> struct FwdWindowTraitsSm90For<32> { using type = FwdWindowTraitsSm90<32, 64, 4>; };
-template <> struct FwdWindowTraitsSm90For<64> { using type = FwdWindowTraitsSm90<64, 64, 3>; };
+// Window-mode tiles by head dim and key block: Swin (D = 32) windows of up to 64 / 128 / 160 / 256 keys (W8, W11,
+// W12, W16) and D = 64 windows of up to 64. Wider key blocks hold more accumulator registers: fewer CTAs per SM.
+template <int D, int BN> struct FwdWindowTraitsSm90For;
+template <> struct FwdWindowTraitsSm90For<32, 64> { using type = FwdWindowTraitsSm90<32, 64, 4>; };
+template <> struct FwdWindowTraitsSm90For<32, 128> { using type = FwdWindowTraitsSm90<32, 128, 3>; };
+template <> struct FwdWindowTraitsSm90For<32, 160> { using type = FwdWindowTraitsSm90<32, 160, 2>; };
+template <> struct FwdWindowTraitsSm90For<32, 256> { using type = FwdWindowTraitsSm90<32, 256, 2>; };
+template <> struct FwdWindowTraitsSm90For<64, 64> { using type = FwdWindowTraitsSm90<64, 64, 3>; };
 
 // Window-mode backward (bwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and keys; per window buffer
 // Q, dO, K, V (swizzled) and lse; then P and dS [64 x kBlockN] bf16 and the fp32 term table.

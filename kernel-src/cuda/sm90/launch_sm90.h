@@ -20,9 +20,9 @@ struct FwdSm90 {
   }
   static constexpr const char* kName = "window_attention fwd (sm90)";
 };
-template <int D>
+template <int D, int BN>
 struct FwdWindowsSm90 {
-  using Tr = typename sm90::FwdWindowTraitsSm90For<D>::type;
+  using Tr = typename sm90::FwdWindowTraitsSm90For<D, BN>::type;
   static KernelFn pick(int dtype) {
     return dtype == 0 ? sm90::fwd_windows_kernel_sm90<Tr, __half> : sm90::fwd_windows_kernel_sm90<Tr, __nv_bfloat16>;
   }
@@ -64,13 +64,13 @@ template <int D>
 void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
   launch_family<FwdSm90<D>>(p, dtype, grid, smem, stream);
 }
-template <int D>
+template <int D, int BN>
 int fwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
-  return family_blocks_per_sm<FwdWindowsSm90<D>>(dtype, smem);
+  return family_blocks_per_sm<FwdWindowsSm90<D, BN>>(dtype, smem);
 }
-template <int D>
+template <int D, int BN>
 void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
-  launch_family<FwdWindowsSm90<D>>(p, dtype, grid, smem, stream);
+  launch_family<FwdWindowsSm90<D, BN>>(p, dtype, grid, smem, stream);
 }
 template <int D>
 int bwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
@@ -85,9 +85,9 @@ void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
   template void run_bwd_windows_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
 
-#define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D)                                                      \
-  template int fwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
-  template void run_fwd_windows_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
+#define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D, BN)                                                  \
+  template int fwd_windows_sm90_blocks_per_sm<D, BN>(int, int);                                      \
+  template void run_fwd_windows_sm90<D, BN>(const KParams&, int, int64_t, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_SM90(D)                                                              \
   template bool fwd_sm90_ready<D>(int);                                                              \

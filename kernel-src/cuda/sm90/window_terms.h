@@ -1,7 +1,7 @@
 // Score terms of the window-mode kernels (fwd_windows_sm90.h, bwd_windows_sm90.h). Every window of a CTA shares
 // the additive term (the planner groups windows by its period), so when it is the only term ("fast path": no bool
-// mask, key padding or band) it is converted once per CTA into an fp32 table in accumulator-fragment order
-// ([NT][128 threads] float4), scaled by log2(e) and with -inf in the columns past Sk: one FMA per score after that.
+// mask, key padding or band) it is converted once per CTA into a table in accumulator-fragment order
+// ([NT][128 threads]), with -inf in the columns past Sk: one FMA per score after that (see build_term_table).
 #pragma once
 #include "../kernel_params.h"
 #include "../utils.h"
@@ -23,10 +23,13 @@ __device__ __forceinline__ float staged_term(const unsigned char* s, const KPara
 }
 
 // Fill this thread's column of the table from the staged tile sBias (nullptr: no additive term). The warp's
-// first row is wr; the caller has waited for the tile.
-template <int NT>
-__device__ __forceinline__ void build_term_table(float4* sTerm, const unsigned char* sBias, const KParams& p, int wr,
-                                                 int tid) {
+// first row is wr, `rows` rows of the tile are real; the caller has waited for the tile.
+//   kHalf = false: float4 entries, term * log2(e), -inf past Sk;
+//   kHalf = true:  uint2 entries (two half2), the staged fp16 term itself (exact: the planner takes this table only
+//                  for fp16 tiles), -inf past Sk; log2(e) is applied in apply_term_table.
+template <int NT, bool kHalf>
+__device__ __forceinline__ void build_term_table(void* sTerm, const unsigned char* sBias, const KParams& p, int wr,
+                                                 int rows, int tid) {
   const int lane = tid & 31, qr = lane >> 2, qc = (lane & 3) * 2;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -34,23 +37,36 @@ __device__ __forceinline__ void build_term_table(float4* sTerm, const unsigned c
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = wr + qr + (i >> 1) * 8, c = nt * 8 + qc + (i & 1);
-      e[i] = c >= p.Sk ? -INFINITY : (sBias != nullptr && r < p.Sq) ? staged_term(sBias, p, r, c) * kLog2e : 0.f;
+      e[i] = c >= p.Sk ? -INFINITY : (sBias != nullptr && r < rows) ? staged_term(sBias, p, r, c) : 0.f;
     }
-    sTerm[nt * 128 + tid] = make_float4(e[0], e[1], e[2], e[3]);
+    if constexpr (kHalf) {
+      const __half2 lo = __floats2half2_rn(e[0], e[1]), hi = __floats2half2_rn(e[2], e[3]);
+      static_cast<uint2*>(sTerm)[nt * 128 + tid] =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    } else {
+      static_cast<float4*>(sTerm)[nt * 128 + tid] =
+          make_float4(e[0] * kLog2e, e[1] * kLog2e, e[2] * kLog2e, e[3] * kLog2e);
+    }
   }
 }
 
-// Raw Q K^T accumulator -> log2-unit scores with the term applied.
-template <int NT>
-__device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], const float4* sTerm, float scale_log2,
-                                                 int tid) {
+// Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf).
+template <int NT, bool kHalf>
+__device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], const void* sTerm, float scale_log2, int tid) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const float4 e = sTerm[nt * 128 + tid];
-    acc[nt][0] = fmaf(acc[nt][0], scale_log2, e.x);
-    acc[nt][1] = fmaf(acc[nt][1], scale_log2, e.y);
-    acc[nt][2] = fmaf(acc[nt][2], scale_log2, e.z);
-    acc[nt][3] = fmaf(acc[nt][3], scale_log2, e.w);
+    float e[4];
+    if constexpr (kHalf) {
+      const uint2 u = static_cast<const uint2*>(sTerm)[nt * 128 + tid];
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+      e[0] = lo.x * kLog2e, e[1] = lo.y * kLog2e, e[2] = hi.x * kLog2e, e[3] = hi.y * kLog2e;
+    } else {
+      const float4 f = static_cast<const float4*>(sTerm)[nt * 128 + tid];
+      e[0] = f.x, e[1] = f.y, e[2] = f.z, e[3] = f.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = fmaf(acc[nt][i], scale_log2, e[i]);
   }
 }
 
