@@ -42,7 +42,17 @@ def main():
         mask = torch.where(torch.rand(4, N, N, device=dev) > 0.5, 0.0, -100.0)
         out = kern.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
         out.sum().backward()
-    # 4. large head dims
+    # 4. wide windows (sm90 window forward, key blocks 128 / 160 / 256, several query tiles), table + shift mask
+    for N in (100, 144, 256):
+        q, k, v = r(4, N, 2, 32), r(4, N, 2, 32), r(4, N, 2, 32)
+        table = torch.randn(961, 2, device=dev).requires_grad_(True)
+        index = torch.randint(0, 961, (N, N), device=dev)
+        mask = torch.where(torch.rand(2, N, N, device=dev) > 0.5, 0.0, -100.0)
+        out = kern.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
+        out.sum().backward()
+    os.environ.pop("WINATTN_BWD_G")
+    os.environ.pop("WINATTN_FWD_G")
+    # 5. large head dims
     for D in (128, 256):
         q, k, v = r(1, 80, 2, D), r(1, 80, 2, D), r(1, 80, 2, D)
         out = kern.attention(q, k, v, bias=r(1, 2, 80, 80))
