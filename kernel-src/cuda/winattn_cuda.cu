@@ -227,8 +227,10 @@ void choose_bias_mode(KParams& p, int block_n) {
 // Hopper (sm_90a) kernels, chosen per call when the device is compute capability 9.x, this binary holds their
 // sm_90a code (built with 9.0a) and WINATTN_SM90 is not 0 (tests and benchmarks set it to 0 to run v1 on Hopper):
 //   * sm90/fwd_kernel_sm90.h: forward, head dims 32..128, without an additive term (plan_fwd);
-//   * sm90/fwd_windows_sm90.h / bwd_windows_sm90.h: window mode, <= 64 tokens per window, forward D = 32 / 64,
-//     backward D = 32 (plan_fwd_windows_sm90, plan_bwd_windows_sm90; WINATTN_SM90_WINDOWS=0 turns them off).
+//   * sm90/fwd_windows_sm90.h: window-mode forward, D = 32 windows of <= 256 keys, D = 64 of <= 64
+//     (plan_fwd_windows_sm90);
+//   * sm90/bwd_windows_sm90.h: window-mode backward, D = 32, <= 64 tokens (plan_bwd_windows_sm90);
+//     WINATTN_SM90_WINDOWS=0 turns both window kernels off.
 // Elsewhere the v1 kernels run; both pass the same tests, so each choice is a speed decision (benchmarks/RESULTS.md).
 bool has_sm90_fwd(int dk) { return dk == 32 || dk == 64 || dk == 96 || dk == 128; }
 template <typename F>
