@@ -358,7 +358,8 @@ bool plan_fwd_windows_sm90(FwdPlan& pl, const DeviceInfo& dev, int dt) {
   dispatch_window_tiles(pl.dk, bn, [&](auto d, auto n) {
     using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value, decltype(n)::value>::type;
     const bool aliased = sm90::window_term_aliased<Tr>(p);
-    const bool fast_terms = p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band;  // window_fast_terms()
+    // = window_fast_terms() (device-only: declaring it __host__ __device__ changed the 64-key kernel's code)
+    const bool fast_terms = p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band;
     if (!Tr::kGeneralTerms && !fast_terms) ok = false;
     if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0) ok = false;
     smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0);

@@ -5,8 +5,9 @@
 // instructions for 65 536 window-heads, ALU the busiest pipe, 49% issue slots at 3 warps per scheduler), not on the
 // MMA. This kernel removes the per-step overhead that window mode does not need:
 //   * the additive term is the same for every window of the CTA (the planner groups windows by b % period, Pg =
-//     period), so it is staged once and converted once into an fp32 table in accumulator-fragment order, already
-//     scaled by log2(e), with -inf in the columns past Sk: applying bias + sequence-end mask is one FMA per score;
+//     period), so it is staged once and converted once into a table in accumulator-fragment order (fp32, scaled by
+//     log2(e); past 160 keys the fp16 term), with -inf in the columns past Sk: applying bias + sequence-end mask is
+//     one FMA per score (window_terms.h);
 //   * one key block per window (BN = 64 / 128 / 160 / 256 by the window's keys): a plain softmax, no running-max
 //     rescale of O;
 //   * O goes out through shared memory in 16-byte row chunks (coalesced) instead of 4-byte fragment stores;
