@@ -7,19 +7,8 @@
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k swin")
 #   BENCH_ARGS           extra bench_cuda.py arguments (e.g. "--reps 10 --only swin_w7")
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh"
 steps=${GPU_CHECK_STEPS:-"tests sanitize bench"}
-results=${RESULTS_DIR:-results}
-mkdir -p "$results"
-# Packages the GPU image lacks travel as wheels in .whl/ (../shared/device/wheelhouse.sh)
-if [ -d .whl ] && ! python3 -c "import kernels" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
-    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH="$root:${PYTHONPATH:-}"
-variant=${WINATTN_VARIANT_DIR:-build/torch-stable-abi210-cu130-x86_64-linux}
 if [ ! -f "$variant/metadata.json" ]; then
   echo "== building the CUDA variant"
   python3 -m winattn build --backend cuda || exit 1

@@ -6,16 +6,7 @@
 #   WINATTN_VARIANT_DIR  prebuilt variant (default build/torch-stable-abi210-cu130-x86_64-linux)
 #   PROFILE_WORKLOADS    bench_cuda.py workloads (default: keypad swin_w12 swin_w16 nobias_d256)
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-results=${RESULTS_DIR:-results}
-mkdir -p "$results"
-if [ -d .whl ] && ! python3 -c "import kernels" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
-    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH="$root:${PYTHONPATH:-}"
-variant=${WINATTN_VARIANT_DIR:-build/torch-stable-abi210-cu130-x86_64-linux}
+source "$(dirname "$0")/gpu_env.sh"
 rc=0
 # --clock-control none: the GPU's own clocks, as in the timed benchmark; sections: throughput, occupancy, stalls
 # (plus the per-reason stall cycles per issued instruction).
