@@ -226,7 +226,9 @@ void choose_bias_mode(KParams& p, int block_n) {
 
 // Hopper (sm_90a) kernels, chosen per call when the device is compute capability 9.x, this binary holds their
 // sm_90a code (built with 9.0a) and WINATTN_SM90 is not 0 (tests and benchmarks set it to 0 to run v1 on Hopper):
-//   * sm90/fwd_kernel_sm90.h: forward, head dims 32..128, without an additive term (plan_fwd);
+//   * sm90/fwd_pipelined_sm90.h: forward v3, every head dim and score term outside window mode (plan_fwd);
+//   * sm90/fwd_kernel_sm90.h: the v2 forward, head dims 32..128, without an additive term, only with
+//     WINATTN_FWD_V2=1 (A/B benchmarks);
 //   * sm90/fwd_windows_sm90.h: window-mode forward, D = 32 windows of <= 256 keys, D = 64 of <= 64
 //     (plan_fwd_windows_sm90);
 //   * sm90/bwd_windows_sm90.h: window-mode backward, D = 32, <= 64 tokens (plan_bwd_windows_sm90);
@@ -311,10 +313,23 @@ int64_t window_grid(KParams& p, int period, int mtiles, int occupancy, const Dev
   return int64_t(mtiles) * p.H * p.NR;
 }
 
+// Forward v3 (sm90/fwd_pipelined_sm90.h) on this device for this head dim and dtype: compute capability 9.x, the
+// binary holds its sm_90a code, WINATTN_SM90 is not 0 and WINATTN_FWD_V2 (the v2 general kernel, kept for A/B
+// benchmarks) is not 1.
+bool fwd_v3_ready(int dk, int dtype, const DeviceInfo& dev) {
+  if (dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_FWD_V2", 0) == 1) return false;
+  static int ready[2][7] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
+  const int di = dk == 32 ? 0 : dk == 64 ? 1 : dk == 96 ? 2 : dk == 128 ? 3 : dk == 160 ? 4 : dk == 192 ? 5 : 6;
+  int& r = ready[dtype == 0 ? 0 : 1][di];
+  if (r == 0) dispatch_hdim(dk, [&](auto d) { r = fwd_pipelined_sm90_ready<decltype(d)::value>(dtype) ? 1 : 2; });
+  return r == 1;
+}
+
 // ---- forward plan ----------------------------------------------------------------------------------------------
 struct FwdPlan {
   KParams p;
   int dk = 32, smem = 0;
+  bool v3 = false;            // Hopper forward v3 (fwd_v3_ready)
   bool sm90 = false;          // Hopper kernel (use_sm90_fwd)
   bool sm90_windows = false;  // Hopper window-mode kernel (plan_fwd_windows_sm90)
   int window_bn = 64;         // its key block
@@ -389,6 +404,12 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.ws_bytes = cv.size;
   if (plan_fwd_windows_sm90(pl, dev, dt)) return pl;
+  // Every other forward on Hopper: v3, with every score term (an empty key set is left to v1: a tensor map needs
+  // a nonzero extent).
+  if (p.Sk > 0 && fwd_v3_ready(pl.dk, dt, dev)) {
+    pl.v3 = true;
+    return pl;
+  }
   // Outside window mode the general sm90 kernel is faster only without an additive term (H200, bf16: no-bias
   // D=128 S=16k 7.09 vs 9.79 ms; with one it lost, dense bias D=64 2.12 vs 1.71 ms, Swin W12 3.57 vs 3.23 ms:
   // its 128 x 128 tile pays the term per score without overlap). benchmarks/RESULTS.md "v2".
@@ -620,7 +641,9 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     p.bias.ptr = comb;
   }
   const int dt = dtype_code(params.dtype);
-  if (pl.sm90_windows)
+  if (pl.v3)
+    dispatch_hdim(pl.dk, [&](auto d) { run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, device_info().smem_optin, stream); });
+  else if (pl.sm90_windows)
     dispatch_window_tiles(pl.dk, pl.window_bn, [&](auto d, auto n) {
       run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);
     });

@@ -28,6 +28,29 @@ template <> struct FwdTraitsSm90For<64> { using type = FwdTraitsSm90<64, 128, 2,
 template <> struct FwdTraitsSm90For<96> { using type = FwdTraitsSm90<96, 128, 2, 1>; };
 template <> struct FwdTraitsSm90For<128> { using type = FwdTraitsSm90<128, 128, 2, 1>; };
 
+// Pipelined forward v3 (fwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 query rows,
+// Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the bias stages, sized at launch).
+// Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).
+template <int kHeadDim_, int kBlockN_, int kStages_>
+struct FwdPipeTraitsSm90 {
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + 1024;  // align slack, ..., mbarriers
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 128, "32-column blocks, k16 steps");
+  static_assert(kKVBytes % 1024 == 0, "stages keep 1024-byte alignment");
+};
+// Tile per head dim (FA3's choices one size down where our terms need room, fa3-configs.md): 128-key blocks up to
+// D = 128, 96 at D = 160 / 192, 64 at D = 256 (the O accumulator is 64 x D per consumer warpgroup).
+template <int D> struct FwdPipeTraitsSm90For { using type = FwdPipeTraitsSm90<D, 128, 2>; };
+template <> struct FwdPipeTraitsSm90For<32> { using type = FwdPipeTraitsSm90<32, 128, 4>; };
+template <> struct FwdPipeTraitsSm90For<64> { using type = FwdPipeTraitsSm90<64, 128, 3>; };
+template <> struct FwdPipeTraitsSm90For<160> { using type = FwdPipeTraitsSm90<160, 96, 2>; };
+template <> struct FwdPipeTraitsSm90For<192> { using type = FwdPipeTraitsSm90<192, 96, 2>; };
+template <> struct FwdPipeTraitsSm90For<256> { using type = FwdPipeTraitsSm90<256, 64, 2>; };
+
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
 // double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for
 // wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which halves the table (32 KB at

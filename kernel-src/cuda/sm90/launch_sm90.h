@@ -4,6 +4,8 @@
 #pragma once
 #include "../launch_template.h"
 #include "fwd_kernel_sm90.h"
+#include "fwd_pipelined_sm90.h"
+#include "tensor_map_sm90.h"
 #include "fwd_windows_sm90.h"
 #include "bwd_windows_sm90.h"
 
@@ -80,6 +82,78 @@ template <int D>
 void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
   launch_family<BwdWindowsSm90<D>>(p, dtype, grid, smem, stream);
 }
+
+// Forward v3 (fwd_pipelined_sm90.h): builds the Q / K / V tensor maps and launches one CTA per (batch, head,
+// 128-query tile).
+template <int D>
+struct FwdPipelinedSm90 {
+  using Tr = typename sm90::FwdPipeTraitsSm90For<D>::type;
+  using Fn = void (*)(sm90::FwdPipeParams);
+  template <int kMode>
+  static Fn pick_mode(int dtype) {
+    return dtype == 0 ? sm90::fwd_pipelined_kernel_sm90<Tr, __half, kMode>
+                      : sm90::fwd_pipelined_kernel_sm90<Tr, __nv_bfloat16, kMode>;
+  }
+  static Fn pick(int dtype, int mode = sm90::kTermsRaw) {
+    return mode == sm90::kTermsRaw       ? pick_mode<sm90::kTermsRaw>(dtype)
+           : mode == sm90::kTermsRawBias ? pick_mode<sm90::kTermsRawBias>(dtype)
+                                         : pick_mode<sm90::kTermsGeneral>(dtype);
+  }
+  static constexpr const char* kName = "window_attention fwd (sm90 v3)";
+};
+template <int D>
+bool fwd_pipelined_sm90_ready(int dtype) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, FwdPipelinedSm90<D>::pick(dtype)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion == 90;
+}
+// Bytes of one staged additive tile, or 0 when the term is read from global memory instead: staging needs a term
+// of the input dtype with full rows and contiguous full columns, 16-byte aligned rows (TMA), whole 64-column boxes,
+// no bool mask (that one takes the general path, which reads the term itself), scale > 0 (the raw-score path)
+// and room for kStages tiles next to Q / K / V.
+template <typename Tr>
+int bias_stage_bytes(const KParams& p, int dtype, int smem_optin) {
+  const Operand4d& t = p.bias;
+  if (t.ptr == nullptr || t.dtype != dtype || t.rows != p.Sq || t.cols != p.Sk || t.sk != 1 ||
+      p.mask.ptr != nullptr || !(p.scale > 0.f) || Tr::kBlockN % 64 != 0)
+    return 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
+                       (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
+  const int bytes = Tr::kBlockM * Tr::kBlockN * 2;
+  if (!aligned || Tr::kSmemBytes + Tr::kStages * bytes > smem_optin) return 0;
+  return bytes;
+}
+
+template <int D>
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, cudaStream_t stream) {
+  using K = FwdPipelinedSm90<D>;
+  using Tr = typename K::Tr;
+  sm90::FwdPipeParams P;
+  P.p = p;
+  P.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
+  P.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
+  P.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
+  P.bias_stage_bytes = bias_stage_bytes<Tr>(p, dtype, smem_optin);
+  if (P.bias_stage_bytes > 0)
+    P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
+                               Tr::kBlockM);
+  const int mode = P.bias_stage_bytes > 0                                          ? sm90::kTermsRawBias
+                   : p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f) ? sm90::kTermsGeneral
+                                                                                     : sm90::kTermsRaw;
+  const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
+  const int64_t grid = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
+  auto kernel = K::pick(dtype, mode);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
+  kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
+  check_cuda(cudaGetLastError(), K::kName);
+}
+
+#define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
+  template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \

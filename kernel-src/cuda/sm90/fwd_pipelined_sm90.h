@@ -1,0 +1,323 @@
+// Hopper forward v3 (sm_90a): the pipelined, warp-specialized kernel that runs every non-window forward on Hopper.
+//
+// Design (FlashAttention-3's, written for this project's score terms):
+//   * one CTA per (batch, head, 128-query tile): 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA
+//     bulk tensor loads of Q (once) and of K / V (per key block) into a kStages-deep ring of shared-memory stages,
+//     each guarded by a "full" mbarrier (TMA transaction bytes) and an "empty" one (consumer warps' arrivals).
+//     setmaxnreg gives its registers to the consumers (kProducerRegs / kConsumerRegs).
+//   * warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T and O += P V on wgmma (Q, K, V by descriptor,
+//     P from registers), the score terms (score_mod.h) and the online softmax in registers.
+//   * intra-warpgroup overlap: the QK^T of key block n+1 is issued before the P V of block n, so the softmax of
+//     block n+1 runs while the tensor cores do P V (two wgmma groups in flight; wgmma_wait<1>).
+//   * exp2 with the softmax scale folded into one FMA where the scores are still raw (no additive term).
+//   * key blocks are visited from the last visible one down, so the tiles that need the sequence-end / causal
+//     mask come first; CTAs are ordered by (batch, head) and, within a head, longest query tile first (causal).
+// Tile layout: the 64-byte-swizzled [rows x 32] column blocks of tile_sm90.h, which TMA's SWIZZLE_64B writes
+// directly (one box per column block); rows past S and columns past D arrive as zeros.
+#pragma once
+#include <cuda.h>
+
+#include "../block_info.h"
+#include "../gemm.h"
+#include "../kernel_params.h"
+#include "../score_mod.h"
+#include "../softmax.h"
+#include "kernel_traits_sm90.h"
+#include "pipeline_sm90.h"
+#include "score_terms_sm90.h"
+#include "tile_sm90.h"
+#include "wgmma_ops.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+// Kernel parameters: the common KParams plus the tensor maps (built by the host, passed by value as a
+// __grid_constant__ so TMA reads them from the parameter space). bias_stage_bytes > 0: the additive term is a
+// full-rows / full-columns 16-bit tile of the input dtype, staged through TMA with each K block (tb); else it is
+// read from global memory by apply_terms.
+struct FwdPipeParams {
+  KParams p;
+  CUtensorMap tq, tk, tv, tb;
+  int bias_stage_bytes = 0;
+};
+
+// Rows [i0, i0 + rows) of a tile that sees no key: out = 0, lse = -inf.
+template <typename Elem>
+__device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h, int i0, int rows, int tid,
+                                                 int nthreads) {
+  Elem* o = static_cast<Elem*>(p.o);
+  for (int idx = tid; idx < rows * p.D; idx += nthreads) {
+    const int r = idx / p.D, d = idx % p.D;
+    o[int64_t(b) * p.o_sb + int64_t(i0 + r) * p.o_ss + int64_t(h) * p.o_sh + d] = Elem(0.f);
+  }
+  for (int r = tid; r < rows; r += nthreads) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = -INFINITY;
+}
+
+// One online-softmax step over a block of scores s (in units where s * sc is log2 of the unnormalized
+// probability: sc = scale * log2(e) for raw Q K^T, 1 after apply_terms). Rows that have seen no key keep
+// max = -inf and use 0 as the exponent base (exp2(-inf) = 0, no NaN). corr: factor for the running O and sum.
+template <int NT>
+__device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float (&row_max)[2], float (&row_sum)[2],
+                                             float (&corr)[2]) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+    mx = quad_max(mx) * sc;
+    const float m = fmaxf(row_max[hf], mx);
+    const float base = m == -INFINITY ? 0.f : m;
+    corr[hf] = fast_exp2(row_max[hf] - base);
+    row_max[hf] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = fast_exp2(fmaf(s[nt][2 * hf + e], sc, -base));
+        s[nt][2 * hf + e] = pv;
+        sum += pv;
+      }
+    row_sum[hf] = row_sum[hf] * corr[hf] + sum;
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void fence_frag(uint32_t (&f)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(f[i][e])::"memory");
+}
+
+// Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
+// short of): Q | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice).
+template <typename Tr>
+struct PipeSmem {
+  static constexpr int kK = Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes, kBars = kV + Tr::kStages * Tr::kKVBytes;
+  static constexpr int kBias = kBars + 1024;
+  uint32_t base;
+  __device__ __forceinline__ uint32_t q() const { return base; }
+  __device__ __forceinline__ uint32_t k(int s) const { return base + kK + s * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t v(int s) const { return base + kV + s * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t q_full() const { return base + kBars; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return base + kBars + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return base + kBars + 8 * (1 + 2 * Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + kBars + 8 * (1 + 3 * Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
+};
+
+// Producer (one thread): Q once, then per key block (last visible first) K with its bias tile, then V.
+template <typename Tr>
+__device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, int b, int h, int hkv,
+                                        int i0, int n_hi, int nblk) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / 32;
+  const KParams& p = P.p;
+  tma_prefetch_desc(&P.tq);
+  tma_prefetch_desc(&P.tk);
+  tma_prefetch_desc(&P.tv);
+  const int bb = P.bias_stage_bytes;
+  const int bias_h = p.bias.heads > 1 ? h : 0, bias_b = b % p.bias.period;
+  mbar_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
+#pragma unroll
+  for (int c = 0; c < CB; ++c) tma_load_4d(sm.q() + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(), c * 32, i0, h, b);
+  for (int it = 0; it < nblk; ++it) {
+    const int n = n_hi - 1 - it, s = it % ST, use = it / ST;
+    if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
+    mbar_arrive_expect_tx(sm.k_full(s), Tr::kKVBytes + bb);
+#pragma unroll
+    for (int c = 0; c < CB; ++c)
+      tma_load_4d(sm.k(s) + c * BN * kSwizzleRowBytes, &P.tk, sm.k_full(s), c * 32, n * BN, hkv, b);
+    if (bb > 0)
+#pragma unroll
+      for (int c = 0; c < BN / 64; ++c)
+        tma_load_4d(sm.bias(s, bb) + c * BM * 128, &P.tb, sm.k_full(s), n * BN + c * 64, i0, bias_h, bias_b);
+    if (use > 0) mbar_wait(sm.v_empty(s), (use - 1) & 1);
+    mbar_arrive_expect_tx(sm.v_full(s), Tr::kKVBytes);
+#pragma unroll
+    for (int c = 0; c < CB; ++c)
+      tma_load_4d(sm.v(s) + c * BN * kSwizzleRowBytes, &P.tv, sm.v_full(s), c * 32, n * BN, hkv, b);
+  }
+}
+
+// Consumer warpgroup cw (0 or 1): tile rows [64 cw, 64 cw + 64). The two warpgroups take turns issuing their
+// GEMMs (named barriers 1 + cw: "cw may issue"), so one's softmax runs while the other's wgmmas use the tensor
+// cores (FA3's ping-pong); within a warpgroup the QK^T of the next block is issued before the P V of the current.
+template <typename Tr, typename Elem, int kMode>
+__device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
+                                        const unsigned char* smem_base, int cw, int b, int h,
+                                        int m_block, int n_hi, int nblk, int warp, int lane) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
+  constexpr int NT = Tr::kNT, DT = Tr::kDT;
+  const KParams& p = P.p;
+  const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
+  const int i0 = m_block * BM;
+  const uint32_t qa = sm.q() + cw * 64 * kSwizzleRowBytes;
+
+  float acc_o[1][DT][4];
+  zero_acc(acc_o);
+  float acc_s[NT][4];
+  uint32_t pf[NT / 2][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, corr[2];
+
+  auto issue_qk = [&](int s) {  // S = Q K^T of stage s (k16 step ks: column block ks / 2, 32-byte half ks % 2)
+    const uint32_t ka = sm.k(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) {
+      const uint64_t da = make_desc(qa + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      const uint64_t db = make_desc(ka + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, da, db, ks > 0);
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int s) {  // O += P V of stage s (k16 step ks: keys 16 ks .. 16 ks + 15)
+    const uint32_t va = sm.v(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ++ks)
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks],
+                  make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), 1);
+    wgmma_commit();
+  };
+  auto release = [&](uint32_t bar) {  // this warp is done with the stage (its wgmma reads and the bias reads)
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+  auto terms = [&](int s, int n) {
+    const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, b, h, m_block, n, wr, lane);
+    softmax_step<NT>(acc_s, sc, row_max, row_sum, corr);
+  };
+  auto to_pfrag = [&]() {
+    float (&s3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc_s);
+    uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
+    acc_to_afrag<Elem, 1, NT>(pf3, s3);
+  };
+  auto my_turn = [&]() { named_sync(1 + cw, 256); };
+  auto your_turn = [&]() { named_arrive(2 - cw, 256); };
+
+  if (cw == 1) your_turn();  // warpgroup 0 issues first
+  mbar_wait(sm.q_full(), 0);
+  // first key block: S, terms, softmax (O is still zero)
+  mbar_wait(sm.k_full(0), 0);
+  my_turn();
+  issue_qk(0);
+  your_turn();
+  wgmma_wait<0>();
+  fence_acc(acc_s);
+  terms(0, n_hi - 1);
+  release(sm.k_empty(0));
+  to_pfrag();
+
+  for (int it = 1; it < nblk; ++it) {
+    const int n = n_hi - 1 - it, s = it % ST, sp = (it - 1) % ST;
+    mbar_wait(sm.k_full(s), (it / ST) & 1);
+    mbar_wait(sm.v_full(sp), ((it - 1) / ST) & 1);
+    my_turn();
+    issue_qk(s);
+    issue_pv(sp);
+    your_turn();
+    wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
+    fence_acc(acc_s);
+    terms(s, n);
+    release(sm.k_empty(s));
+    wgmma_wait<0>();
+    fence_acc(acc_o[0]);
+    fence_frag(pf);
+    release(sm.v_empty(sp));
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      acc_o[0][dt][0] *= corr[0];
+      acc_o[0][dt][1] *= corr[0];
+      acc_o[0][dt][2] *= corr[1];
+      acc_o[0][dt][3] *= corr[1];
+    }
+    to_pfrag();
+  }
+  {
+    const int sp = (nblk - 1) % ST;
+    mbar_wait(sm.v_full(sp), ((nblk - 1) / ST) & 1);
+    my_turn();
+    issue_pv(sp);
+    if (cw == 0) your_turn();  // the last hand-over: warpgroup 1 has no turn left to wait for
+    wgmma_wait<0>();
+    fence_acc(acc_o[0]);
+    fence_frag(pf);
+  }
+
+  // epilogue: normalize, write O and lse
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
+  Elem* o = static_cast<Elem*>(p.o);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const float l = quad_sum(row_sum[hf]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int i = i0 + wr + qr + hf * 8;
+    if (i < p.Sq) {
+      Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        const int d = dt * 8 + qc;
+        if (d < p.D)
+          *reinterpret_cast<uint32_t*>(orow + d) =
+              ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
+      }
+      if ((lane & 3) == 0)
+        p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = l > 0.f ? (row_max[hf] + log2f(l)) * kLn2 : -INFINITY;
+    }
+  }
+}
+
+template <typename Tr, typename Elem, int kMode>
+__global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
+  const KParams& p = P.p;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = align_1024(smem_raw);
+  const PipeSmem<Tr> sm{smem_u32(smem)};
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  // CTA order: (batch, head) major, so the tiles sharing K / V run together (L2); longest query tile first
+  const int mblocks = ceil_div(p.Sq, BM);
+  const int m_block = mblocks - 1 - int(blockIdx.x % mblocks);
+  const int bh = int(blockIdx.x / mblocks), h = bh % p.H, b = bh / p.H, hkv = h / p.hgroup;
+  const int i0 = m_block * BM;
+  int n_lo, n_hi;
+  n_block_range(p, m_block, BM, BN, n_lo, n_hi);
+  if (n_lo >= n_hi) {  // no key of any row is in the band
+    write_empty_tile<Elem>(p, b, h, i0, min(BM, p.Sq - i0), tid, Tr::kNThreads);
+    return;
+  }
+  const int nblk = n_hi - n_lo;
+
+  if (tid == 0) {
+    mbar_init(sm.q_full(), 1);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.v_full(s), 1);
+      mbar_init(sm.k_empty(s), Tr::kConsumerWarps);
+      mbar_init(sm.v_empty(s), Tr::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_dealloc<Tr::kProducerRegs>();
+    if (tid == 0) produce<Tr>(P, sm, b, h, hkv, i0, n_hi, nblk);
+  } else {
+    regs_alloc<Tr::kConsumerRegs>();
+    consume<Tr, Elem, kMode>(P, sm, smem, wg - 1, b, h, m_block, n_hi, nblk, warp, lane);
+  }
+#else
+  __trap();  // built without sm_90a code: the planner never launches this kernel (fwd_sm90_ready)
+#endif
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

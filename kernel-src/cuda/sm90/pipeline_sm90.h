@@ -1,0 +1,83 @@
+// Asynchronous-copy plumbing of the pipelined Hopper kernels (sm_90): mbarriers, TMA bulk tensor loads, named
+// barriers between warpgroups and `setmaxnreg`.
+//
+// Why hand-written PTX and not CuTe's TMA / pipeline classes: the sm90 kernels already speak raw wgmma descriptors
+// over their own 64-byte-swizzled tile layout (tile_sm90.h), and TMA's SWIZZLE_64B writes exactly that layout, so
+// these dozen instructions are all the kernels need. CuTe would bring its own layouts, and a translation unit that
+// includes cute/ takes minutes per head dim on the 2-core CI machine (ecosystem.md: nvcc 13.0 compile times of the
+// CUTLASS FMHA examples), where the whole variant is built as a test.
+//
+// Protocol of one pipeline stage (a "full" and an "empty" mbarrier per stage):
+//   producer: wait empty[s] (skipped on the stage's first use) -> arrive.expect_tx(full[s], bytes) -> TMA loads
+//             that complete_tx on full[s];
+//   consumer: wait full[s] with the parity of the stage's use count -> read (wgmma) -> wait for the reads ->
+//             one arrival per warp on empty[s].
+#pragma once
+#include <cstdint>
+
+#include "../utils.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+// Barriers and shared-memory destinations are 32-bit shared-window addresses (smem_u32), so a kernel can keep one
+// base register and compile-time offsets instead of a pointer per barrier.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// Makes initialized barriers visible to the async proxy (TMA) and to the other threads (after a __syncthreads).
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// 4-D tile load [c0 (elements, innermost), c1, c2, c3] of a tensor map into shared memory, completing on bar.
+// Coordinates past the tensor's extent read as zero (and still count towards the transaction bytes).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint32_t bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
+}
+
+// Register budget per warpgroup (takes effect with a register cap at entry: __launch_bounds__(threads, 1)).
+template <int N>
+__device__ __forceinline__ void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Named barriers (ids 1..15; 0 is __syncthreads) between the threads of some warpgroups.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

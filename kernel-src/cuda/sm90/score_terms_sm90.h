@@ -1,0 +1,92 @@
+// Score terms of the Hopper forward v3 (fwd_pipelined_sm90.h), applied to one warp's 16 x BN block of raw Q K^T in
+// the wgmma accumulator layout (per thread rows qr and qr + 8, column pairs nt * 8 + qc).
+//
+// Modes (a kernel template parameter, chosen per call by the launcher in launch_sm90.h):
+//   * kTermsRaw / kTermsRawBias: the scores stay raw (s), the terms enter as s += bias / scale (the staged tile)
+//     and s = -inf for hidden keys, and the softmax folds scale * log2(e) into its exponent FMA. Covers no term, the
+//     staged additive tile, key padding, the causal / sliding-window band and the sequence end; needs scale > 0
+//     (the row max commutes with the scaling).
+//   * kTermsGeneral: apply_terms() (score_mod.h), reading the term and the bool mask from global memory, scores leave
+//     in log2 units. A bool mask, an additive term that is not staged, or scale <= 0 take it. It is a kernel of its
+//     own because its registers (ptxas: 280+ bytes of spills at D = 128 when it shared the loop) would otherwise
+//     cap the fast paths.
+#pragma once
+#include "../block_info.h"
+#include "../kernel_params.h"
+#include "../score_mod.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+// Staged additive tile [BM rows x BN cols] of 16-bit elements: BN / 64 boxes of [BM x 128 bytes], 128-byte swizzle
+// (the 16-byte chunk c of row r sits at chunk c ^ (r & 7)). Returns columns (col, col + 1) of tile row r.
+template <typename Elem, int BM>
+__device__ __forceinline__ float2 bias_pair_smem(const unsigned char* sB, int r, int col) {
+  const int byte = col * 2;
+  const int off = (byte >> 7) * (BM * 128) + r * 128 + ((((byte >> 4) & 7) ^ (r & 7)) << 4) + (byte & 15);
+  return ElemTraits<Elem>::unpack(*reinterpret_cast<const uint32_t*>(sB + off));
+}
+
+enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2 };
+
+// Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
+// 1 after apply_terms). sB: the staged tile of this key block (kTermsRawBias).
+template <typename Elem, int kMode, int BM, int BN, int NT>
+__device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB, int b,
+                                             int h, int m_block, int n, int wr, int lane) {
+  const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
+  const int j0 = n * BN;
+  if constexpr (kMode == kTermsGeneral) {
+    float (&acc3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc);
+    apply_terms<1, NT>(acc3, p, nullptr, b, h, m_block * BM, wr, j0, 0, lane, need_mask);
+    return 1.f;
+  }
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
+  if constexpr (kMode == kTermsRawBias) {
+    const float inv_scale = 1.f / p.scale;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float2 bv = bias_pair_smem<Elem, BM>(sB, wr + qr + hf * 8, nt * 8 + qc);
+        acc[nt][2 * hf] = fmaf(bv.x, inv_scale, acc[nt][2 * hf]);
+        acc[nt][2 * hf + 1] = fmaf(bv.y, inv_scale, acc[nt][2 * hf + 1]);
+      }
+  }
+  // key padding that hides nothing in this block costs one warp vote (kp_block_all_kept)
+  const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_block_all_kept<BN>(p, b, j0, lane));
+  if (!need_mask && !kp) return p.scale_log2;
+  // visible columns of this thread as bits (bit 2 nt + e: column j0 + nt * 8 + qc + e), then the band per row in
+  // 32-bit offsets relative to the thread's first element (kept compact: the consumers run at their register cap)
+  uint32_t cols = 0;
+  const unsigned char* kp_row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = j0 + nt * 8 + qc + e;
+      const bool ok = j < p.Sk && (!kp || __ldg(kp_row + int64_t(j) * p.kp_sk) != 0);
+      cols |= uint32_t(ok) << (2 * nt + e);
+    }
+  int lo = -(1 << 30), hi = 1 << 30;  // d = (nt * 8 + e) - 8 hf must lie in [lo, hi]
+  if (p.has_band && need_mask) {
+    const int64_t base = int64_t(j0 + qc) - (int64_t(m_block) * BM + wr + qr);  // j - i of the first element
+    lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+    hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int d = nt * 8 + e - hf * 8;
+        if (!((cols >> (2 * nt + e)) & 1u) || d < lo || d > hi) acc[nt][2 * hf + e] = -INFINITY;
+      }
+  return p.scale_log2;
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

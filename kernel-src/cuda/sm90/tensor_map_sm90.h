@@ -1,0 +1,85 @@
+// Host side of the TMA loads: tensor maps (CUtensorMap) for the [B, S, H, D] operands of the pipelined kernels.
+//
+// The driver's cuTensorMapEncodeTiled is reached through the runtime's entry-point query, so the extension does not
+// link libcuda (torch's CUDA runtime already loaded it). A map encodes a 4-D view {D, S, H, B} (innermost first)
+// with the operand's own strides, a box of {32 columns, rows} and the 64-byte swizzle, which writes a box as one
+// [rows x 32] column block of the tile layout in tile_sm90.h. Columns past D and rows past S read as zero.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled_fn() {
+  static EncodeTiledFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                             cudaEnableDefault, &status);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || ptr == nullptr)
+      throw std::runtime_error("window_attention (cuda): the driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
+    return reinterpret_cast<EncodeTiledFn>(ptr);
+  }();
+  return fn;
+}
+
+// Map of a 16-bit [B, S, H, D] operand (strides in elements, each a multiple of 8: checked by the planner) read in
+// boxes of 32 columns x box_rows rows.
+inline CUtensorMap make_rows_map(const void* base, int B, int S, int H, int D, int64_t s_b, int64_t s_s, int64_t s_h,
+                                 int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(S), cuuint64_t(H), cuuint64_t(B)};
+  const cuuint64_t strides[3] = {cuuint64_t(s_s) * 2, cuuint64_t(s_h) * 2, cuuint64_t(s_b) * 2};  // bytes
+  const cuuint32_t box[4] = {32, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
+                                       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                       CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("window_attention (cuda): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
+                             ") for a [" + std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(H) +
+                             ", " + std::to_string(D) + "] operand");
+  return map;
+}
+
+// Map of the additive term [period, heads, rows = Sq, cols = Sk] (16-bit, contiguous columns) read in boxes of
+// 64 columns x box_rows rows with the 128-byte swizzle (bias_pair_smem in score_terms_sm90.h reads it back).
+// Broadcast dims (period or heads 1) stay size-1 dims of the map: the kernel passes coordinate 0 for them, so no
+// [B, H, Sq, Sk] tensor is ever formed. strides: elements; a size-1 dim's stride is ignored.
+inline CUtensorMap make_bias_map(const void* base, int period, int heads, int rows, int cols, int64_t s_b,
+                                 int64_t s_h, int64_t s_q, int box_rows) {
+  CUtensorMap map;
+  const int64_t plane = s_q * rows;  // a valid stand-in stride for size-1 dims
+  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(period)};
+  const cuuint64_t strides[3] = {cuuint64_t(s_q) * 2, cuuint64_t(heads > 1 ? s_h : plane) * 2,
+                                 cuuint64_t(period > 1 ? s_b : plane * heads) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
+                                       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("window_attention (cuda): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
+                             ") for the additive term");
+  return map;
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

@@ -1,0 +1,122 @@
+"""Hopper forward v3 (sm90/fwd_pipelined_sm90.h): cases that stress its machinery (marked `gpu`).
+
+On compute capability 9.0 every non-window forward runs v3, so the whole GPU suite checks it; these cases aim at
+what is new: the TMA pipeline against short sequences (fewer key blocks than stages, S = tile + 1), ragged head
+dims (TMA zero-fills the columns past D), every broadcast of the additive term, fp32 bias with bf16 inputs, D = 256,
+GQA 32 / 8, causal and sliding windows with Sq != Sk (tiles with no visible key), fully masked rows, and the v2 /
+v1 kernels still selectable from the same binary. Forward only (the backward is checked by the other files).
+"""
+
+import os
+
+import pytest
+import torch
+
+from ._helpers import rand, run_case
+
+pytestmark = pytest.mark.gpu
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    yield
+
+
+def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):
+    Hkv = Hkv or H
+    return dict(q=rand(B, Sq, H, D, dtype=dtype), k=rand(B, Sk, Hkv, D, dtype=dtype), v=rand(B, Sk, Hkv, D, dtype=dtype))
+
+
+def fwd(kernel, inp, **kwargs):
+    return run_case(kernel, inp, kwargs, check_grads=False)
+
+
+# pipeline depth vs sequence length: one key, fewer key blocks than stages, tile +- 1 (128-query / 64..128-key tiles)
+@pytest.mark.parametrize("S", [1, 17, 127, 128, 129, 257, 641])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_sequence_lengths(kernel, S, D):
+    fwd(kernel, qkv(2, S, S, 2, D))
+
+
+@pytest.mark.parametrize("Sq,Sk", [(1, 1000), (1000, 1), (130, 700), (700, 130)])
+def test_cross_lengths(kernel, Sq, Sk):
+    fwd(kernel, qkv(2, Sq, Sk, 3, 128, FP16))
+
+
+# every head dim the kernel rounds to, and ragged ones in between (TMA zero-fills columns D .. 32k)
+@pytest.mark.parametrize("D", [8, 32, 48, 64, 72, 96, 112, 128, 144, 160, 184, 192, 200, 256])
+def test_head_dims(kernel, D):
+    fwd(kernel, qkv(1, 300, 333, 2, D, FP16 if D % 16 else BF16))
+
+
+BIAS_SHAPES = [(2, 3, 200, 260), (1, 3, 200, 260), (2, 1, 200, 260), (1, 1, 200, 260), (200, 260), (2, 3, 1, 260),
+               (1, 1, 1, 260), (260,), (2, 1, 200, 1), (3, 200, 1), (1, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("shape", BIAS_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("bias_dtype", [BF16, torch.float32])
+def test_bias_broadcasts(kernel, shape, bias_dtype):
+    inp = qkv(2, 200, 260, 3, 64)
+    inp["bias"] = rand(*shape, dtype=bias_dtype)
+    fwd(kernel, inp)
+
+
+def test_strided_bias_and_inputs(kernel):
+    # a bias that is a transposed view (stride 1 along the queries) and q/k/v sliced out of a packed qkv tensor
+    qkv_packed = rand(2, 300, 3, 4, 64, dtype=BF16)
+    q, k, v = qkv_packed.unbind(2)
+    bias = rand(1, 4, 300, 300, dtype=BF16).transpose(-1, -2)
+    fwd(kernel, dict(q=q, k=k, v=v, bias=bias))
+
+
+@pytest.mark.parametrize("H,Hkv", [(32, 8), (8, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa(kernel, H, Hkv, causal):
+    fwd(kernel, qkv(1, 333, 333, H, 128, Hkv=Hkv), causal=causal)
+
+
+@pytest.mark.parametrize("Sq,Sk", [(300, 700), (700, 300), (128, 1000)])
+@pytest.mark.parametrize("window", [None, (64, 0), (200, 50), (0, 0)])
+def test_causal_and_windows_unequal_lengths(kernel, Sq, Sk, window):
+    # causal with Sq > Sk leaves the first Sq - Sk queries (whole 128-query tiles) without a visible key
+    kwargs = {"causal": True} if window is None else {"window": window}
+    fwd(kernel, qkv(2, Sq, Sk, 2, 64), **kwargs)
+
+
+def test_fully_masked_rows_give_zero(kernel):
+    B, S, H, D = 2, 300, 2, 128
+    inp = qkv(B, S, S, H, D)
+    mask = torch.rand(B, H, S, S, device="cuda") > 0.5
+    mask[0, 1, 5] = False
+    mask[1, :, 200:260] = False  # a band of rows (crossing a 64-row warpgroup boundary) sees nothing
+    inp["mask"] = mask
+    fwd(kernel, inp)
+    out, lse = kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask, return_lse=True)
+    assert (out[0, 5, 1] == 0).all() and (out[1, 200:260] == 0).all()
+    assert torch.isneginf(lse[1, :, 200:260]).all()
+
+
+def test_key_padding_items(kernel):
+    B, S = 3, 4352
+    inp = qkv(B, S, S, 2, 128)
+    kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+    kpm[1, 4000:] = False  # padded tail
+    kpm[2] = False  # no real key at all: out = 0
+    inp["key_padding_mask"] = kpm
+    fwd(kernel, inp)
+
+
+def test_negative_scale(kernel):
+    # the folded-scale softmax path needs scale > 0: other scales take the general path
+    fwd(kernel, qkv(1, 200, 200, 2, 64), scale=-0.3)
+
+
+@pytest.mark.parametrize("env", [{"WINATTN_FWD_V2": "1"}, {"WINATTN_SM90": "0"}])
+def test_older_kernels_still_selectable(kernel, env, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    inp = qkv(2, 300, 300, 2, 128)
+    fwd(kernel, inp, causal=True)
