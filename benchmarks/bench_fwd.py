@@ -75,7 +75,7 @@ def run_workload(kern, name, cfg, reps, peers):
 
     # reference: fp32 SDPA on the last item (the padded one) and the first heads (bounded memory)
     hs, bl = slice(0, min(H, 4)), slice(B - 1, B)
-    ref_mask = None if sdpa_mask is None else sdpa_mask[:, hs] if bias is not None else sdpa_mask[bl]
+    ref_mask = None if sdpa_mask is None else sdpa_mask[:, hs].float() if bias is not None else sdpa_mask[bl]
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         ref = F.scaled_dot_product_attention(qt[bl, hs].float(), kt[bl, hs].float(), vt[bl, hs].float(),
                                              attn_mask=ref_mask, is_causal=causal).transpose(1, 2)
