@@ -6,9 +6,9 @@ named in the string, so the wrappers are written out per N instead of by hand. R
     python kernel-src/cuda/sm90/gen_wgmma.py > kernel-src/cuda/sm90/wgmma_ops.h
 """
 
-# N extents used by the sm90 kernels: S = Q K^T has N = BlockN (64, 96, 128, and 160 / 256 for wide windows);
+# N extents used by the sm90 kernels: S = Q K^T has N = BlockN (64 .. 192, and 160 / 256 for wide windows);
 # O += P V has N = head dim (32 .. 256).
-NS = (32, 64, 96, 128, 160, 192, 256)
+NS = (32, 64, 80, 96, 128, 160, 176, 192, 256)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 
 

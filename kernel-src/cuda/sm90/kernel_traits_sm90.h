@@ -39,17 +39,40 @@ struct FwdPipeTraitsSm90 {
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + 1024;  // align slack, ..., mbarriers
-  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 128, "32-column blocks, k16 steps");
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "32-column blocks, k16 steps");
   static_assert(kKVBytes % 1024 == 0, "stages keep 1024-byte alignment");
 };
-// Tile per head dim (FA3's choices one size down where our terms need room, fa3-configs.md): 128-key blocks up to
-// D = 128, 96 at D = 160 / 192, 64 at D = 256 (the O accumulator is 64 x D per consumer warpgroup).
-template <int D> struct FwdPipeTraitsSm90For { using type = FwdPipeTraitsSm90<D, 128, 2>; };
-template <> struct FwdPipeTraitsSm90For<32> { using type = FwdPipeTraitsSm90<32, 128, 4>; };
-template <> struct FwdPipeTraitsSm90For<64> { using type = FwdPipeTraitsSm90<64, 128, 3>; };
-template <> struct FwdPipeTraitsSm90For<160> { using type = FwdPipeTraitsSm90<160, 96, 2>; };
-template <> struct FwdPipeTraitsSm90For<192> { using type = FwdPipeTraitsSm90<192, 96, 2>; };
-template <> struct FwdPipeTraitsSm90For<256> { using type = FwdPipeTraitsSm90<256, 64, 2>; };
+// Tiles per head dim (FA3's choices one size down where our terms need room, fa3-configs.md): `narrow` for the
+// staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
+// `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
+template <int D> struct FwdPipeTraitsSm90For {
+  using narrow = FwdPipeTraitsSm90<D, 128, 2>;
+  using wide = narrow;
+};
+template <> struct FwdPipeTraitsSm90For<32> {
+  using narrow = FwdPipeTraitsSm90<32, 128, 4>;
+  using wide = narrow;
+};
+template <> struct FwdPipeTraitsSm90For<64> {
+  using narrow = FwdPipeTraitsSm90<64, 128, 3>;
+  using wide = FwdPipeTraitsSm90<64, 192, 3>;
+};
+template <> struct FwdPipeTraitsSm90For<128> {
+  using narrow = FwdPipeTraitsSm90<128, 128, 2>;
+  using wide = FwdPipeTraitsSm90<128, 176, 2>;
+};
+template <> struct FwdPipeTraitsSm90For<160> {
+  using narrow = FwdPipeTraitsSm90<160, 96, 2>;
+  using wide = narrow;
+};
+template <> struct FwdPipeTraitsSm90For<192> {
+  using narrow = FwdPipeTraitsSm90<192, 96, 2>;
+  using wide = narrow;
+};
+template <> struct FwdPipeTraitsSm90For<256> {
+  using narrow = FwdPipeTraitsSm90<256, 64, 2>;
+  using wide = FwdPipeTraitsSm90<256, 80, 2>;
+};
 
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
 // double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for

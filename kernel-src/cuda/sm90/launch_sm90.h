@@ -2,6 +2,9 @@
 // included only by instantiations/{fwd,bwd}_sm90_hdim*.cu, which the build compiles for sm_90a alone (build.toml
 // window_attention_sm90).
 #pragma once
+#include <cstdlib>
+#include <type_traits>
+
 #include "../launch_template.h"
 #include "fwd_kernel_sm90.h"
 #include "fwd_pipelined_sm90.h"
@@ -11,6 +14,12 @@
 
 namespace winattn {
 namespace cuda {
+
+// WINATTN_V3_NARROW=1: the raw path on the narrow tile too (tile A/B in the benchmarks).
+inline bool env_flag_v3_narrow() {
+  const char* v = std::getenv("WINATTN_V3_NARROW");
+  return v != nullptr && v[0] == '1';
+}
 
 // One kernel family per head dim: its traits, its fp16 / bf16 instantiations and the name errors report.
 using KernelFn = void (*)(KParams);
@@ -83,33 +92,31 @@ void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
   launch_family<BwdWindowsSm90<D>>(p, dtype, grid, smem, stream);
 }
 
-// Forward v3 (fwd_pipelined_sm90.h): builds the Q / K / V tensor maps and launches one CTA per (batch, head,
-// 128-query tile).
+// Forward v3 (fwd_pipelined_sm90.h): picks the score-term mode and the tile, builds the Q / K / V (and bias) tensor
+// maps and launches one CTA per (batch, head, 128-query tile).
 template <int D>
 struct FwdPipelinedSm90 {
-  using Tr = typename sm90::FwdPipeTraitsSm90For<D>::type;
+  using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
+  using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
   using Fn = void (*)(sm90::FwdPipeParams);
-  template <int kMode>
+  template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
     return dtype == 0 ? sm90::fwd_pipelined_kernel_sm90<Tr, __half, kMode>
                       : sm90::fwd_pipelined_kernel_sm90<Tr, __nv_bfloat16, kMode>;
-  }
-  static Fn pick(int dtype, int mode = sm90::kTermsRaw) {
-    return mode == sm90::kTermsRaw       ? pick_mode<sm90::kTermsRaw>(dtype)
-           : mode == sm90::kTermsRawBias ? pick_mode<sm90::kTermsRawBias>(dtype)
-                                         : pick_mode<sm90::kTermsGeneral>(dtype);
   }
   static constexpr const char* kName = "window_attention fwd (sm90 v3)";
 };
 template <int D>
 bool fwd_pipelined_sm90_ready(int dtype) {
+  using K = FwdPipelinedSm90<D>;
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, FwdPipelinedSm90<D>::pick(dtype)) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, K::template pick_mode<typename K::Narrow, sm90::kTermsRaw>(dtype)) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
   return attr.binaryVersion == 90;
 }
+
 // Bytes of one staged additive tile, or 0 when the term is read from global memory instead: staging needs a term
 // of the input dtype with full rows and contiguous full columns, 16-byte aligned rows (TMA), whole 64-column boxes,
 // no bool mask (that one takes the general path, which reads the term itself), scale > 0 (the raw-score path)
@@ -127,28 +134,37 @@ int bias_stage_bytes(const KParams& p, int dtype, int smem_optin) {
   return bytes;
 }
 
-template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, cudaStream_t stream) {
-  using K = FwdPipelinedSm90<D>;
-  using Tr = typename K::Tr;
-  sm90::FwdPipeParams P;
-  P.p = p;
+template <typename K, typename Tr, int kMode>
+void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, cudaStream_t stream) {
+  const KParams& p = P.p;
   P.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
   P.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
   P.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
-  P.bias_stage_bytes = bias_stage_bytes<Tr>(p, dtype, smem_optin);
   if (P.bias_stage_bytes > 0)
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
-  const int mode = P.bias_stage_bytes > 0                                          ? sm90::kTermsRawBias
-                   : p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f) ? sm90::kTermsGeneral
-                                                                                     : sm90::kTermsRaw;
   const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
   const int64_t grid = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
-  auto kernel = K::pick(dtype, mode);
+  auto kernel = K::template pick_mode<Tr, kMode>(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
+}
+
+template <int D>
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, cudaStream_t stream) {
+  using K = FwdPipelinedSm90<D>;
+  sm90::FwdPipeParams P;
+  P.p = p;
+  P.bias_stage_bytes = bias_stage_bytes<typename K::Narrow>(p, dtype, smem_optin);
+  if (P.bias_stage_bytes > 0)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, stream);
+  else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f))
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, stream);
+  else if (!std::is_same<typename K::Wide, typename K::Narrow>::value && env_flag_v3_narrow())
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, stream);
+  else
+    launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, stream);
 }
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \

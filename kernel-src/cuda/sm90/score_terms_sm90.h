@@ -28,6 +28,21 @@ __device__ __forceinline__ float2 bias_pair_smem(const unsigned char* sB, int r,
   return ElemTraits<Elem>::unpack(*reinterpret_cast<const uint32_t*>(sB + off));
 }
 
+// Key padding that hides nothing in key block j0 of item b (needs p.kp_vec4; false past Sk): a warp vote over one
+// 4-byte word of the mask per lane and step (score_mod.h's kp_block_all_kept, for key blocks past 128 too).
+template <int BN>
+__device__ __forceinline__ bool kp_all_kept(const KParams& p, int b, int j0, int lane) {
+  if (j0 + BN > p.Sk) return false;
+  const unsigned char* row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb + j0;
+  bool kept = true;
+#pragma unroll
+  for (int w = lane; w < BN / 4; w += 32) {
+    const uint32_t x = *reinterpret_cast<const uint32_t*>(row + w * 4);
+    kept = kept && ((x - 0x01010101u) & ~x & 0x80808080u) == 0;  // "x has no zero byte"
+  }
+  return __all_sync(0xffffffffu, kept);
+}
+
 enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2 };
 
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
@@ -54,8 +69,8 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
         acc[nt][2 * hf + 1] = fmaf(bv.y, inv_scale, acc[nt][2 * hf + 1]);
       }
   }
-  // key padding that hides nothing in this block costs one warp vote (kp_block_all_kept)
-  const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_block_all_kept<BN>(p, b, j0, lane));
+  // key padding that hides nothing in this block costs one warp vote (kp_all_kept)
+  const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
   if (!need_mask && !kp) return p.scale_log2;
   // visible columns of this thread as bits (bit 2 nt + e: column j0 + nt * 8 + qc + e), then the band per row in
   // 32-bit offsets relative to the thread's first element (kept compact: the consumers run at their register cap)
