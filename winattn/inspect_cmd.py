@@ -158,7 +158,8 @@ def _verify_repo(repo_id: str, args) -> list:
             with _variant_lock(repo_id, pin.commit, name):
                 variant_dir = _download(api, pin, name, force=False)
         report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
-                                bytecode="warn", check_abi=True, use_receipt=False)
+                                bytecode="warn", check_abi=True, use_receipt=False,
+                                expect={"repo_id": repo_id, "version": version})
         _print_report(f"variant {name} ({variant_dir})", report, args.files_table)
         reports.append(report)
     return reports
