@@ -25,6 +25,11 @@ class VerificationError(WinattnError):
         self.checks = list(checks or [])
 
 
+class StaleKernelError(WinattnError):
+    """A build with this op namespace failed to load earlier in this process (its native ops may be registered and
+    cannot be removed): no other build of that namespace is imported into this process; start a new one."""
+
+
 class DownloadError(WinattnError, ConnectionError):
     """The Hub could not be reached, or a download failed or was interrupted. Nothing was imported; retrying resumes
     the download (complete files stay in the cache, partial ones are re-fetched)."""

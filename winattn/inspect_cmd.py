@@ -72,28 +72,10 @@ def _version(args):
 # verify
 
 
-def _file_table(variant_dir: Path, metadata) -> list:
-    """[(status, path)] comparing every file with metadata.json's digest."""
-    from kernels._rust import Digest
-
-    if metadata is None or metadata.digest is None:
-        return []
-    try:
-        actual = Digest.hash_variant(metadata.digest.algorithm, str(variant_dir)).files
-    except (OSError, RuntimeError):
-        return []
-    expected = metadata.digest.files
-    rows = []
-    for rel in sorted(set(expected) | set(actual)):
-        if rel not in actual:
-            rows.append(("MISSING", rel))
-        elif rel not in expected:
-            rows.append(("EXTRA", rel))
-        elif actual[rel] != expected[rel]:
-            rows.append(("MISMATCH", rel))
-        else:
-            rows.append(("ok", rel))
-    return rows
+def _file_table(report) -> list:
+    """[(status, path)] comparing every file with metadata.json's digest, as the digest check found them (files the
+    digest does not list are never read)."""
+    return sorted(((status, rel) for rel, status in report.file_status.items()), key=lambda row: row[1])
 
 
 def _print_report(title: str, report, files_table: bool) -> None:
@@ -101,7 +83,7 @@ def _print_report(title: str, report, files_table: bool) -> None:
     for check in report.checks:
         print(f"  {check.line()}")
         if check.name == "digest" and files_table:
-            for status, rel in _file_table(report.variant_path, report.metadata):
+            for status, rel in _file_table(report):
                 print(f"      {status:8} {rel}")
     print(f"  => {'OK' if report.ok else 'FAILED'}: {report.variant}")
 
@@ -176,7 +158,8 @@ def _verify_repo(repo_id: str, args) -> list:
             with _variant_lock(repo_id, pin.commit, name):
                 variant_dir = _download(api, pin, name, force=False)
         report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
-                                bytecode="warn", check_abi=True, use_receipt=False)
+                                bytecode="warn", check_abi=True, use_receipt=False,
+                                expect={"repo_id": repo_id, "version": version})
         _print_report(f"variant {name} ({variant_dir})", report, args.files_table)
         reports.append(report)
     return reports

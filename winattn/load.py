@@ -10,17 +10,22 @@ Order of a Hub load (each step raises a typed error naming the repository, the r
               listing every variant and why it was rejected (or the reference with `fallback="reference"`).
 4. download   only `build/<variant>/*` at the pinned commit (`snapshot_download`), under a per-variant file lock so
               concurrent processes share one download -> `DownloadError` when the Hub fails mid-way.
-5. verify     `winattn.verify.verify_variant` (files, signature, metadata, digest, kernels-minver, arch,
-              python-depends) -> `VerificationError` with every check; nothing has been imported at that point.
-              A cached copy that fails is downloaded once more (a corrupted cache heals, a bad publication does not).
-6. import     `kernels.get_local_kernel(variant_dir)` without writing bytecode into the verified directory.
+5. verify     `winattn.verify.verify_variant` (files, signature and what it is signed for, metadata, digest,
+              kernels-minver, arch, python-depends) -> `VerificationError` with every check; nothing has been
+              imported at that point. Every file is copied into a private directory while it is hashed
+              (`winattn.importer.private_copy_dir`). A cached copy that fails is downloaded once more (a corrupted
+              cache heals, a bad publication does not).
+6. import     the private copy's own `__init__.py`, source only (`winattn.importer.import_package`): what is
+              imported is what was hashed, whatever happens to the cache meanwhile.
 7. smoke test a tiny `attention` call on the variant's device against the kernel's own `reference`
-              -> `VerificationError` on mismatch.
+              -> `VerificationError` on mismatch. After any failed import or smoke test, `<id>` and `<id>.*` leave
+              `sys.modules`, and that op namespace is not loaded again in the process (`StaleKernelError`).
 
 `HF_HUB_OFFLINE=1`: the revision comes from the cache's refs, nothing touches the network, and the publisher check is
-skipped (with a warning) only for cache entries that an earlier online load verified and trusted (their receipt);
-`trust_remote_code` still works. `vendored=DIR`: a `winattn vendor` directory, checked against its lock file, with
-zero network access.
+skipped (with a warning) only for cache entries that an earlier online load verified AND found to come from a
+trusted publisher (their receipt). An earlier opt-in (`trust_remote_code`, an allowlist) is never remembered: offline,
+the caller must opt in again. `vendored=DIR`: a `winattn vendor` directory, checked against its lock file, with zero
+network access.
 
 The returned module carries `__winattn_info__` (a `LoadInfo`: repo, version, commit, variant, source, checks) and the
 same is logged at INFO level.
@@ -42,6 +47,7 @@ from .errors import (
     DownloadError,
     KernelNotFoundError,
     OfflineError,
+    StaleKernelError,
     UntrustedKernelError,
     VerificationError,
     WinattnError,
@@ -67,7 +73,7 @@ class LoadInfo:
         revision: requested revision (`v<N>` for a version).
         commit: commit the variant was downloaded from (from the lock for vendored loads), None for the reference.
         variant: variant name, e.g. `torch-stable-abi210-cpu-x86_64-linux`; None for the reference.
-        variant_path: directory imported from.
+        variant_path: the verified directory (cache snapshot, vendored or local variant).
         source: "hub" (downloaded or cached), "offline-cache", "vendored" or "reference".
         trust: why the publisher was trusted.
         checks: the verification checks (`winattn.verify.Check`), then the smoke test.
@@ -76,6 +82,8 @@ class LoadInfo:
         reused_from: the path of an identical build already imported in this process, when that module was reused.
         signer: the public key that verified the signature, if any.
         digest_files: metadata.json's digest of the imported variant (relative path -> base64 sha256).
+        import_path: the private copy of `variant_path` that was hashed and imported (None when reused).
+        statement: what the verified signature vouches for (repo_id, version, variant), if signed and checked.
     """
 
     repo_id: str
@@ -92,6 +100,8 @@ class LoadInfo:
     reused_from: Optional[str] = None
     signer: Optional[str] = None
     digest_files: Optional[dict] = field(default=None, repr=False, compare=False)
+    import_path: Optional[str] = None
+    statement: Optional[dict] = field(default=None, repr=False, compare=False)
 
     def check(self, name: str):
         """The check called `name` (e.g. "signature", "digest", "smoke-test"), or None."""
@@ -142,7 +152,8 @@ def load(
         The kernel module (`attention`, `window_attention`, `reference`), with `__winattn_info__`.
 
     Raises:
-        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError.
+        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError,
+        StaleKernelError (a build of this op namespace failed to load earlier in the process).
     """
     if fallback not in (None, "reference"):
         raise ValueError(f"fallback must be None or 'reference', got {fallback!r}")
@@ -249,8 +260,11 @@ def _load_hub(repo_id, version, revision, trust_remote_code, keys, require_signa
     if selection.variant is None:
         raise _NoVariant(resolve.not_found_message(pin.describe(), selection, backend), repo_id, version,
                          pin.revision, pin.commit, selection)
-    origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason}
-    variant_dir, report = _fetch_and_verify(api, pin, selection.variant, keys, require_signature, origin)
+    # Only a publisher verdict is recorded for offline loads; an opt-in is the caller's, for this call only.
+    origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason} if _publisher_verdict(trust.reason) \
+        else None
+    variant_dir, report = _fetch_and_verify(api, pin, selection.variant, keys, require_signature, origin,
+                                            {"repo_id": repo_id, "version": version})
     return _import_verified(variant_dir, report, LoadInfo(
         repo_id=repo_id, version=version, revision=pin.revision, commit=pin.commit, variant=selection.variant,
         variant_path=str(variant_dir), source="hub", trust=trust.reason, rejected=tuple(selection.rejected),
@@ -299,30 +313,57 @@ def _download(api, pin, variant: str, *, force: bool) -> Path:
 _REPAIRABLE = {"files", "digest", "metadata", "signature", "lock"}
 
 
-def _fetch_and_verify(api, pin, variant, keys, require_signature, origin):
+def _publisher_verdict(reason) -> bool:
+    return isinstance(reason, str) and reason.startswith("trusted publisher ")
+
+
+def _verify_copy(variant_dir: Path, **kwargs):
+    """`verify_variant` with a private copy made while hashing; the copy is discarded unless verification passed."""
+    from .importer import discard, private_copy_dir
     from .verify import verify_variant
 
+    copy = private_copy_dir(variant_dir.name)
+    try:
+        report = verify_variant(variant_dir, bytecode="purge", copy_to=copy, **kwargs)
+    except BaseException:
+        discard(copy)
+        raise
+    if not report.ok or report.copy_path is None:
+        discard(copy)
+    return report
+
+
+def _fetch_and_verify(api, pin, variant, keys, require_signature, origin, expect):
     variant_dir = _snapshot_variant_dir(pin.repo_id, pin.commit, variant)
+    common = dict(public_keys=keys, require_signature=require_signature, origin=origin, expect=expect)
     with _variant_lock(pin.repo_id, pin.commit, variant):
         cached = (variant_dir / "metadata.json").is_file()
         if not cached:
             variant_dir = _download(api, pin, variant, force=False)
-        report = verify_variant(variant_dir, public_keys=keys, require_signature=require_signature,
-                                bytecode="purge", origin=origin)
+        report = _verify_copy(variant_dir, **common)
         if not report.ok and cached and {c.name for c in report.failures} & _REPAIRABLE:
             logger.warning(
                 "cached copy of %s (%s) failed verification (%s); downloading it again",
                 variant, pin.describe(), "; ".join(f"{c.name}: {c.detail}" for c in report.failures),
             )
-            shutil.rmtree(variant_dir, ignore_errors=True)  # snapshot links only; blobs are re-fetched by force
+            _remove_snapshot_variant(variant_dir)  # snapshot links only; blobs are re-fetched by force
             variant_dir = _download(api, pin, variant, force=True)
-            report = verify_variant(variant_dir, public_keys=keys, require_signature=require_signature,
-                                    bytecode="purge", origin=origin)
+            report = _verify_copy(variant_dir, **common)
     if not report.ok:
         raise _verification_error(f"{pin.describe()}, variant {variant}", report)
     if pin.revision != pin.commit:
         _write_ref(pin)
     return variant_dir, report
+
+
+def _remove_snapshot_variant(variant_dir: Path) -> None:
+    """Remove a cached variant directory without following anything in it (links, FIFOs and all)."""
+    try:
+        shutil.rmtree(variant_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        logger.warning("cannot remove %s before downloading it again: %s", variant_dir, e)
 
 
 def _write_ref(pin) -> None:
@@ -354,7 +395,6 @@ def _verification_error(what: str, report) -> VerificationError:
 def _load_offline(repo_id, version, revision, trust_remote_code, keys, require_signature, backend):
     from . import resolve
     from .trust import explicit_trust
-    from .verify import verify_variant
 
     pin = resolve.pin_offline(repo_id, version=version, revision=revision)
     build_dir = resolve.repo_cache_folder(repo_id) / "snapshots" / pin.commit / "build"
@@ -371,21 +411,26 @@ def _load_offline(repo_id, version, revision, trust_remote_code, keys, require_s
     trust = explicit_trust(repo_id, trust_remote_code)
     with _variant_lock(repo_id, pin.commit, selection.variant):
         # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not recorded
-        report = verify_variant(variant_dir, public_keys=keys, require_signature=require_signature,
-                                bytecode="purge", origin=None)
+        report = _verify_copy(variant_dir, public_keys=keys, require_signature=require_signature, origin=None,
+                              expect={"repo_id": repo_id, "version": version})
     if not report.ok:
         raise _verification_error(f"{pin.describe()}, variant {selection.variant} (local cache, offline)", report)
     if trust is None:
         earlier = report.origin or {}
-        if earlier.get("repo_id") != repo_id or earlier.get("commit") != pin.commit or not earlier.get("trust"):
+        if earlier.get("repo_id") != repo_id or earlier.get("commit") != pin.commit \
+                or not _publisher_verdict(earlier.get("trust")):
+            from .importer import discard
+
+            discard(report.copy_path)
             raise UntrustedKernelError(
                 f"Kernel repository '{repo_id}' ({pin.describe()}): publisher trust cannot be checked in offline mode "
-                f"(HF_HUB_OFFLINE) and this cache entry was never verified by an online winattn.load. Load it once "
-                f"online, or pass trust_remote_code=True / an allowlist containing '{repo_id}'."
+                f"(HF_HUB_OFFLINE) and no online winattn.load of this cache entry found it to come from a trusted "
+                f"publisher (an earlier trust_remote_code / allowlist opt-in is not remembered). Load it online from "
+                f"a trusted publisher, or pass trust_remote_code=True / an allowlist containing '{repo_id}'."
             )
         logger.warning(
             "Skipping publisher trust check for '%s' because Hugging Face Hub is in offline mode: the cached "
-            "variant %s was verified and trusted online before (%s) and is unchanged.",
+            "variant %s was verified online before and its publisher was trusted (%s).",
             repo_id, selection.variant, earlier["trust"],
         )
         trust_reason = f"offline: {earlier['trust']}"
@@ -436,7 +481,6 @@ def normalize_lock(raw: dict) -> dict:
 
 def _load_vendored(directory, repo_id, version, revision, keys, require_signature, backend):
     from . import resolve
-    from .verify import verify_variant
 
     if not directory.is_dir():
         raise OfflineError(f"vendored directory {directory} does not exist")
@@ -473,9 +517,10 @@ def _load_vendored(directory, repo_id, version, revision, keys, require_signatur
             message += f"\n(not in {LOCK_FILENAME}, so not loadable: {', '.join(unlocked)})"
         raise _NoVariant(message, repo_id, version, revision, lock["commit"], selection)
     variant_dir = directory / choice
-    report = verify_variant(variant_dir, public_keys=keys, require_signature=require_signature,
-                            lock_entry=lock["variants"][choice], bytecode="purge",
-                            origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"})
+    report = _verify_copy(variant_dir, public_keys=keys, require_signature=require_signature,
+                          lock_entry=lock["variants"][choice],
+                          origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
+                          expect={"repo_id": repo_id, "version": lock["version"]})
     if not report.ok:
         raise _verification_error(f"{what}, variant {choice}", report)
     rejected = list(selection.rejected) + [(v, f"not in {LOCK_FILENAME}") for v in unlocked]
@@ -490,16 +535,17 @@ def _load_vendored(directory, repo_id, version, revision, keys, require_signatur
 # Import
 
 
-def _already_loaded(metadata_id: str, variant_dir: Path):
-    """A module of the same op namespace already imported from another path, as (module, path) — or None."""
+def _already_loaded(metadata_id: str):
+    """A module of the same op namespace already imported (by winattn, kernels or anyone), as (module, path)."""
     from kernels import get_loaded_kernels
 
     for loaded in get_loaded_kernels():
         if loaded.metadata.id == metadata_id:
             module = loaded.module
-            path = Path(getattr(module, "__file__", "") or "").parent
-            if path.resolve() != variant_dir.resolve():
-                return module, path
+            return module, Path(getattr(module, "__file__", "") or "").parent
+    module = sys.modules.get(metadata_id)
+    if module is not None:
+        return module, Path(getattr(module, "__file__", "") or "").parent
     return None
 
 
@@ -521,12 +567,24 @@ def _same_build(module, other_path: Path, metadata) -> bool:
 def _import_verified(variant_dir: Path, report, info: LoadInfo):
     import dataclasses
 
-    import kernels
+    from . import importer
 
     metadata = report.metadata
+    copy = report.copy_path
     with _IMPORT_LOCK:
-        reused = _already_loaded(metadata.id, variant_dir)
+        if importer.refused(metadata.id):
+            importer.discard(copy)
+            raise StaleKernelError(f"refusing {info.describe()} (verified, not imported): "
+                                   + importer.stale_message(metadata.id))
+        if metadata.kernel_depends:
+            importer.discard(copy)
+            raise VerificationError(
+                f"refusing {info.describe()}: it declares kernel dependencies "
+                f"({', '.join(str(d) for d in metadata.kernel_depends)}), which winattn does not verify",
+                checks=list(report.checks) + [("kernel-depends", False, "kernel dependencies are not verified")])
+        reused = _already_loaded(metadata.id)
         if reused is not None:
+            importer.discard(copy)  # the bytes in memory are the ones in use; the copy is not needed
             module, other = reused
             if not _same_build(module, other, metadata):
                 raise WinattnError(
@@ -535,24 +593,24 @@ def _import_verified(variant_dir: Path, report, info: LoadInfo):
                 )
             info = dataclasses.replace(info, reused_from=str(other))
         else:
-            saved = sys.dont_write_bytecode
-            sys.dont_write_bytecode = True  # keep the verified directory free of unverified bytecode
             try:
-                module = kernels.get_local_kernel(variant_dir)
+                module = importer.import_package(copy, metadata.id)
             except Exception as e:
                 if hasattr(e, "add_note"):
                     e.add_note(f"while importing verified {info.repo_id} {info.revision} "
-                               f"(commit {info.commit}), variant {info.variant} from {variant_dir}")
+                               f"(commit {info.commit}), variant {info.variant} from {variant_dir} "
+                               f"(private copy {copy})")
                 raise
-            finally:
-                sys.dont_write_bytecode = saved
+            importer.register_loaded(copy, metadata, module)
+            info = dataclasses.replace(info, import_path=str(copy))
         smoke = smoke_test(module, metadata)
         checks = tuple(report.checks) + (smoke,)
         info = dataclasses.replace(info, checks=checks, receipt_hit=report.receipt_hit, signer=report.signer,
-                                   digest_files=dict(metadata.digest.files))
+                                   digest_files=dict(metadata.digest.files), statement=report.statement)
         if not smoke.passed:
             if reused is None:
-                _forget(module, metadata.id, variant_dir)
+                importer.forget(metadata.id, copy, f"{info.repo_id} {info.revision} (commit {info.commit}), variant "
+                                                   f"{info.variant}: smoke test failed: {smoke.detail}")
             raise VerificationError(
                 f"{info.repo_id} {info.revision} (commit {info.commit}), variant {info.variant}: smoke test failed: "
                 f"{smoke.detail}", checks=checks,
@@ -560,14 +618,6 @@ def _import_verified(variant_dir: Path, report, info: LoadInfo):
         module.__winattn_info__ = info
     logger.info("winattn: loaded %s", info.describe())
     return module
-
-
-def _forget(module, metadata_id: str, variant_dir: Path) -> None:
-    """Drop a module that failed its smoke test from sys.modules and kernels' registry (its native ops stay)."""
-    from kernels import importer
-
-    sys.modules.pop(metadata_id, None)
-    importer._loaded_kernels.pop(variant_dir, None)
 
 
 def _device_for(metadata) -> str:

@@ -206,7 +206,8 @@ def publish(
         build_dir: directory holding `<variant>/` dirs (relative paths are relative to the current directory).
         endpoint, token: Hub endpoint and token; `None` = huggingface_hub's defaults (`HF_ENDPOINT`, `HF_TOKEN`).
         private: create the repo private (an existing repo keeps its visibility).
-        signing_key: EC P-256 private key (PEM); each variant is signed (`metadata.json.sigstore`) before upload.
+        signing_key: EC P-256 private key (PEM); each variant is signed (`metadata.json.sigstore`) before upload,
+            for `repo_id`, the build's version and the variant's name (`winattn.signing.statement_for`).
         repo_root: kernel source root holding `build.toml`, `CARD.md` and `benchmarks/`.
 
     Returns:
@@ -237,7 +238,9 @@ def publish(
             raise PublishError(f"signing key {signing_key} does not exist (create one with `winattn keygen`)")
         for vdir in variant_dirs:
             try:
-                sign_variant(vdir, signing_key)
+                # The statement binds the repository and version uploaded to (winattn.signing): the signature
+                # cannot be reused for another repository, version or variant.
+                sign_variant(vdir, signing_key, repo_id=repo_id, version=config.version)
             except Exception as e:  # noqa: BLE001  (bad key format, unsupported curve, ...)
                 raise PublishError(f"variant {vdir.name}: signing failed: {e}") from None
     for name in dirty_variants(variant_dirs):

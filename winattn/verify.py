@@ -3,36 +3,48 @@
 `verify_variant(path, ...)` returns a `VerificationReport` (outcomes as data); `winattn.load` raises
 `VerificationError` from it, `winattn verify` prints it. Checks, in order:
 
-1. `files`     metadata.json present; stray bytecode (`__pycache__/`, `*.pyc`, which the digest does not cover and
-               Python would execute) purged or reported.
+1. `files`     the directory is listed without following links (`scan_variant`): every entry must be a real
+               directory or a regular file; a symbolic link (to a file or a directory), FIFO, socket or device
+               fails, with one exception: in a Hugging Face cache snapshot (`.../snapshots/<commit>/build/<variant>`)
+               a file may be a link to a regular file in that repository's `blobs/` (that is how the cache stores
+               files). Stray bytecode (`__pycache__/`, `*.pyc`) is purged or reported; it is never imported either way.
 2. `lock`      (vendored variants) sha256 of metadata.json and of its signature equal the lock file's.
-3. `signature` metadata.json's `metadata.json.sigstore` verifies with one of the trusted public keys
-               (`winattn.signing`), checked on the raw bytes before metadata.json is parsed.
+3. `signature` metadata.json's `metadata.json.sigstore` verifies with one of the trusted public keys, and its signed
+               statement names this variant and the repository / version asked for (`winattn.signing`), checked on
+               the raw bytes before metadata.json is parsed.
 4. `metadata`  metadata.json parses (`kernels._rust.Metadata`).
-5. `digest`    every file's hash equals metadata.json's `digest`, no missing or extra file
-               (`kernels._rust.Digest.hash_variant` + `Digest.validate`), or an unchanged verified-receipt.
+5. `digest`    the listing equals metadata.json's `digest` (no missing, no extra file: checked on names and lstat
+               sizes before anything is read), then every file is hashed, streamed in 1 MiB chunks, and compared.
+               With `copy_to`, each file is copied into that private directory while it is hashed: the copy holds
+               exactly the bytes that were hashed, and it is what `winattn.load` imports, so a file changed after
+               verification (or during it) cannot be imported.
 6. `kernels-minver`, `arch` (CUDA/ROCm device vs `backend.archs`), `python-depends`: kernels' own validators.
 7. `abi3`      (optional, CLI) the shared objects only use the Python 3.9 stable ABI (`kernel_abi_check`).
 
-Verified receipts: hashing a variant (the .so dominates) on every load is avoided by a JSON receipt written after a
-fully successful verification, keyed by the variant path. It holds the sha256 of metadata.json and, for each file of
-the digest, (size, mtime_ns, ctime_ns, inode, device) of the file it resolves to (HF cache snapshots are symlinks to
-blobs). A later verification re-lists the directory (so extra or missing files are always noticed), re-hashes
-metadata.json (small), and re-hashes the whole variant unless every file's stat tuple is unchanged. ctime cannot be
-set back by a user, so an in-place rewrite that restores mtime is still noticed. Receipts live next to the snapshot
-(`<repo cache>/.winattn/receipts/<commit>/<variant>.json`) or, for other directories, under `$WINATTN_CACHE`
-(default `~/.cache/winattn`). They are a cache, not a trust anchor: someone who can rewrite the cache can rewrite the
-receipt too; they guard against accidental change and tampering at rest by anyone without that access.
+Verified receipts: hashing a variant (the .so dominates) on every `winattn verify` is avoided by a JSON receipt written
+after a fully successful verification, keyed by the variant path. It holds the sha256 of metadata.json and, for each
+file of the digest, (size, mtime_ns, ctime_ns, inode, device) of the file it resolves to (HF cache snapshots are
+symlinks to blobs), taken before the file was read. A later verification re-lists the directory (so extra or missing
+files are always noticed), re-hashes metadata.json (small), and re-hashes the whole variant unless every file's stat
+tuple is unchanged. ctime cannot be set back by a user, so an in-place rewrite that restores mtime is still noticed.
+A verification with `copy_to` (every load) always hashes, since the copy must be hashed as it is made; it still
+writes the receipt, which also records the origin (repository, commit, publisher verdict) that offline loads rely on.
+Receipts live next to the snapshot (`<repo cache>/.winattn/receipts/<commit>/<variant>.json`) or, for other
+directories, under `$WINATTN_CACHE` (default `~/.cache/winattn`). They are a cache, not a trust anchor: someone who
+can rewrite the cache can rewrite the receipt too; they guard against accidental change and tampering at rest by
+anyone without that access.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -43,6 +55,10 @@ METADATA_FILENAME = "metadata.json"
 SIGNATURE_FILENAME = "metadata.json.sigstore"  # same name as winattn.signing and kernels.verify
 RECEIPT_FORMAT = 1
 ABI3_TARGET = "3.9"
+CHUNK_BYTES = 1 << 20  # hashing is streamed: at most this much of a file is in memory at once
+MAX_METADATA_BYTES = 16 << 20
+MAX_SIGNATURE_BYTES = 4 << 20
+DEFAULT_MAX_VARIANT_BYTES = 16 << 30  # $WINATTN_MAX_VARIANT_BYTES: refuse bigger variants before reading them
 
 
 class Check(tuple):
@@ -94,6 +110,10 @@ class VerificationReport:
         origin: the origin recorded by an earlier successful verification of this same metadata.json (repo id,
             commit, trust reason), or the one given to this verification. Only meaningful when `ok`.
         signer: the public key that verified the signature, if any.
+        statement: what the verified signature vouches for (`winattn.signing.check_binding`), if any.
+        copy_path: the private copy made while hashing (`copy_to`), once every file of it matched.
+        file_status: per file of the listing and the digest: "ok", "MISMATCH", "MISSING", "EXTRA" (never read) or
+            "UNREAD" (not hashed: the check stopped first).
     """
 
     variant_path: Path
@@ -104,6 +124,9 @@ class VerificationReport:
     receipt_hit: bool = False
     origin: Optional[dict] = None
     signer: Optional[str] = None
+    statement: Optional[dict] = None
+    copy_path: Optional[Path] = None
+    file_status: dict = field(default_factory=dict)
 
     @property
     def variant(self) -> str:
@@ -135,36 +158,139 @@ def _is_bytecode(rel: str) -> bool:
     return rel.endswith(".pyc") or "__pycache__" in rel.split("/")
 
 
-def list_files(variant_path: Path) -> tuple[list, list]:
-    """(files, bytecode) of the variant as sorted POSIX relative paths, without metadata.json and its signature.
+@dataclass(frozen=True)
+class Entry:
+    """A file of the variant as listed, before anything is read.
 
-    Symlinks to files count as files (HF cache snapshots are symlinks to blobs); directories are not followed through
-    symlinks."""
-    files, bytecode = [], []
-    root = str(variant_path)
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        for d in list(dirnames):
-            full = os.path.join(dirpath, d)
-            if os.path.islink(full):  # a linked directory: report it as a file entry (it is not expected)
-                dirnames.remove(d)
-                filenames.append(d)
-        for name in filenames:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-            if rel in (METADATA_FILENAME, SIGNATURE_FILENAME):
-                continue
-            (bytecode if _is_bytecode(rel) else files).append(rel)
-    return sorted(files), sorted(bytecode)
+    Attributes:
+        rel: POSIX path relative to the variant.
+        path: what is opened: the file itself, or the blob an HF cache snapshot link points to.
+        size: its size (lstat) at listing time.
+        stat_key: (size, mtime_ns, ctime_ns, inode, device) at listing time, for the verified-receipt.
+    """
+
+    rel: str
+    path: str
+    size: int
+    stat_key: tuple
+
+
+@dataclass
+class Listing:
+    """`scan_variant`'s result: regular files (metadata.json and its signature apart), stray bytecode, and every
+    entry that the digest cannot cover (links, FIFOs, devices, sockets), as one line each."""
+
+    files: dict = field(default_factory=dict)
+    bytecode: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    metadata: Optional[Entry] = None
+    signature: Optional[Entry] = None
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), f"a special file (mode {mode:o})")
+
+
+def _key(st: os.stat_result) -> tuple:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def _blobs_dir(variant_path: Path) -> Optional[str]:
+    """`<repo cache>/blobs` when `variant_path` is an HF cache snapshot's `build/<variant>`, else None."""
+    p = Path(os.path.abspath(variant_path))
+    parents = p.parents
+    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
+        return os.path.realpath(parents[3] / "blobs")
+    return None
+
+
+def scan_variant(variant_path: Path) -> Listing:
+    """List a variant without following any link and without reading any file.
+
+    Regular files become `Entry`s; in an HF cache snapshot a link to a regular file directly in the repository's
+    `blobs/` is a file too (its blob is what is read). Anything else is a problem line: the digest only covers regular
+    files, and an import that followed a link to a directory (kernels' variant lookup does) would run files nobody
+    hashed. `__pycache__/` and `*.pyc` (of any kind) are stray bytecode.
+    """
+    listing = Listing()
+    root = Path(variant_path)
+    blobs = _blobs_dir(root)
+
+    def add(full: str, rel: str, st: os.stat_result) -> Optional[Entry]:
+        if stat.S_ISREG(st.st_mode):
+            return Entry(rel, full, st.st_size, _key(st))
+        if stat.S_ISLNK(st.st_mode):
+            target = os.path.realpath(full)
+            if blobs is not None and os.path.dirname(target) == blobs:
+                try:
+                    tst = os.lstat(target)
+                except OSError:
+                    tst = None
+                if tst is not None and stat.S_ISREG(tst.st_mode):
+                    return Entry(rel, target, tst.st_size, _key(tst))
+            what = "a directory" if os.path.isdir(full) else "a file" if os.path.isfile(full) else "nothing readable"
+            listing.problems.append(f"{rel}: symbolic link to {os.readlink(full)!r} ({what}): links are not covered "
+                                    "by the digest")
+            return None
+        listing.problems.append(f"{rel}: {_kind(st.st_mode)}, not a regular file (not covered by the digest)")
+        return None
+
+    def bytecode_tree(full: str, rel: str, st: os.stat_result) -> None:
+        if not stat.S_ISDIR(st.st_mode):
+            listing.bytecode.append(rel)
+            return
+        with os.scandir(full) as it:
+            for e in sorted(it, key=lambda e: e.name):
+                bytecode_tree(e.path, f"{rel}/{e.name}", e.stat(follow_symlinks=False))
+
+    def walk(directory: str, prefix: str) -> None:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            rel = prefix + e.name
+            st = e.stat(follow_symlinks=False)
+            if _is_bytecode(rel):
+                bytecode_tree(e.path, rel, st)
+            elif stat.S_ISDIR(st.st_mode):
+                walk(e.path, rel + "/")
+            elif prefix == "" and e.name in (METADATA_FILENAME, SIGNATURE_FILENAME):
+                entry = add(e.path, rel, st)
+                if e.name == METADATA_FILENAME:
+                    listing.metadata = entry
+                else:
+                    listing.signature = entry
+            else:
+                entry = add(e.path, rel, st)
+                if entry is not None:
+                    listing.files[rel] = entry
+
+    walk(str(root), "")
+    return listing
+
+
+def list_files(variant_path: Path) -> tuple[list, list]:
+    """(files, bytecode) of the variant as sorted POSIX relative paths, without metadata.json and its signature
+    (`scan_variant`; entries that are not regular files are in neither list)."""
+    listing = scan_variant(Path(variant_path))
+    return sorted(listing.files), sorted(listing.bytecode)
 
 
 def purge_bytecode(variant_path: Path, bytecode: Iterable[str]) -> list:
-    """Remove stray bytecode (it is never part of a published variant); return what could not be removed."""
+    """Remove stray bytecode (it is never part of a published variant); return what could not be removed.
+    Links are removed, never followed."""
     left = []
     dirs = set()
     for rel in bytecode:
         p = variant_path / rel
         try:
-            p.unlink()
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
         except FileNotFoundError:
             pass
         except OSError:
@@ -173,8 +299,85 @@ def purge_bytecode(variant_path: Path, bytecode: Iterable[str]) -> list:
         if "__pycache__" in parts:
             dirs.add(variant_path.joinpath(*parts[: parts.index("__pycache__") + 1]))
     for d in sorted(dirs, reverse=True):
-        shutil.rmtree(d, ignore_errors=True)
+        if d.is_symlink():
+            d.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
     return left
+
+
+def max_variant_bytes() -> int:
+    """The size limit of a variant ($WINATTN_MAX_VARIANT_BYTES, default 16 GiB), checked before hashing."""
+    raw = os.environ.get("WINATTN_MAX_VARIANT_BYTES")
+    if not raw:
+        return DEFAULT_MAX_VARIANT_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"WINATTN_MAX_VARIANT_BYTES must be an integer number of bytes, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"WINATTN_MAX_VARIANT_BYTES must be positive, got {value}")
+    return value
+
+
+class _Changed(Exception):
+    """A file stopped being the regular file of the listing while it was read."""
+
+
+def _open_regular(entry: Entry) -> int:
+    """Open the listed file without following a link (O_NOFOLLOW), without blocking on a FIFO swapped in since the
+    listing (O_NONBLOCK), and check that it is still a regular file."""
+    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _Changed(f"{entry.rel} is no longer a regular file")
+    return fd
+
+
+def _read_small(entry: Entry, limit: int) -> bytes:
+    if entry.size > limit:
+        raise _Changed(f"{entry.rel} is {entry.size} bytes, more than the {limit} a {entry.rel} may have")
+    fd = _open_regular(entry)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _Changed(f"{entry.rel} grew past {limit} bytes while it was read")
+    return data
+
+
+def _hash_file(entry: Entry, algorithm: str, copy_fd: Optional[int]) -> str:
+    """base64 digest of the file (kernels' format), streamed; the bytes hashed are written to `copy_fd` as read."""
+    h = hashlib.new(algorithm)
+    seen = 0
+    fd = _open_regular(entry)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        while True:
+            chunk = f.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            seen += len(chunk)
+            if seen > entry.size:
+                raise _Changed(f"{entry.rel} grew past its listed {entry.size} bytes while it was hashed")
+            h.update(chunk)
+            if copy_fd is not None:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(copy_fd, view):]
+    return base64.b64encode(h.digest()).decode()
+
+
+def _private_file(copy_to: Path, rel: str) -> int:
+    """Create `copy_to/rel` (and its directories, mode 0700) for writing; never follows or reuses an entry."""
+    parts = rel.split("/")
+    d = copy_to
+    for part in parts[:-1]:
+        d = d / part
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if d.is_symlink() or not d.is_dir():
+                raise
+    return os.open(d / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -197,11 +400,6 @@ def receipt_path(variant_path: Path) -> Path:
         return repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
     key = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:40]
     return _user_cache_dir() / "receipts" / f"{key}.json"
-
-
-def _stat_key(path: Path) -> list:
-    st = os.stat(path)  # follows symlinks: the blob behind a snapshot link
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def _read_receipt(variant_path: Path) -> Optional[dict]:
@@ -238,62 +436,57 @@ def invalidate_receipt(variant_path: Path) -> None:
         pass
 
 
-def _receipt_matches(receipt: dict, variant_path: Path, files: list, metadata_sha256: str) -> bool:
+def _receipt_matches(receipt: dict, listing: Listing, metadata_sha256: str) -> bool:
     if receipt.get("metadata_sha256") != metadata_sha256:
         return False
     recorded = receipt.get("files") or {}
-    if sorted(recorded) != files:
+    if sorted(recorded) != sorted(listing.files):
         return False
-    try:
-        return all(_stat_key(variant_path / rel) == list(recorded[rel]) for rel in files)
-    except OSError:
-        return False
+    return all(list(listing.files[rel].stat_key) == list(recorded[rel]) for rel in listing.files)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Individual checks
 
 
-def _check_signature(variant_path: Path, public_keys, require_signature: bool, has_signature: bool,
-                     metadata_bytes: bytes = b"", signature_bytes: bytes = b""):
-    """(Check, signer). The signature is verified over the exact bytes read (copied to a private temporary
-    directory): the same bytes that are then parsed and whose digest is checked, and real files even when the
-    variant lives in the HF cache, where every file is a symlink to a blob."""
+def _check_signature(variant: str, public_keys, require_signature: bool, has_signature: bool,
+                     metadata_bytes: bytes = b"", signature_bytes: bytes = b"", expect: Optional[dict] = None):
+    """(Check, signer, statement). The signature is verified over the exact bytes read (`winattn.signing` works on
+    private copies of them): the same bytes that are then parsed and whose digest is checked. Its statement must name
+    this variant, and the repository and version in `expect` when given."""
     if not public_keys:
         if require_signature:
-            return _fail("signature", "require_signature=True but no trusted public keys were given"), None
+            return _fail("signature", "require_signature=True but no trusted public keys were given"), None, None
         if has_signature:
-            return _skip("signature", f"{SIGNATURE_FILENAME} present, not checked (no public keys given)"), None
-        return _skip("signature", "unsigned, not required (no public keys given)"), None
+            return _skip("signature", f"{SIGNATURE_FILENAME} present, not checked (no public keys given)"), None, None
+        return _skip("signature", "unsigned, not required (no public keys given)"), None, None
     if not has_signature:
         detail = f"no {SIGNATURE_FILENAME} in the variant (unsigned)"
         if require_signature:
-            return _fail("signature", detail + " and require_signature=True"), None
+            return _fail("signature", detail + " and require_signature=True"), None, None
         logger.warning(
             "variant %s is unsigned although public keys were given (pass require_signature=True to refuse it)",
-            variant_path.name,
+            variant,
         )
-        return _warn("signature", detail + "; loading anyway because require_signature=False"), None
+        return _warn("signature", detail + "; loading anyway because require_signature=False"), None, None
     try:
         from . import signing
     except ImportError as e:  # model-signing missing
-        return _fail("signature", f"cannot verify signatures: {e} (install winattn[tools])"), None
+        return _fail("signature", f"cannot verify signatures: {e} (install winattn[tools])"), None, None
     from .errors import VerificationError
 
-    import tempfile
-
+    expect = expect or {}
     try:
-        with tempfile.TemporaryDirectory(prefix="winattn-sig-") as tmp:
-            copy = Path(tmp) / variant_path.name
-            copy.mkdir()
-            (copy / METADATA_FILENAME).write_bytes(metadata_bytes)
-            (copy / SIGNATURE_FILENAME).write_bytes(signature_bytes)
-            signer = signing.verify_variant_signature(copy, [Path(k) for k in public_keys], check_files=False)
+        signer, statement = signing.verify_signed_statement(metadata_bytes, signature_bytes,
+                                                            [Path(k) for k in public_keys], variant=variant)
+        statement = signing.check_binding(statement, variant=variant, metadata_bytes=metadata_bytes,
+                                          repo_id=expect.get("repo_id"), version=expect.get("version"))
     except VerificationError as e:
-        return _fail("signature", str(e).replace(str(copy), str(variant_path))), None
+        return _fail("signature", str(e)), None, None
     except ImportError as e:
-        return _fail("signature", f"cannot verify signatures: {e} (install winattn[tools])"), None
-    return _pass("signature", f"metadata.json signed by {signer}"), signer
+        return _fail("signature", f"cannot verify signatures: {e} (install winattn[tools])"), None, None
+    return (_pass("signature", f"metadata.json signed by {signer} for {signing.describe_statement(statement)}"),
+            signer, statement)
 
 
 def _check_lock(lock_entry: dict, metadata_sha256: str, signature_sha256: Optional[str]):
@@ -314,32 +507,54 @@ def _check_lock(lock_entry: dict, metadata_sha256: str, signature_sha256: Option
     return _pass("lock", "metadata.json" + (" and signature" if want_sig else "") + " match the lock file")
 
 
-def _check_digest(variant_path: Path, metadata, files: list, receipt: Optional[dict], metadata_sha256: str):
-    """(Check, receipt_hit)."""
-    from kernels._rust import Digest, DigestValidationError
-
+def _check_digest(metadata, listing: Listing, receipt: Optional[dict], metadata_sha256: str,
+                  copy_to: Optional[Path]):
+    """(Check, receipt_hit, {rel: "ok" | "MISMATCH" | "MISSING" | "EXTRA" | "UNREAD"}). Names and sizes first: a file the digest does not list is never read, and nothing is
+    read when the listed files add up to more than the size limit. Then every listed file is hashed in chunks, and
+    copied into `copy_to` while hashed (no copy once a violation is known: it could not be imported anyway)."""
     expected = metadata.digest
     if expected is None:
-        return _fail("digest", "metadata.json has no `digest`: the variant's files cannot be checked"), False
+        return _fail("digest", "metadata.json has no `digest`: the variant's files cannot be checked"), False, {}
     algorithm = str(expected.algorithm).lower()
-    n = len(expected.files)
-    if (
-        receipt is not None
-        and sorted(expected.files) == files
-        and _receipt_matches(receipt, variant_path, files, metadata_sha256)
-    ):
+    if algorithm not in hashlib.algorithms_guaranteed:
+        return _fail("digest", f"unsupported digest algorithm {algorithm!r}"), False, {}
+    want = dict(expected.files)
+    have = {rel: e for rel, e in listing.files.items() if rel in want}
+    n = len(want)
+    statuses = {rel: "MISSING" for rel in want if rel not in have}
+    statuses.update({rel: "EXTRA" for rel in listing.files if rel not in want})
+    statuses.update({rel: "UNREAD" for rel in have})
+    violations = [f"Missing file: {rel}" for rel in sorted(set(want) - set(have))]
+    violations += [f"Unknown file: {rel} (not read)" for rel in sorted(set(listing.files) - set(want))]
+    total, limit = sum(e.size for e in have.values()), max_variant_bytes()
+    if total > limit:
+        return _fail("digest", f"the variant's files add up to {total} bytes, more than the limit of {limit} "
+                     "(WINATTN_MAX_VARIANT_BYTES); refused before reading any file"), False, statuses
+    if violations:
+        copy_to = None
+    if not violations and copy_to is None and receipt is not None and _receipt_matches(receipt, listing,
+                                                                                        metadata_sha256):
         since = receipt.get("verified_at")
-        return _pass("digest", f"{n} files match ({algorithm}, unchanged since verified {since})"), True
-    try:
-        actual = Digest.hash_variant(expected.algorithm, str(variant_path))
-    except (OSError, RuntimeError) as e:
-        return _fail("digest", f"cannot hash the variant: {e}"), False
-    try:
-        expected.validate(actual)
-    except DigestValidationError as e:
-        violations = [str(v) for v in e.violations]
-        return _fail("digest", f"{len(violations)} violation(s): " + "; ".join(violations)), False
-    return _pass("digest", f"{n} files match ({algorithm})"), False
+        return (_pass("digest", f"{n} files match ({algorithm}, unchanged since verified {since})"), True,
+                dict.fromkeys(want, "ok"))
+    for rel in sorted(have):
+        out = None
+        try:
+            if copy_to is not None:
+                out = _private_file(copy_to, rel)
+            got = _hash_file(have[rel], algorithm, out)
+        except (OSError, _Changed) as e:
+            return _fail("digest", f"cannot hash {rel}: {e}"), False, statuses
+        finally:
+            if out is not None:
+                os.close(out)
+        statuses[rel] = "ok" if got == want[rel] else "MISMATCH"
+        if got != want[rel]:
+            violations.append(f"File hash mismatch for {rel}: expected: {want[rel]}, got: {got}")
+    if violations:
+        return _fail("digest", f"{len(violations)} violation(s): " + "; ".join(violations)), False, statuses
+    return (_pass("digest", f"{n} files match ({algorithm})" + (", copied while hashed" if copy_to else "")), False,
+            statuses)
 
 
 def _check_validator(name: str, validator, metadata, variant: str):
@@ -430,6 +645,8 @@ def verify_variant(
     check_abi: bool = False,
     use_receipt: bool = True,
     origin: Optional[dict] = None,
+    expect: Optional[dict] = None,
+    copy_to: Optional[Path] = None,
 ) -> VerificationReport:
     """Verify a variant directory without importing anything from it.
 
@@ -444,50 +661,75 @@ def verify_variant(
         use_receipt: use and update the verified-receipt (see the module docstring).
         origin: stored in the receipt on success (`{"repo_id", "commit", "trust"}`), so offline loads can tell an
             already-verified, trusted cache entry.
+        expect: `{"repo_id": str, "version": int | None}`: what the signature's statement must name (loads pass
+            what they asked for; without it only the variant name is checked).
+        copy_to: an empty private directory: every file is copied there while it is hashed (`report.copy_path`
+            once all matched), with metadata.json and its signature as read. Always hashes (no receipt shortcut).
     """
     variant_path = Path(variant_path)
     report = VerificationReport(variant_path=variant_path)
     checks = report.checks
-    metadata_path = variant_path / METADATA_FILENAME
-    signature_path = variant_path / SIGNATURE_FILENAME
 
-    if not variant_path.is_dir():
+    try:
+        st = os.lstat(variant_path)
+    except OSError as e:
+        checks.append(_fail("files", f"{variant_path} cannot be read: {e}"))
+        return report
+    if stat.S_ISLNK(st.st_mode):
+        checks.append(_fail("files", f"{variant_path} is a symbolic link to {os.readlink(variant_path)!r}: verify "
+                            "and load the directory itself"))
+        return report
+    if not stat.S_ISDIR(st.st_mode):
         checks.append(_fail("files", f"{variant_path} is not a directory"))
         return report
-    if not metadata_path.is_file():
-        checks.append(_fail("files", f"{METADATA_FILENAME} is missing"))
+    try:
+        listing = scan_variant(variant_path)
+    except OSError as e:
+        checks.append(_fail("files", f"cannot list {variant_path}: {e}"))
+        return report
+    if listing.metadata is None:
+        problem = next((p for p in listing.problems if p.startswith(METADATA_FILENAME + ":")), None)
+        checks.append(_fail("files", problem or f"{METADATA_FILENAME} is missing"))
         return report
 
-    files, stray = list_files(variant_path)
+    stray = listing.bytecode
+    notes = []
     if stray and bytecode == "purge":
         left = purge_bytecode(variant_path, stray)
         if left:
-            checks.append(_fail("files", f"cannot remove stray bytecode not covered by the digest: {', '.join(left)}"))
+            listing.problems.append(f"cannot remove stray bytecode not covered by the digest: {', '.join(left)}")
         else:
             logger.info("removed stray bytecode from %s: %s", variant_path, ", ".join(stray))
-            checks.append(_pass("files", f"{len(files)} files; removed {len(stray)} stray bytecode file(s)"))
+            notes.append(f"removed {len(stray)} stray bytecode file(s)")
         stray = left
+    if listing.problems:
+        checks.append(_fail("files", f"{len(listing.problems)} entr{'y' if len(listing.problems) == 1 else 'ies'} "
+                            "the digest does not cover: " + "; ".join(listing.problems)))
     elif stray and bytecode == "warn":
-        checks.append(_warn("files", f"stray bytecode not covered by the digest (Python may execute it): "
-                            f"{', '.join(stray)}"))
+        checks.append(_warn("files", f"stray bytecode not covered by the digest (never imported; Python may execute "
+                            f"it elsewhere): {', '.join(stray)}"))
     elif stray:
         checks.append(_fail("files", f"stray bytecode not covered by the digest (Python would execute it): "
                             f"{', '.join(stray)}"))
     else:
-        checks.append(_pass("files", f"{len(files)} files besides metadata.json"))
+        checks.append(_pass("files", "; ".join([f"{len(listing.files)} files besides metadata.json"] + notes)))
 
-    metadata_bytes = metadata_path.read_bytes()
+    try:
+        metadata_bytes = _read_small(listing.metadata, MAX_METADATA_BYTES)
+        signature_bytes = _read_small(listing.signature, MAX_SIGNATURE_BYTES) if listing.signature else b""
+    except (OSError, _Changed) as e:
+        checks.append(_fail("files", f"cannot read {METADATA_FILENAME} / {SIGNATURE_FILENAME}: {e}"))
+        return report
+    has_signature = listing.signature is not None
     report.metadata_sha256 = hashlib.sha256(metadata_bytes).hexdigest()
-    has_signature = signature_path.is_file()
-    signature_bytes = signature_path.read_bytes() if has_signature else b""
     report.signature_sha256 = hashlib.sha256(signature_bytes).hexdigest() if has_signature else None
 
     if lock_entry is not None:
         checks.append(_check_lock(lock_entry, report.metadata_sha256, report.signature_sha256))
 
     # The signature is checked on the raw bytes, before metadata.json is parsed.
-    sig_check, report.signer = _check_signature(
-        variant_path, public_keys, require_signature, has_signature, metadata_bytes, signature_bytes
+    sig_check, report.signer, report.statement = _check_signature(
+        variant_path.name, public_keys, require_signature, has_signature, metadata_bytes, signature_bytes, expect
     )
     checks.append(sig_check)
 
@@ -505,10 +747,13 @@ def verify_variant(
     receipt = _read_receipt(variant_path) if use_receipt else None
     if receipt is not None and receipt.get("metadata_sha256") != report.metadata_sha256:
         receipt = None
-    digest_check, report.receipt_hit = _check_digest(
-        variant_path, metadata, files, None if stray else receipt, report.metadata_sha256
-    )
-    checks.append(digest_check)
+    if listing.problems:
+        checks.append(_fail("digest", "not hashed: the variant has entries the digest cannot cover (see files)"))
+    else:
+        digest_check, report.receipt_hit, report.file_status = _check_digest(
+            metadata, listing, None if stray else receipt, report.metadata_sha256, copy_to
+        )
+        checks.append(digest_check)
 
     checks.append(_check_minver(metadata, variant_path.name))
     checks.append(_check_arch(metadata, variant_path.name) if check_arch else _skip("arch", "not requested"))
@@ -516,27 +761,35 @@ def verify_variant(
         _check_python_depends(metadata, variant_path.name) if check_deps else _skip("python-depends", "not requested")
     )
     if check_abi:
-        checks.append(_check_abi3(variant_path, files))
+        checks.append(_check_abi3(variant_path, sorted(listing.files)))
+
+    if copy_to is not None and report.ok:
+        try:
+            for name, data in ((METADATA_FILENAME, metadata_bytes), (SIGNATURE_FILENAME, signature_bytes)):
+                if name == SIGNATURE_FILENAME and not has_signature:
+                    continue
+                fd = _private_file(Path(copy_to), name)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+        except OSError as e:
+            checks.append(_fail("files", f"cannot write the private copy {copy_to}: {e}"))
+        else:
+            report.copy_path = Path(copy_to)
 
     previous_origin = (receipt or {}).get("origin")
     report.origin = origin or previous_origin
     if use_receipt and report.ok and not stray:
         if not report.receipt_hit or (origin and origin != previous_origin):
-            try:
-                stats = {rel: _stat_key(variant_path / rel) for rel in files}
-            except OSError:
-                stats = None
-            if stats is not None:
-                _write_receipt(variant_path, {
-                    "format": RECEIPT_FORMAT,
-                    "variant_path": os.path.realpath(variant_path),
-                    "metadata_sha256": report.metadata_sha256,
-                    "signature_sha256": report.signature_sha256,
-                    "files": stats,
-                    "verified_at": (receipt or {}).get("verified_at") if report.receipt_hit
-                    else _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    "origin": report.origin,
-                })
+            _write_receipt(variant_path, {
+                "format": RECEIPT_FORMAT,
+                "variant_path": os.path.realpath(variant_path),
+                "metadata_sha256": report.metadata_sha256,
+                "signature_sha256": report.signature_sha256,
+                "files": {rel: list(e.stat_key) for rel, e in listing.files.items()},
+                "verified_at": (receipt or {}).get("verified_at") if report.receipt_hit
+                else _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "origin": report.origin,
+            })
     elif use_receipt and not report.ok:
         failed = {c.name for c in report.failures}
         if failed & {"digest", "files", "metadata"}:

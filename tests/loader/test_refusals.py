@@ -199,7 +199,8 @@ def test_positive_control_imports_and_shows_up_in_the_evidence(refusal_results):
     assert r["attention_err"] < 1e-4
     ev = r["evidence"]
     assert ev["modules"] and ev["ops"] and ev["kernels_loaded"], ev
-    assert any("/blobs/" in m for m in ev["mapped"]), ev["mapped"]  # the .so, mapped through its HF cache blob
+    # the .so, mapped from the private copy made while its HF cache blob was hashed (winattn.importer)
+    assert any("/winattn-cache/imports/" in m for m in ev["mapped"]), ev["mapped"]
 
 
 def test_untrusted_org_downloads_nothing(refusal_results):

@@ -20,7 +20,9 @@ What `register()` does (diffusers has no public extension point, backends.md §A
 
 Trust follows diffusers' `*_hub` backends: publishers the Hub marks as trusted load as is;
 `DIFFUSERS_TRUST_REMOTE_KERNELS=1` opts in to untrusted ones; `DIFFUSERS_DISABLE_REMOTE_CODE=1` wins over it. Both are
-read at selection time (as well as diffusers' own import-time copies of them).
+read at selection time (as well as diffusers' own import-time copies of them). Offline (`HF_HUB_OFFLINE=1`) an opt-in
+made by an earlier online selection is not remembered: `winattn.load` reuses only a trusted-publisher verdict, so
+`DIFFUSERS_DISABLE_REMOTE_CODE=1` wins offline too (tests/security/test_loader_offline_trust.py).
 """
 
 from __future__ import annotations
