@@ -99,7 +99,8 @@ void check_index_range(const winattn::FwdParams& p) {
   uint64_t worst = 0;
   for (int64_t i = 0; i < p.seqlen_q; ++i) {
     const int64_t* row = p.rel_index + i * p.index_stride_q;
-    for (int64_t j = 0; j < p.seqlen_k; ++j) worst = std::max(worst, static_cast<uint64_t>(row[j * p.index_stride_k]));
+    for (int64_t j = 0; j < p.seqlen_k; ++j)
+      worst = std::max(worst, static_cast<uint64_t>(row[j * p.index_stride_k]));
   }
   if (worst < rows) return;
   for (int64_t i = 0; i < p.seqlen_q; ++i)

@@ -45,7 +45,8 @@ struct ScoreMods {
   }
 
   // Column term of key tile [j0, j0 + nk) padded to npad: 0 for visible keys, -inf for padded-out keys and the
-  // padding columns (exactly these two values: apply() selects by them). Returns false when it is all zeros (no key padding, no padding columns).
+  // padding columns (exactly these two values: apply() selects by them). Returns false when it is all zeros (no
+  // key padding, no padding columns).
   bool column_term(int64_t j0, int64_t nk, int64_t npad, float* colb) const {
     if (!kp && nk == npad) return false;
     for (int64_t j = 0; j < nk; ++j) colb[j] = (!kp || kp[(j0 + j) * kp_sk]) ? 0.f : kNegInf;

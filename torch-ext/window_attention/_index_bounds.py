@@ -29,11 +29,11 @@ _seen: Dict[int, Tuple[weakref.ref, tuple, int, int]] = {}
 
 
 def _stamp(index: torch.Tensor) -> tuple:
-    return index._version, index.data_ptr(), tuple(index.shape), index.stride(), index.device
+    return index._version, index.data_ptr(), index.shape, index.stride(), index.device
 
 
 def _has_data(index: torch.Tensor) -> bool:
-    if index.device.type == "meta":
+    if index.is_meta:
         return False
     from torch._subclasses.fake_tensor import is_fake
 
@@ -56,19 +56,18 @@ def _raise(index: torch.Tensor, rows: int, lo: int, hi: int) -> None:
 
 def check_rel_pos_index(index: torch.Tensor, rows: int) -> None:
     """Raise IndexError unless every entry of the integer tensor `index` lies in [0, rows)."""
-    if index.numel() == 0 or not _has_data(index):
+    key = id(index)
+    entry = _seen.get(key)
+    # Fast path first (about 1 us): only real tensors with data are ever cached, so a hit needs no further test.
+    if entry is not None and entry[0]() is index and entry[1] == _stamp(index):
+        lo, hi = entry[2], entry[3]
+    elif index.numel() == 0 or not _has_data(index):
         return
-    if index.is_inference():
+    elif index.is_inference():
         lo, hi = _range(index)
     else:
-        key = id(index)
-        entry = _seen.get(key)
-        stamp = _stamp(index)
-        if entry is None or entry[0]() is not index or entry[1] != stamp:
-            lo, hi = _range(index)
-            ref = weakref.ref(index, lambda _, key=key: _seen.pop(key, None))
-            _seen[key] = (ref, stamp, lo, hi)
-        else:
-            lo, hi = entry[2], entry[3]
+        lo, hi = _range(index)
+        ref = weakref.ref(index, lambda _, key=key: _seen.pop(key, None))
+        _seen[key] = (ref, _stamp(index), lo, hi)
     if lo < 0 or hi >= rows:
         _raise(index, rows, lo, hi)
