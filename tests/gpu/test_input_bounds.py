@@ -118,18 +118,24 @@ def test_compiled_graph_checks_the_index(kernel):
 # ---- NaN and window sizes (the CPU side of these is in tests/security/test_kernel_inputs.py) -------------------
 
 
-@pytest.mark.parametrize("where", ["q", "bias"])
+@pytest.mark.parametrize("where", ["q", "bias", "k_visible_and_padded"])
 def test_nan_gives_nan_rows_like_the_reference(kernel, where):
+    """A NaN score makes its row NaN (out and lse); a NaN in a key hidden by key_padding_mask stays hidden."""
     B, S = 2, 200
     q, k, v = (rand(B, S, H, 64, dtype=BF16) for _ in range(3))
     bias = rand(B, H, S, S, dtype=BF16)
+    kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+    kpm[1, 120:] = False
     if where == "q":
         q[0, 17, 1, 3] = float("nan")
+    elif where == "bias":
+        bias[1, 2, 150, 99] = float("nan")
     else:
-        bias[1, 2, 150, 199] = float("nan")
-    out, lse = kernel.attention(q, k, v, bias=bias, return_lse=True)
+        k[0, 130, 1, 0] = float("nan")  # visible: every row of batch 0, head 1
+        k[1, 130, 2, 0] = float("nan")  # padded out: batch 1 stays finite
+    out, lse = kernel.attention(q, k, v, bias=bias, key_padding_mask=kpm, return_lse=True)
     ref, ref_lse = kernel.reference.attention(q.double(), k.double(), v.double(), bias=bias.double(),
-                                              return_lse=True)
+                                              key_padding_mask=kpm, return_lse=True)
     assert torch.isnan(ref).any()
     assert torch.equal(torch.isnan(out), torch.isnan(ref)), "NaN pattern of out differs from the reference"
     assert torch.equal(torch.isnan(lse), torch.isnan(ref_lse)), "NaN pattern of lse differs from the reference"
