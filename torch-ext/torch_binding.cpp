@@ -11,6 +11,8 @@
 #include <torch/csrc/stable/accelerator.h>
 #endif
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,33 @@ winattn::Broadcast4d broadcast4d(const std::optional<Tensor>& t, const char* nam
   return b;
 }
 
+#ifndef CUDA_KERNEL
+// Every rel_index entry must be a row of the table: the forward gathers and the backward scatters (dtable)
+// through it without bounds checks. On CPU the index is host memory, so this runs on every call (Sq * Sk reads,
+// ~1 us for a 7x7 window, no sync) and also guards direct torch.ops calls and compiled graphs. On CUDA reading
+// it would cost a device -> host sync per call; the Python layer checks it once per index tensor instead
+// (window_attention/_index_bounds.py).
+void check_index_range(const winattn::FwdParams& p) {
+  // Viewed as unsigned, a negative entry wraps to a huge one: the largest unsigned value covers both ends, and
+  // the branch-free max vectorizes. The offending entry is located only on the error path.
+  const auto rows = static_cast<uint64_t>(p.table_rows);
+  uint64_t worst = 0;
+  for (int64_t i = 0; i < p.seqlen_q; ++i) {
+    const int64_t* row = p.rel_index + i * p.index_stride_q;
+    for (int64_t j = 0; j < p.seqlen_k; ++j)
+      worst = std::max(worst, static_cast<uint64_t>(row[j * p.index_stride_k]));
+  }
+  if (worst < rows) return;
+  for (int64_t i = 0; i < p.seqlen_q; ++i)
+    for (int64_t j = 0; j < p.seqlen_k; ++j) {
+      const int64_t x = p.rel_index[i * p.index_stride_q + j * p.index_stride_k];
+      WINATTN_CHECK(static_cast<uint64_t>(x) < rows, "rel_pos_index[", i, ", ", j, "] = ", x,
+                    " is out of range for a rel_pos_table of ", p.table_rows, " rows (entries must lie in [0, ",
+                    p.table_rows - 1, "])");
+    }
+}
+#endif
+
 void fill_common(winattn::FwdParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::optional<Tensor>& bias, const std::optional<Tensor>& mask,
                  const std::optional<Tensor>& key_padding_mask, const std::optional<Tensor>& rel_pos_table,
@@ -153,13 +182,19 @@ void fill_common(winattn::FwdParams& p, const Tensor& q, const Tensor& k, const 
     p.rel_index = static_cast<const int64_t*>(idx.const_data_ptr());
     p.index_stride_q = idx.stride(0);
     p.index_stride_k = idx.stride(1);
+#ifndef CUDA_KERNEL
+    check_index_range(p);
+#endif
   }
 
   WINATTN_CHECK(window_left >= -1 && window_right >= -1, "window sizes must be >= 0, or -1 for unbounded");
+  // Any side >= Sq + Sk is unbounded in effect (see _window in _args.py); clamping keeps the kernels' int64
+  // band arithmetic from overflowing for sides near INT64_MAX.
+  const int64_t window_cap = p.seqlen_q + p.seqlen_k;
   p.scale = static_cast<float>(scale);
   p.causal = causal;
-  p.window_left = window_left;
-  p.window_right = window_right;
+  p.window_left = std::min(window_left, window_cap);
+  p.window_right = std::min(window_right, window_cap);
 }
 
 void* current_stream(const Tensor& q) {

@@ -162,6 +162,9 @@ def load(
     requested_version = version  # a vendored lock is only held to an explicitly requested version
     if version is None and revision is None:
         version = DEFAULT_VERSION
+    from .trust import normalize as normalize_trust
+
+    normalize_trust(trust_remote_code)  # TypeError for a wrong type before any lookup
     keys = _normalize_keys(public_keys)
     if require_signature and not keys:
         raise ValueError("require_signature=True needs public_keys=[...] (the keys signatures must verify with)")

@@ -42,14 +42,27 @@ class TrustDecision:
 
 
 def normalize(trust_remote_code: TrustSetting) -> bool | list[str]:
-    """`True`/`False` stay booleans; any other iterable of strings becomes a list (the allowlist)."""
+    """`True`/`False` stay booleans; any other iterable of strings becomes a list (the allowlist).
+
+    Anything else (e.g. `1`, which would otherwise fail as "'int' object is not iterable", or a list holding a
+    non-string) raises TypeError naming the argument.
+    """
     if isinstance(trust_remote_code, bool):
         return trust_remote_code
     if trust_remote_code is None:
         return False
     if isinstance(trust_remote_code, str):
         return [trust_remote_code]
-    return [str(r) for r in trust_remote_code]
+    try:
+        repos = list(trust_remote_code)
+    except TypeError:
+        repos = None
+    if repos is None or not all(isinstance(r, str) for r in repos):
+        raise TypeError(
+            "trust_remote_code must be a bool or a list of repository ids (str), got "
+            f"{type(trust_remote_code).__name__} {trust_remote_code!r}"
+        )
+    return repos
 
 
 def explicit_trust(repo_id: str, trust_remote_code: TrustSetting) -> TrustDecision | None:

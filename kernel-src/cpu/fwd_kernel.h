@@ -83,7 +83,8 @@ inline void reset_accumulators(FwdScratch& w, const FwdPlan& pl, int64_t G, int6
   }
 }
 
-// Epilogue: normalize, round to the output dtype; rows that saw no visible key -> out 0, lse -inf.
+// Epilogue: normalize, round to the output dtype; rows that saw no visible key (l = 0) -> out 0, lse -inf; rows
+// with a NaN score (l = NaN, see online_softmax_tile) -> out and lse NaN, as SDPA.
 inline void store_outputs(const FwdParams& p, const FwdPlan& pl, const FwdScratch& w, int64_t b, int64_t hk,
                           int64_t i_begin, int64_t nrows) {
   const int64_t D = p.head_dim, G = p.heads / p.heads_kv;
@@ -93,8 +94,8 @@ inline void store_outputs(const FwdParams& p, const FwdPlan& pl, const FwdScratc
       const int64_t row = hh * pl.qblock + r, i = i_begin + r;
       const float l = w.l[row];
       store_row(p.out, p.dtype, b * p.o_stride_b + i * p.o_stride_s + h * p.o_stride_h, w.o + row * D, D,
-                l > 0.f ? 1.f / l : 0.f);
-      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l > 0.f ? w.m[row] + std::log(l) : kNegInf;
+                l == 0.f ? 0.f : 1.f / l);
+      p.lse[(b * p.heads + h) * p.seqlen_q + i] = l == 0.f ? kNegInf : w.m[row] + std::log(l);
     }
   }
 }

@@ -45,7 +45,8 @@ struct ScoreMods {
   }
 
   // Column term of key tile [j0, j0 + nk) padded to npad: 0 for visible keys, -inf for padded-out keys and the
-  // padding columns. Returns false when it is all zeros (no key padding, no padding columns).
+  // padding columns (exactly these two values: apply() selects by them). Returns false when it is all zeros (no
+  // key padding, no padding columns).
   bool column_term(int64_t j0, int64_t nk, int64_t npad, float* colb) const {
     if (!kp && nk == npad) return false;
     for (int64_t j = 0; j < nk; ++j) colb[j] = (!kp || kp[(j0 + j) * kp_sk]) ? 0.f : kNegInf;
@@ -84,10 +85,10 @@ struct ScoreMods {
         const bool* m = mask + mask_row0 + i * mask_sq + j0 * mask_sk;
         for (int64_t j = 0; j < nk; ++j) s[j] = m[j * mask_sk] ? s[j] : kNegInf;
       }
-      if (colb) {
+      if (colb) {  // select, not add: a NaN score of a padded-out key must stay hidden (Vec::hide)
         int64_t j = 0;
-        for (; j + Vec::W <= npad; j += Vec::W) (Vec::load(s + j) + Vec::load(colb + j)).store(s + j);
-        for (; j < npad; ++j) s[j] += colb[j];
+        for (; j + Vec::W <= npad; j += Vec::W) Vec::hide(Vec::load(s + j), Vec::load(colb + j)).store(s + j);
+        for (; j < npad; ++j) s[j] = colb[j] == 0.f ? s[j] : colb[j];
       }
       if (band.active()) {
         const int64_t lo = std::min<int64_t>(npad, std::max<int64_t>(0, band.lo(i) - j0));

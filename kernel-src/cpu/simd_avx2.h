@@ -20,6 +20,9 @@ struct Vec {
 
   static Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }  // a * b + c
   static Vec max(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
+  // term is 0 (keep s) or -inf (hide the key): a select, not s + term, so that a NaN score of a hidden key
+  // stays hidden as torch's masked_fill leaves it. blendv picks by the sign bit, which only -inf has set.
+  static Vec hide(Vec s, Vec term) { return {_mm256_blendv_ps(s.v, term.v, term.v)}; }
 
   float reduce_max() const {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -36,12 +39,14 @@ struct Vec {
 
   // exp(x) for x <= 0 ranges used by softmax (valid for all x; |rel err| ~ 2e-7). Cephes-style: x = n ln2 + r,
   // |r| <= ln2/2, degree-6 polynomial for e^r, 2^n built in the exponent bits. x < -87.3 (incl. -inf) gives
-  // exactly 0 so masked scores contribute nothing.
+  // exactly 0 so masked scores contribute nothing. NaN gives NaN, as std::exp: max_ps / min_ps return their
+  // second operand when either is NaN, so x goes second in the clamp (the other order turned NaN into
+  // exp(-87.3) and hid a NaN score from the softmax; see online_softmax_tile).
   static Vec exp(Vec x) {
     const __m256 hi = _mm256_set1_ps(88.3762626647949f);
     const __m256 lo = _mm256_set1_ps(-87.33654475f);
     const __m256 underflow = _mm256_cmp_ps(x.v, lo, _CMP_LT_OQ);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x.v, lo), hi);
+    __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x.v));
     const __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     xc = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);

@@ -40,6 +40,11 @@ struct Vec {
     for (int t = 0; t < W; ++t) a.v[t] = a.v[t] > b.v[t] ? a.v[t] : b.v[t];
     return a;
   }
+  // term is 0 (keep s) or -inf (hide the key); see simd_avx2.h.
+  static Vec hide(Vec s, Vec term) {
+    for (int t = 0; t < W; ++t) s.v[t] = term.v[t] == 0.f ? s.v[t] : term.v[t];
+    return s;
+  }
   float reduce_max() const {
     float m = v[0];
     for (int t = 1; t < W; ++t) m = v[t] > m ? v[t] : m;

@@ -6,6 +6,11 @@
 // 0 for masked scores and for rows that have seen no visible key yet (their max is -inf: exp is taken relative
 // to 0 instead, and exp(-inf) = 0). With `pb` (bf16 dot-product build only) p is written rounded to bf16 into
 // pb [mq][ldpb] instead of S.
+// NaN (a NaN in q, k, bias or the table) propagates as in SDPA without a per-element test: the maxima below may
+// drop a NaN (max_ps / std::max return the non-NaN operand), which keeps m finite for the rescale, but exp(NaN)
+// is NaN, so the row's sum l and output O become NaN and stay NaN over later tiles; store_outputs writes NaN out
+// and lse for such rows. Hidden keys are -inf, never NaN (ScoreMods selects rather than adds), so fully masked
+// rows still give 0.
 // Organized in passes over all rows (maxima; rescale factors, vectorized across rows; exponentials) with several
 // rows in flight, so that the per-row reductions do not serialize the loop.
 inline void online_softmax_tile(float* S, int64_t lds, int64_t mq, int64_t npad, float* m, float* l, float* O,

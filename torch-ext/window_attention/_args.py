@@ -6,10 +6,13 @@ count), nothing is expanded. Bad input raises ValueError naming the argument, wh
 """
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
+
+from ._index_bounds import check_rel_pos_index
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -63,6 +66,8 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed_dtypes
         raise ValueError(f"head dims differ: q {D}, k {k.shape[3]}, v {v.shape[3]}")
     if D % 8 != 0 or D < 8 or D > MAX_HEAD_DIM:
         raise ValueError(f"head dim must be a multiple of 8 in [8, {MAX_HEAD_DIM}], got {D}")
+    if k.shape[2] < 1:
+        raise ValueError(f"k and v need at least one head (H_kv >= 1), got shape {tuple(k.shape)}")
     if H % k.shape[2] != 0:
         raise ValueError(f"num_heads of q ({H}) must be a multiple of the k/v head count ({k.shape[2]}) (GQA/MQA)")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -89,18 +94,39 @@ def _check_same_device(t: torch.Tensor, name: str, device: torch.device) -> None
         raise ValueError(f"{name} is on {t.device} but q is on {device}")
 
 
-def _window(window, causal: bool) -> Tuple[int, int]:
+def _window_side(value, name: str, window) -> int:
+    if value is None:
+        return -1
+    # bool is an int subclass and float/str convert with int(): all three used to be taken silently (a float
+    # truncated), so only true integers (int, NumPy / 0-d torch integers via __index__) are accepted.
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"window {name} side must be an int (or None / -1 for unbounded), got "
+                        f"{type(value).__name__} {value!r} in window={window!r}") from None
+
+
+def _window(window, seqlen_q: int, seqlen_k: int) -> Tuple[int, int]:
+    """(left, right) as op arguments: -1 = unbounded, else clamped to Sq + Sk.
+
+    The key offset d = j - i - (Sk - Sq) of any (query, key) pair lies in [-(Sk - 1), Sq - 1], so a side of
+    Sq + Sk or more is unbounded in effect; clamping keeps the kernels' band arithmetic (i + offset + side, in
+    int64) from overflowing for sides near INT64_MAX.
+    """
     if window is None:
         return -1, -1
     try:
         left, right = window
     except (TypeError, ValueError):
         raise ValueError(f"window must be a (left, right) pair, got {window!r}") from None
-    left = -1 if left is None else int(left)
-    right = -1 if right is None else int(right)
+    left = _window_side(left, "left", window)
+    right = _window_side(right, "right", window)
     if left < -1 or right < -1:
         raise ValueError(f"window sizes must be >= 0 (or -1/None for unbounded), got {window!r}")
-    return left, right
+    cap = seqlen_q + seqlen_k
+    return min(left, cap), min(right, cap)
 
 
 def attention_args(
@@ -131,7 +157,7 @@ def attention_args(
         _check_same_device(key_padding_mask, "key_padding_mask", q.device)
         if tuple(key_padding_mask.shape) != (B, Sk):
             raise ValueError(f"key_padding_mask must be [B, Sk] = [{B}, {Sk}], got {tuple(key_padding_mask.shape)}")
-    left, right = _window(window, causal)
+    left, right = _window(window, Sq, Sk)
     return OpArgs(
         q, k, v, bias, mask, key_padding_mask, None, None, _scale(scale, D), bool(causal), left, right,
         bool(deterministic),
@@ -157,6 +183,11 @@ def window_attention_args(
         if tuple(rel_pos_index.shape) != (N, N) or rel_pos_index.is_floating_point() or rel_pos_index.dtype == torch.bool:
             raise ValueError(f"rel_pos_index must be an integer [N, N] = [{N}, {N}] tensor, got "
                              f"{tuple(rel_pos_index.shape)} {rel_pos_index.dtype}")
+        # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
+        # otherwise be a new tensor every call). Skipped while torch.compile traces (no data; interface.py puts
+        # the check in the graph instead).
+        if not torch.compiler.is_compiling():
+            check_rel_pos_index(rel_pos_index, rel_pos_table.shape[0])
         # float32 table (Swin keeps it fp32 under AMP) and int64 index at the op level: both are tiny.
         rel_pos_table = rel_pos_table.float()
         rel_pos_index = rel_pos_index.long()

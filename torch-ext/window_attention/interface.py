@@ -6,8 +6,10 @@ by side) and `torch.compile(fullgraph=True)` traces the ops without graph breaks
 """
 
 import torch
+import torch.fx.node
 
 from ._args import attention_args, window_attention_args
+from ._index_bounds import check_rel_pos_index
 from ._ops import add_op_namespace_prefix, ops
 
 _BUILD_DEVICE = "cuda" if "_cuda_" in add_op_namespace_prefix("") else "cpu"
@@ -63,6 +65,24 @@ def _backward(ctx, grad_out, grad_lse):
 torch.library.register_autograd(add_op_namespace_prefix("fwd"), _backward, setup_context=_setup_context)
 
 
+# The rel_pos_index range check as a graph op. While torch.compile traces, the index is a fake tensor and the
+# eager check in _args is skipped; this op puts the check into the compiled graph, where it runs on the real
+# tensor before the kernel (the same first-seen cache: a module buffer is the same tensor object every call, so
+# the steady state is still sync-free). It returns nothing, so it is marked side-effecting to survive dead-code
+# elimination.
+@torch.library.custom_op(add_op_namespace_prefix("check_rel_pos_index"), mutates_args=())
+def _check_rel_pos_index(index: torch.Tensor, rows: int) -> None:
+    check_rel_pos_index(index, rows)
+
+
+@_check_rel_pos_index.register_fake
+def _check_rel_pos_index_fake(index, rows):
+    return None
+
+
+torch.fx.node.has_side_effect(_check_rel_pos_index._opoverload)
+
+
 def _run(a):
     if a.q.device.type != _BUILD_DEVICE:
         raise ValueError(
@@ -88,7 +108,8 @@ def attention(
         mask: bool tensor broadcastable to [B, H, Sq, Sk], True = attend.
         key_padding_mask: bool [B, Sk], True = real token.
         causal: bottom-right aligned causal mask (as flash-attention).
-        window: (left, right) sliding window around the bottom-right aligned diagonal; -1/None = unbounded.
+        window: (left, right) int sides of a sliding window around the bottom-right aligned diagonal; -1/None =
+            unbounded (TypeError for a float or bool side; a side beyond Sq + Sk is unbounded in effect).
         scale: softmax scale, default 1/sqrt(D).
         return_lse: also return lse [B, H, Sq] float32 (natural log).
         deterministic: bit-identical gradients for identical inputs.
@@ -112,7 +133,8 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
     Args:
         q, k, v: [B * nW, N, H, D] (N = window area, e.g. 49 for 7x7 windows).
         rel_pos_table: [(2W-1)^2, H] relative-position bias table (gets a gradient).
-        rel_pos_index: [N, N] integer index into the table.
+        rel_pos_index: [N, N] integer index into the table, every entry in [0, (2W-1)^2): IndexError otherwise
+            (checked when an index tensor is first seen and after each in-place change, see _index_bounds.py).
         bias: optional extra float bias broadcastable to [B * nW, H, N, N].
         mask: optional additive float [nW, N, N] shift mask; window index = batch index mod nW.
         scale: default 1/sqrt(D).
@@ -123,4 +145,7 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
     a = window_attention_args(
         q, k, v, rel_pos_table=rel_pos_table, rel_pos_index=rel_pos_index, bias=bias, mask=mask, scale=scale
     )
+    if rel_pos_index is not None and torch.compiler.is_compiling():
+        # the caller's tensor, not a.rel_pos_index: an int32 index becomes a new int64 tensor on every call
+        _check_rel_pos_index(rel_pos_index, a.rel_pos_table.shape[0])
     return _run(a)[0]
