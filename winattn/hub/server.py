@@ -103,7 +103,7 @@ class BodyReader:
         if self.eof or self.broken:
             return b""
         if not self.chunked:
-            data = self._rfile.read(min(n, self._remaining))
+            data = self._rfile.read1(min(n, self._remaining))  # what has arrived: streaming parsers see it now
             if not data:
                 raise self._framing_error("Request body ended before Content-Length")
             self._remaining -= len(data)
@@ -121,7 +121,7 @@ class BodyReader:
                 if self.consumed + self._chunk_left > limit:
                     self.broken = True  # we will not read it: the connection cannot be reused
                     raise HubError(413, "PayloadTooLarge", f"Request body exceeds the limit of {limit} bytes")
-            data = self._rfile.read(min(n, self._chunk_left))
+            data = self._rfile.read1(min(n, self._chunk_left))
             if not data:
                 raise self._framing_error("Chunked request body ended early")
             self._chunk_left -= len(data)
