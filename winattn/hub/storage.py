@@ -141,7 +141,7 @@ def validate_ref_name(value, what: str = "branch") -> str:
 def validate_path(value, what: str = "path") -> str:
     """A file path inside a repo: relative, `/`-separated, no empty/`.`/`..` parts, no `.git`/`.cache` folders."""
     if not isinstance(value, str) or not value:
-        raise bad_request(f"Invalid {what}: empty.")
+        raise bad_request(f"Invalid {what}: expected a non-empty string (at most 4096 characters).")
     if len(value) > 4096:
         raise bad_request(f"Invalid {what}: longer than 4096 characters.")
     if value.startswith("/") or "\\" in value or re.match(r"^[A-Za-z]:", value):
