@@ -11,11 +11,13 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import tracemalloc
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -76,12 +78,16 @@ def _assert_answered_at_once(hub, case: str, token: str) -> None:
     assert raw_request(hub.url, "GET", "/api/models/acme/data/tree/main")[2] == b"[]"  # nothing committed
 
 
-@pytest.mark.parametrize("case,token", HUNG_BEFORE, ids=[f"{c}-{'commit' if t == TOKEN else '401'}" for c, t in HUNG_BEFORE])
+def _ids(pairs) -> list[str]:
+    return [f"{case}-{'commit' if token == TOKEN else '401'}" for case, token in pairs]
+
+
+@pytest.mark.parametrize("case,token", HUNG_BEFORE, ids=_ids(HUNG_BEFORE))
 def test_malformed_chunked_body_is_answered_at_once(hub, repo, case, token):
     _assert_answered_at_once(hub, case, token)
 
 
-@pytest.mark.parametrize("case,token", ANSWERED_BEFORE, ids=[f"{c}-{'commit' if t == TOKEN else '401'}" for c, t in ANSWERED_BEFORE])
+@pytest.mark.parametrize("case,token", ANSWERED_BEFORE, ids=_ids(ANSWERED_BEFORE))
 def test_other_malformed_chunked_bodies_are_answered_at_once(hub, repo, case, token):
     _assert_answered_at_once(hub, case, token)
 
@@ -162,9 +168,6 @@ def test_staging_of_a_killed_upload_is_removed_at_start_up(tmp_path):
             + b'{"key": "file", "value": {"path": "b.bin", "content": "' + b"QUFB" * 600_000
         )  # the second file is cut short: 2.4 MB of base64 sent, the rest never comes
         head = _HEAD.format(token=TOKEN).replace("Transfer-Encoding: chunked", f"Content-Length: {len(body) + 10}")
-        import socket
-        from urllib.parse import urlsplit
-
         parts = urlsplit(url)
         sock = socket.create_connection((parts.hostname, parts.port))
         sock.sendall(head.encode() + body)  # 10 bytes short of Content-Length: the server waits for them

@@ -16,24 +16,24 @@ both). The defects found in this layer were two, both narrow: a chunked-body fra
 `drain` had waited for more body (no answer within 8 s in all 5 malformed cases tried; the worker was held until the
 300 s idle timeout), and commit bodies were buffered whole (one 200 MiB file: +1002 MiB peak RSS). Both are fixed in
 place: `BodyReader` validates every chunk-size line, chunk terminator and trailer, refuses a chunk larger than the
-route's limit before reading it, and once the framing is broken it never reads again (the answer goes out at once
-with `Connection: close`); commits are parsed as a stream (ndjson.py), so the same 200 MiB commit now raises peak RSS
-by 5 MiB (numbers in routes.py `_parse_commit`), and each malformed body above is answered in milliseconds. A maintained server would have meant a new dependency
-(uvicorn + h11, or hypercorn + h11/h2/wsproto/priority) for a component the README promises is stdlib-only, an
-async rewrite of a transport-free, synchronous, lock-based store, and a bridge from ASGI `receive()` to the
-streaming parser, for no gain on the defects above; the real huggingface_hub and kernels clients, the demo and
-`winattn hub serve` keep talking to the same code. What the stdlib server still lacks and uvicorn would bring:
-HTTP pipelining, slow-client (slowloris) protection beyond the per-connection idle timeout, and TLS. Keep it on
-loopback or behind a reverse proxy.
+route's limit before reading it, and once the framing is broken it never reads again (the answer goes out at once with
+`Connection: close`); commits are parsed as a stream (ndjson.py), so the same 200 MiB commit now raises peak RSS by 5
+MiB (numbers in routes.py `_parse_commit`), and each malformed body above is answered in milliseconds. A maintained
+server would have meant a new dependency (uvicorn + h11, or hypercorn + h11/h2/wsproto/priority) for a component the
+README promises is stdlib-only, an async rewrite of a transport-free, synchronous, lock-based store, and a bridge from
+ASGI `receive()` to the streaming parser, for no gain on the defects above; the real huggingface_hub and kernels
+clients, the demo and `winattn hub serve` keep talking to the same code. What the stdlib server still lacks and
+uvicorn would bring: TLS and slow-client (slowloris) protection beyond the per-connection idle timeout (one thread
+per connection). Keep it on loopback or behind a reverse proxy.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-import re
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 

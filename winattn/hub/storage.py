@@ -122,7 +122,7 @@ def validate_revision(value) -> str:
     """A revision as a request names it (branch, tag, `refs/heads/X`, `refs/tags/X`, commit id): a short string
     without control characters. Revisions never become paths except as a 40-hex commit id (`Repo.commit`)."""
     if not isinstance(value, str) or not value or len(value) > 256 or _has_control(value):
-        raise bad_request(f"Invalid revision {value!r}: expected a branch, tag or commit id without control characters.")
+        raise bad_request(f"Invalid revision {value!r}: expected a branch, tag or commit id, no control characters.")
     return value
 
 
