@@ -24,6 +24,10 @@ Routes (`{t}` = models | datasets | spaces | kernels; file prefix `""` | `datase
 
 Xet and Git-LFS transfer endpoints answer 501 so clients never switch to them.
 
+Request values (repo type, namespace, name, revision, path) are validated by storage.py, the one place that maps
+them to the file system; invalid ones, NUL and control characters included, are 400 BadRequest on every route.
+Commit bodies are read as a stream (ndjson.py): bounded memory whatever the file sizes.
+
 Auth: reads of public repos need no token (an unknown token is ignored there: clients send stored tokens implicitly);
 private repos and every write need a configured token. Any configured token may write to any namespace.
 """
