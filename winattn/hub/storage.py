@@ -9,7 +9,15 @@ Layout under the root directory::
         refs.json                               {"branches": {name: commit}, "tags": {name: commit}}
         commits/<commit>.json                   {"parent", "files": {path: {"sha256", "size", "oid"}}, "message", ...}
     locks/<type>/<namespace>/<name>.lock        flock target: writers of one repo take turns (also across processes)
-    tmp/<store id>/                             staging area on the same filesystem, so os.replace is atomic
+    tmp/<store id>/                             staging area on the same filesystem, so os.replace is atomic; the
+                                                owning server holds a flock on it, so a server starting on the same
+                                                root removes the staging of dead servers (killed uploads) at once
+
+Confinement: this module is the only one that turns request values into file-system paths, so it validates every
+repo type, namespace, name, revision, commit id, blob id and file path itself (`validate_*`, `Store._repo_path`,
+`Store.blob_path`, `Repo.commit`, `Repo.resolve`) whatever the caller checked, and checks that the resolved repo
+directory lies under `<root>/repos`. A request for a repo that does not exist touches nothing on disk (no lock file,
+no directory): writers find the repo first, then lock it.
 
 Consistency: a write stores and fsyncs its blobs and its commit object first, then replaces refs.json with
 os.replace. A reader reads refs.json once and follows immutable objects from there, so it sees either the old or the
@@ -45,13 +53,15 @@ DEFAULT_BRANCH = "main"
 # Files at least this large are presented as Git-LFS files (sha256 ETag, `lfs` in tree entries), as the Hub does.
 DEFAULT_LFS_THRESHOLD = 10 * 1024 * 1024
 
-HEX40 = re.compile(r"^[0-9a-fA-F]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?$")
-_REF_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+# `\Z`, not `$`: `$` also matches before a trailing newline, which would let "main\n" or "<sha>\n" through.
+HEX40 = re.compile(r"^[0-9a-fA-F]{40}\Z")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_NAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?\Z")
+_REF_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
 # Namespaces that would make URLs ambiguous (`/kernels/x/resolve/...`, `/api/...`).
 _RESERVED_NAMESPACES = {"api", "models", "datasets", "spaces", "kernels", "buckets", "organizations", "users"}
 _FORBIDDEN_FOLDERS = {".git", ".cache"}
+_CHUNK = 1024 * 1024
 
 
 class HubError(Exception):
@@ -87,8 +97,20 @@ def lfs_pointer(sha256: str, size: int) -> bytes:
     return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
 
 
+def _has_control(value: str) -> bool:
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value)
+
+
+def validate_repo_type(value) -> str:
+    if value not in REPO_TYPES:
+        raise bad_request(f"Invalid repo type {value!r}, expected one of {', '.join(REPO_TYPES)}")
+    return value
+
+
 def validate_name(value, what: str) -> str:
     """A namespace or repo name: Hub rules (letters, digits, `._-`, no `--`/`..`, at most 96 characters)."""
+    if isinstance(value, str) and _has_control(value):
+        raise bad_request(f"Invalid {what} {value!r}: control characters (NUL, CR, LF, ...) are not allowed.")
     if not isinstance(value, str) or not _NAME.match(value) or "--" in value or ".." in value or len(value) > 96:
         raise bad_request(f"Invalid {what} {value!r}: use letters, digits, '-', '_', '.' (no '--' or '..').")
     if what == "namespace" and value.lower() in _RESERVED_NAMESPACES:
@@ -96,8 +118,18 @@ def validate_name(value, what: str) -> str:
     return value
 
 
+def validate_revision(value) -> str:
+    """A revision as a request names it (branch, tag, `refs/heads/X`, `refs/tags/X`, commit id): a short string
+    without control characters. Revisions never become paths except as a 40-hex commit id (`Repo.commit`)."""
+    if not isinstance(value, str) or not value or len(value) > 256 or _has_control(value):
+        raise bad_request(f"Invalid revision {value!r}: expected a branch, tag or commit id, no control characters.")
+    return value
+
+
 def validate_ref_name(value, what: str = "branch") -> str:
     """A branch or tag name: `/`-separated parts of `[A-Za-z0-9._-]`, not `refs/...`, not a 40-hex commit id."""
+    if isinstance(value, str) and _has_control(value):
+        raise bad_request(f"Invalid {what} name {value!r}: control characters are not allowed.")
     ok = isinstance(value, str) and 0 < len(value) <= 200 and not value.startswith("refs/")
     ok = ok and not HEX40.match(value) and not value.endswith(".lock") and ".." not in value
     ok = ok and all(_REF_PART.match(part) for part in value.split("/"))
@@ -109,19 +141,29 @@ def validate_ref_name(value, what: str = "branch") -> str:
 def validate_path(value, what: str = "path") -> str:
     """A file path inside a repo: relative, `/`-separated, no empty/`.`/`..` parts, no `.git`/`.cache` folders."""
     if not isinstance(value, str) or not value:
-        raise bad_request(f"Invalid {what}: empty.")
+        raise bad_request(f"Invalid {what}: expected a non-empty string (at most 4096 characters).")
     if len(value) > 4096:
         raise bad_request(f"Invalid {what}: longer than 4096 characters.")
     if value.startswith("/") or "\\" in value or re.match(r"^[A-Za-z]:", value):
         raise bad_request(f"Invalid {what} {value!r}: must be a relative POSIX path.")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise bad_request(f"Invalid {what} {value!r}: control characters.")
+    if _has_control(value):
+        raise bad_request(f"Invalid {what} {value!r}: control characters are not allowed.")
     parts = value.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise bad_request(f"Invalid {what} {value!r}: empty, '.' or '..' components are not allowed.")
     if any(part in _FORBIDDEN_FOLDERS for part in parts[:-1]) or parts[-1] in _FORBIDDEN_FOLDERS:
         raise bad_request(f"Invalid {what} {value!r}: '.git' and '.cache' are reserved.")
     return value
+
+
+def _hold_staging(path: Path) -> int | None:
+    """Open and flock this server's staging directory for its lifetime (None without flock): the mark of a live
+    owner that `Store._clean_stale_tmp` of another server on the same root respects."""
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -221,9 +263,11 @@ class Store:
             _fsync_write(marker, _canonical({"format": STORE_FORMAT}))
         for sub in ("blobs", "repos", "locks", "tmp"):
             (self.root / sub).mkdir(exist_ok=True)
+        self._repos_root = (self.root / "repos").resolve()
         self._clean_stale_tmp()
         self.tmp = self.root / "tmp" / uuid.uuid4().hex
         self.tmp.mkdir()
+        self._tmp_fd = _hold_staging(self.tmp)
         self._locks: dict[tuple, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._commit_cache: OrderedDict[str, dict] = OrderedDict()
@@ -231,35 +275,80 @@ class Store:
 
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._tmp_fd is not None:
+            os.close(self._tmp_fd)  # releases the flock
+            self._tmp_fd = None
 
     def _clean_stale_tmp(self, max_age_s: float = 24 * 3600) -> None:
-        """Staging leftovers of crashed servers (a running server's staging dir is younger than a day of idling)."""
+        """Remove the staging of servers that are gone (a killed upload leaves its staged and spilled files there).
+
+        A live server holds a flock on its staging directory, so one that can be locked here has no owner and goes
+        at once. Without flock (not Linux), or for stray files, fall back to age: older than a day of idling.
+        """
         for p in (self.root / "tmp").iterdir():
             with contextlib.suppress(OSError):
-                if time.time() - p.stat().st_mtime > max_age_s:
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+                if p.is_dir() and not p.is_symlink() and fcntl is not None:
+                    fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # a running server's staging
+                    else:
+                        shutil.rmtree(p, ignore_errors=True)
+                    finally:
+                        os.close(fd)
+                elif time.time() - p.lstat().st_mtime > max_age_s:
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink()
 
     # -- blobs
 
     def blob_path(self, sha256: str) -> Path:
+        if not isinstance(sha256, str) or not HEX64.match(sha256):
+            raise HubError(500, "InternalError", f"Corrupt store: blob id {sha256!r} is not a sha256")
         return self.root / "blobs" / sha256[:2] / sha256
 
     def has_blob(self, sha256: str) -> bool:
-        return bool(HEX64.match(sha256)) and self.blob_path(sha256).is_file()
+        return isinstance(sha256, str) and bool(HEX64.match(sha256)) and self.blob_path(sha256).is_file()
 
     def stage_blob(self, data: bytes) -> StagedBlob:
         """Hash `data` and, unless already stored, write it to the staging area (fsynced)."""
-        sha256 = hashlib.sha256(data).hexdigest()
-        staged = StagedBlob(sha256=sha256, size=len(data), oid=git_blob_oid(data), tmp=None)
-        if not self.blob_path(sha256).is_file():
-            staged.tmp = self.tmp_path("blob-")
-            _fsync_write(staged.tmp, data)
+        return self.stage_stream([data], len(data))
+
+    def stage_stream(self, chunks, size: int) -> StagedBlob:
+        """Write the byte chunks of one file of `size` bytes to the staging area, hashing them on the way (sha256
+        and the git blob sha1, whose header needs the size up front). Memory: one chunk. The staged file is dropped
+        again if the store already holds the blob; on any error (also one raised by `chunks`) it is removed."""
+        sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
+        tmp, n = self.tmp_path("blob-"), 0
+        try:
+            with open(tmp, "wb") as f:
+                for chunk in chunks:
+                    sha256.update(chunk)
+                    sha1.update(chunk)
+                    f.write(chunk)
+                    n += len(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            if n != size:
+                raise bad_request(f"File content is {n} bytes, {size} were announced")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        staged = StagedBlob(sha256=sha256.hexdigest(), size=size, oid=sha1.hexdigest(), tmp=tmp)
+        if self.blob_path(staged.sha256).is_file():
+            tmp.unlink(missing_ok=True)
+            staged.tmp = None
         return staged
 
     def stored_blob(self, sha256: str) -> StagedBlob:
-        """A blob already in the store (used by `lfsFile` commit operations)."""
-        data = self.blob_path(sha256).read_bytes()
-        return StagedBlob(sha256=sha256, size=len(data), oid=git_blob_oid(data), tmp=None)
+        """A blob already in the store (used by `lfsFile` commit operations); its git oid is hashed streaming."""
+        path = self.blob_path(sha256)
+        size = path.stat().st_size
+        sha1 = hashlib.sha1(b"blob %d\0" % size)
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                sha1.update(chunk)
+        return StagedBlob(sha256=sha256, size=size, oid=sha1.hexdigest(), tmp=None)
 
     def publish_blob(self, staged: StagedBlob) -> None:
         if staged.tmp is None:
@@ -308,11 +397,26 @@ class Store:
     # -- repos
 
     def repo_dir(self, rtype: str, ns: str, name: str) -> Path:
-        return self.root / "repos" / rtype / ns / name
+        """`<root>/repos/<type>/<ns>/<name>`, after validating all three and checking that it stays under the root
+        once symlinks are resolved (a link planted in the store must not lead outside either)."""
+        validate_repo_type(rtype)
+        validate_name(ns, "namespace")
+        validate_name(name, "repo name")
+        path = self.root / "repos" / rtype / ns / name
+        if not path.resolve().is_relative_to(self._repos_root):
+            raise bad_request(f"Invalid repo {ns}/{name}: it resolves outside the store")
+        return path
 
     @contextlib.contextmanager
-    def repo_lock(self, rtype: str, ns: str, name: str):
-        """Exclusive lock of one repo: a thread lock, plus flock on a lock file for other processes on this root."""
+    def repo_lock(self, rtype: str, ns: str, name: str, *, create: bool = False):
+        """Exclusive lock of one repo: a thread lock, plus flock on a lock file for other processes on this root.
+
+        Only for a repo that exists (404 otherwise, before anything is created on disk), or with `create` for the
+        repo `create_repo` is about to make.
+        """
+        repo_dir = self.repo_dir(rtype, ns, name)
+        if not create and not (repo_dir / "meta.json").is_file():
+            raise HubError(404, "RepoNotFound", f"Repository {ns}/{name} ({rtype}) not found")
         key = (rtype, ns, name)
         with self._locks_guard:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -330,19 +434,18 @@ class Store:
                     fcntl.flock(f, fcntl.LOCK_UN)
 
     def get_repo(self, rtype: str, ns: str, name: str) -> Repo:
+        """The repo; HubError 400 for an invalid type/namespace/name, 404 RepoNotFound if it does not exist."""
         repo = Repo(self, rtype, ns, name)
         try:
             repo.meta = json.loads((repo.dir / "meta.json").read_text())
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise HubError(404, "RepoNotFound", f"Repository {ns}/{name} ({rtype}) not found") from None
         return repo
 
     def create_repo(self, rtype: str, ns: str, name: str, *, private: bool, author: str) -> Repo:
         """New repo whose `main` holds one empty commit. HubError 409 if it exists."""
-        validate_name(ns, "namespace")
-        validate_name(name, "repo name")
-        with self.repo_lock(rtype, ns, name):
-            final = self.repo_dir(rtype, ns, name)
+        final = self.repo_dir(rtype, ns, name)  # validates
+        with self.repo_lock(rtype, ns, name, create=True):
             if (final / "meta.json").exists():
                 raise HubError(409, "RepoExists", f"You already created this {rtype} repo: {ns}/{name}")
             work = self.tmp_path("repo-")
@@ -367,6 +470,7 @@ class Store:
         return self.get_repo(rtype, ns, name)
 
     def delete_repo(self, rtype: str, ns: str, name: str) -> None:
+        self.get_repo(rtype, ns, name)  # 400 / 404 before anything is locked or created
         with self.repo_lock(rtype, ns, name):
             repo = self.get_repo(rtype, ns, name)
             trash = self.tmp_path("trash-")
@@ -384,6 +488,7 @@ class Store:
         return repos
 
     def namespace_exists(self, ns: str) -> bool:
+        validate_name(ns, "namespace")
         return any((self.root / "repos" / t / ns).is_dir() for t in REPO_TYPES)
 
 
@@ -418,6 +523,8 @@ class Repo:
             raise self._not_found() from None
 
     def commit(self, cid: str) -> dict:
+        if not isinstance(cid, str) or not HEX40.match(cid):
+            raise HubError(500, "InternalError", f"Corrupt store: commit id {cid!r} in {self.repo_id}")
         obj = self.store.cached_commit(cid)
         if obj is not None and (self.dir / "commits" / f"{cid}.json").exists():
             return obj
@@ -432,6 +539,7 @@ class Repo:
 
     def resolve(self, rev: str, refs: dict | None = None) -> str:
         """Commit id of a branch, tag, `refs/heads/X`, `refs/tags/X` or 40-hex commit id of this repo."""
+        validate_revision(rev)
         refs = self.refs() if refs is None else refs
         branches, tags = refs["branches"], refs["tags"]
         if rev.startswith("refs/heads/") and rev[len("refs/heads/") :] in branches:
@@ -495,7 +603,7 @@ class Repo:
         return cid
 
     def delete_branch(self, branch: str) -> None:
-        branch = branch.removeprefix("refs/heads/")
+        branch = validate_revision(branch).removeprefix("refs/heads/")
         with self.store.repo_lock(self.rtype, self.ns, self.name):
             refs = self._locked_refs()
             if branch not in refs["branches"]:
@@ -517,7 +625,7 @@ class Repo:
         return cid
 
     def delete_tag(self, tag: str) -> None:
-        tag = tag.removeprefix("refs/tags/")
+        tag = validate_revision(tag).removeprefix("refs/tags/")
         with self.store.repo_lock(self.rtype, self.ns, self.name):
             refs = self._locked_refs()
             if tag not in refs["tags"]:
@@ -547,7 +655,9 @@ class Repo:
         Atomic: either the branch moves to a new commit holding all operations, or nothing changes. `parent`, if
         given, must be the branch head (else 412). Staged blobs are published only once everything validated.
         """
-        branch = revision.removeprefix("refs/heads/")
+        branch = validate_revision(revision).removeprefix("refs/heads/")
+        for op in operations:
+            validate_path(op[1])
         with self.store.repo_lock(self.rtype, self.ns, self.name):
             refs = self._locked_refs()
             if branch not in refs["branches"]:
