@@ -27,6 +27,8 @@ from bench_cuda import cuda_time, load_kernel, warm_up_gpu  # noqa: E402
 
 BF16 = torch.bfloat16
 OURS = {"ours": {}, "ours_v2": {"WINATTN_FWD_V2": "1"}, "ours_v1": {"WINATTN_SM90": "0"}}
+# --ab: v3 with one of its choices undone (the raw path on the narrow tile; one CTA per tile instead of persistent)
+OURS_AB = {"ours_narrow": {"WINATTN_V3_NARROW": "1"}, "ours_nonpersist": {"WINATTN_V3_PERSISTENT": "0"}}
 
 
 def workloads():
@@ -55,7 +57,7 @@ def with_env(env, fn):
                 os.environ[k] = v
 
 
-def run_workload(kern, name, cfg, reps, peers):
+def run_workload(kern, name, cfg, reps, peers, ours_impls):
     B, S, H, D = cfg["B"], cfg["S"], cfg["H"], cfg["D"]
     causal = cfg.get("causal", False)
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=BF16) for _ in range(3))
@@ -79,7 +81,7 @@ def run_workload(kern, name, cfg, reps, peers):
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         ref = F.scaled_dot_product_attention(qt[bl, hs].float(), kt[bl, hs].float(), vt[bl, hs].float(),
                                              attn_mask=ref_mask, is_causal=causal).transpose(1, 2)
-    for impl, env in OURS.items():
+    for impl, env in ours_impls.items():
         try:
             out = with_env(env, ours)
             err = (out[bl, :, hs].float() - ref).abs().max().item()
@@ -142,6 +144,8 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--only", nargs="*", default=None, help="subset: " + " ".join(workloads()))
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--ab", action="store_true", help="also v3 with its tile / persistence choices undone")
+    ap.add_argument("--skip-old", action="store_true", help="skip ours_v2 / ours_v1")
     args = ap.parse_args()
     kern = load_kernel(args.variant)
     warm_up_gpu()
@@ -151,7 +155,10 @@ def main():
     for name, cfg in workloads().items():
         if args.only and name not in args.only:
             continue
-        results[name] = run_workload(kern, name, cfg, args.reps, not args.skip_peers)
+        impls = {k: v for k, v in OURS.items() if not (args.skip_old and k != "ours")}
+        if args.ab:
+            impls.update(OURS_AB)
+        results[name] = run_workload(kern, name, cfg, args.reps, not args.skip_peers, impls)
         print(f"done {name}", file=sys.stderr, flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))

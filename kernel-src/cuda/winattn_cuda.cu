@@ -642,7 +642,8 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   }
   const int dt = dtype_code(params.dtype);
   if (pl.v3)
-    dispatch_hdim(pl.dk, [&](auto d) { run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, device_info().smem_optin, stream); });
+    dispatch_hdim(pl.dk, [&](auto d) { run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, device_info().smem_optin, device_info().sms, stream);
+    });
   else if (pl.sm90_windows)
     dispatch_window_tiles(pl.dk, pl.window_bn, [&](auto d, auto n) {
       run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);

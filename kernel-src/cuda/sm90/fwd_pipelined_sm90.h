@@ -106,25 +106,56 @@ struct PipeSmem {
   __device__ __forceinline__ uint32_t k_empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const { return base + kBars + 8 * (1 + 2 * Tr::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return base + kBars + 8 * (1 + 3 * Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t q_empty() const { return base + kBars + 8 * (1 + 4 * Tr::kStages); }
   __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
 };
 
+// One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
+struct PipeTile {
+  int b, h, m_block, n_lo, n_hi;
+  __device__ __forceinline__ bool empty() const { return n_lo >= n_hi; }
+};
+// Tile order: the tiles that share K / V run together (L2), longest query tile first (causal); with an additive
+// term broadcast over the batch, the items sharing a term tile run side by side too, so it is read from HBM once
+// (dense bias [1, H, S, S], B = 2: 0.497 ms with (batch, head)-major order).
+template <int BM, int BN>
+__device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
+  const int mblocks = ceil_div(p.Sq, BM);
+  PipeTile t;
+  int mi;
+  if (p.bias.ptr != nullptr && p.bias.period == 1 && p.B > 1) {
+    t.b = idx % p.B;
+    idx /= p.B;
+    mi = idx % mblocks;
+    t.h = idx / mblocks;
+  } else {
+    mi = idx % mblocks;
+    idx /= mblocks;
+    t.h = idx % p.H;
+    t.b = idx / p.H;
+  }
+  t.m_block = mblocks - 1 - mi;
+  n_block_range(p, t.m_block, BM, BN, t.n_lo, t.n_hi);
+  return t;
+}
+
 // Producer (one thread): Q once, then per key block (last visible first) K with its bias tile, then V.
+// kb: key blocks this CTA loaded before this tile (the stage ring runs on across tiles); t: tiles before it.
 template <typename Tr>
-__device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, int b, int h, int hkv,
-                                        int i0, int n_hi, int nblk) {
+__device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, const PipeTile& tile, int kb,
+                                        int t) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / 32;
   const KParams& p = P.p;
-  tma_prefetch_desc(&P.tq);
-  tma_prefetch_desc(&P.tk);
-  tma_prefetch_desc(&P.tv);
+  const int b = tile.b, h = tile.h, hkv = h / p.hgroup, i0 = tile.m_block * BM, n_hi = tile.n_hi;
+  const int nblk = tile.n_hi - tile.n_lo;
   const int bb = P.bias_stage_bytes;
   const int bias_h = p.bias.heads > 1 ? h : 0, bias_b = b % p.bias.period;
+  if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);  // the consumers' last Q K^T of the previous tile is done
   mbar_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
 #pragma unroll
   for (int c = 0; c < CB; ++c) tma_load_4d(sm.q() + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(), c * 32, i0, h, b);
   for (int it = 0; it < nblk; ++it) {
-    const int n = n_hi - 1 - it, s = it % ST, use = it / ST;
+    const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), Tr::kKVBytes + bb);
 #pragma unroll
@@ -145,13 +176,15 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
 // Consumer warpgroup cw (0 or 1): tile rows [64 cw, 64 cw + 64). The two warpgroups take turns issuing their
 // GEMMs (named barriers 1 + cw: "cw may issue"), so one's softmax runs while the other's wgmmas use the tensor
 // cores (FA3's ping-pong); within a warpgroup the QK^T of the next block is issued before the P V of the current.
+// kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
-                                        const unsigned char* smem_base, int cw, int b, int h,
-                                        int m_block, int n_hi, int nblk, int warp, int lane) {
+                                        const unsigned char* smem_base, int cw, const PipeTile& tile, int kb, int t,
+                                        bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
   const KParams& p = P.p;
+  const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
   const int i0 = m_block * BM;
   const uint32_t qa = sm.q() + cw * 64 * kSwizzleRowBytes;
@@ -199,23 +232,25 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   auto my_turn = [&]() { named_sync(1 + cw, 256); };
   auto your_turn = [&]() { named_arrive(2 - cw, 256); };
 
-  if (cw == 1) your_turn();  // warpgroup 0 issues first
-  mbar_wait(sm.q_full(), 0);
+  auto stage = [&](int it) { return (kb + it) % ST; };
+  auto phase = [&](int it) { return uint32_t((kb + it) / ST) & 1u; };
+  if (cw == 1 && t == 0) your_turn();  // ping-pong: warpgroup 0 issues first
+  mbar_wait(sm.q_full(), t & 1);
   // first key block: S, terms, softmax (O is still zero)
-  mbar_wait(sm.k_full(0), 0);
+  mbar_wait(sm.k_full(stage(0)), phase(0));
   my_turn();
-  issue_qk(0);
+  issue_qk(stage(0));
   your_turn();
   wgmma_wait<0>();
   fence_acc(acc_s);
-  terms(0, n_hi - 1);
-  release(sm.k_empty(0));
+  terms(stage(0), n_hi - 1);
+  release(sm.k_empty(stage(0)));
   to_pfrag();
 
   for (int it = 1; it < nblk; ++it) {
-    const int n = n_hi - 1 - it, s = it % ST, sp = (it - 1) % ST;
-    mbar_wait(sm.k_full(s), (it / ST) & 1);
-    mbar_wait(sm.v_full(sp), ((it - 1) / ST) & 1);
+    const int n = n_hi - 1 - it, s = stage(it), sp = stage(it - 1);
+    mbar_wait(sm.k_full(s), phase(it));
+    mbar_wait(sm.v_full(sp), phase(it - 1));
     my_turn();
     issue_qk(s);
     issue_pv(sp);
@@ -237,12 +272,13 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     }
     to_pfrag();
   }
+  release(sm.q_empty());  // every Q K^T of this tile is done: the producer may load the next tile's Q
   {
-    const int sp = (nblk - 1) % ST;
-    mbar_wait(sm.v_full(sp), ((nblk - 1) / ST) & 1);
+    const int sp = stage(nblk - 1);
+    mbar_wait(sm.v_full(sp), phase(nblk - 1));
     my_turn();
     issue_pv(sp);
-    if (cw == 0) your_turn();  // the last hand-over: warpgroup 1 has no turn left to wait for
+    if (cw == 0 || !last) your_turn();  // the CTA's last hand-over: warpgroup 0 has no turn left to wait for
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
@@ -281,34 +317,13 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
   const PipeSmem<Tr> sm{smem_u32(smem)};
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  // CTA order: the tiles that share K / V run together (L2), longest query tile first (causal); with an additive
-  // term broadcast over the batch, the items sharing a term tile run side by side too, so it is read from HBM once
-  // (dense bias [1, H, S, S], B = 2: 0.497 ms with (batch, head)-major order)
-  const int mblocks = ceil_div(p.Sq, BM);
-  int idx = int(blockIdx.x), b, h, mi;
-  if (p.bias.ptr != nullptr && p.bias.period == 1 && p.B > 1) {
-    b = idx % p.B;
-    idx /= p.B;
-    mi = idx % mblocks;
-    h = idx / mblocks;
-  } else {
-    mi = idx % mblocks;
-    idx /= mblocks;
-    h = idx % p.H;
-    b = idx / p.H;
-  }
-  const int m_block = mblocks - 1 - mi, hkv = h / p.hgroup;
-  const int i0 = m_block * BM;
-  int n_lo, n_hi;
-  n_block_range(p, m_block, BM, BN, n_lo, n_hi);
-  if (n_lo >= n_hi) {  // no key of any row is in the band
-    write_empty_tile<Elem>(p, b, h, i0, min(BM, p.Sq - i0), tid, Tr::kNThreads);
-    return;
-  }
-  const int nblk = n_hi - n_lo;
+  // Persistent grid: CTA c takes tiles c, c + gridDim.x, ... (gridDim.x = the tile count when not persistent);
+  // tile indices run longest query tile first, so the strided assignment balances causal work.
+  const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
 
   if (tid == 0) {
     mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), Tr::kConsumerWarps);
     for (int s = 0; s < ST; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
@@ -321,10 +336,36 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
 
   if (wg == 0) {
     regs_dealloc<Tr::kProducerRegs>();
-    if (tid == 0) produce<Tr>(P, sm, b, h, hkv, i0, n_hi, nblk);
+    if (tid == 0) {
+      tma_prefetch_desc(&P.tq);
+      tma_prefetch_desc(&P.tk);
+      tma_prefetch_desc(&P.tv);
+      int kb = 0, t = 0;
+      for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+        const PipeTile tile = decode_tile<BM, BN>(p, idx);
+        if (tile.empty()) continue;
+        produce<Tr>(P, sm, tile, kb, t);
+        kb += tile.n_hi - tile.n_lo;
+        ++t;
+      }
+    }
   } else {
     regs_alloc<Tr::kConsumerRegs>();
-    consume<Tr, Elem, kMode>(P, sm, smem, wg - 1, b, h, m_block, n_hi, nblk, warp, lane);
+    const int cw = wg - 1;
+    int kb = 0, t = 0;
+    for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+      const PipeTile tile = decode_tile<BM, BN>(p, idx);
+      if (tile.empty()) {  // no key of any row is in the band
+        const int i0 = tile.m_block * BM;
+        write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), tid - 128, 256);
+        continue;
+      }
+      bool last = true;
+      for (int j = idx + gridDim.x; j < ntiles && last; j += gridDim.x) last = decode_tile<BM, BN>(p, j).empty();
+      consume<Tr, Elem, kMode>(P, sm, smem, cw, tile, kb, t, last, warp, lane);
+      kb += tile.n_hi - tile.n_lo;
+      ++t;
+    }
   }
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (fwd_sm90_ready)

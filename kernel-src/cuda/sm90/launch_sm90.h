@@ -15,10 +15,11 @@
 namespace winattn {
 namespace cuda {
 
-// WINATTN_V3_NARROW=1: the raw path on the narrow tile too (tile A/B in the benchmarks).
-inline bool env_flag_v3_narrow() {
-  const char* v = std::getenv("WINATTN_V3_NARROW");
-  return v != nullptr && v[0] == '1';
+// Forward v3 switches for A/B runs in the benchmarks: WINATTN_V3_NARROW=1 (the raw path on the narrow tile too),
+// WINATTN_V3_PERSISTENT=0 (one CTA per tile).
+inline bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr || !*v ? fallback : v[0] == '1';
 }
 
 // One kernel family per head dim: its traits, its fp16 / bf16 instantiations and the name errors report.
@@ -135,7 +136,7 @@ int bias_stage_bytes(const KParams& p, int dtype, int smem_optin) {
 }
 
 template <typename K, typename Tr, int kMode>
-void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, cudaStream_t stream) {
+void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, int sms, cudaStream_t stream) {
   const KParams& p = P.p;
   P.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
   P.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
@@ -144,7 +145,10 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, cudaStream_t stream
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
   const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
-  const int64_t grid = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
+  // persistent: one CTA per SM walks the tiles (its epilogue overlaps the next tile's loads); WINATTN_V3_PERSISTENT=0
+  // launches one CTA per tile instead (A/B)
+  const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
+  const int64_t grid = env_flag("WINATTN_V3_PERSISTENT", true) ? std::min<int64_t>(tiles, sms) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
@@ -152,24 +156,24 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, cudaStream_t stream
 }
 
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, cudaStream_t stream) {
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms, cudaStream_t stream) {
   using K = FwdPipelinedSm90<D>;
   sm90::FwdPipeParams P;
   P.p = p;
   P.bias_stage_bytes = bias_stage_bytes<typename K::Narrow>(p, dtype, smem_optin);
   if (P.bias_stage_bytes > 0)
-    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, stream);
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, sms, stream);
   else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f))
-    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, stream);
-  else if (!std::is_same<typename K::Wide, typename K::Narrow>::value && env_flag_v3_narrow())
-    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, stream);
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, sms, stream);
+  else if (!std::is_same<typename K::Wide, typename K::Narrow>::value && env_flag("WINATTN_V3_NARROW", false))
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, sms, stream);
   else
-    launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, stream);
+    launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, sms, stream);
 }
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
   template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
-  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, cudaStream_t);
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
