@@ -282,6 +282,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
+    release(sm.v_empty(sp));  // the next tile's loads reuse this stage
   }
 
   // epilogue: normalize, write O and lse

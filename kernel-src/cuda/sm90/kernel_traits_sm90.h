@@ -69,9 +69,11 @@ template <> struct FwdPipeTraitsSm90For<192> {
   using narrow = FwdPipeTraitsSm90<192, 96, 2>;
   using wide = narrow;
 };
+// D = 256: 80-key blocks (FA3's) fill the shared memory to 1 KB of the limit and failed the sequence-length tests
+// at 4+ key blocks (2026-12-01, cause not found in the session); 64 stays.
 template <> struct FwdPipeTraitsSm90For<256> {
   using narrow = FwdPipeTraitsSm90<256, 64, 2>;
-  using wide = FwdPipeTraitsSm90<256, 80, 2>;
+  using wide = narrow;
 };
 
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V

@@ -74,7 +74,8 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
   if (!need_mask && !kp) return p.scale_log2;
   // visible columns of this thread as bits (bit 2 nt + e: column j0 + nt * 8 + qc + e), then the band per row in
   // 32-bit offsets relative to the thread's first element (kept compact: the consumers run at their register cap)
-  uint32_t cols = 0;
+  static_assert(2 * NT <= 64, "one bit per column pair element");
+  uint64_t cols = 0;
   const unsigned char* kp_row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -82,7 +83,7 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
     for (int e = 0; e < 2; ++e) {
       const int j = j0 + nt * 8 + qc + e;
       const bool ok = j < p.Sk && (!kp || __ldg(kp_row + int64_t(j) * p.kp_sk) != 0);
-      cols |= uint32_t(ok) << (2 * nt + e);
+      cols |= uint64_t(ok) << (2 * nt + e);
     }
   int lo = -(1 << 30), hi = 1 << 30;  // d = (nt * 8 + e) - 8 hf must lie in [lo, hi]
   if (p.has_band && need_mask) {
