@@ -11,6 +11,9 @@ Workloads:
   * swin_t_train: timm `swin_tiny_patch4_window7_224`, batch 128, bf16 autocast, one training step (forward,
     backward, SGD update), timm's attention vs `kernelize_swin`.
 Timing: CUDA events around each step after warm-up, median of --reps.
+On the H200 image (huggingface_hub 1.33, which has no kernel repo type) it needs, as wheels (.whl/, see
+../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1, kernel-abi-check 0.14.1 (publish's checks) and
+huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1, hf-xet 1.8.0.
 """
 
 import argparse

@@ -290,8 +290,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   Elem* o = static_cast<Elem*>(p.o);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
+    // l == 0: the row saw no key (out 0, lse -inf); a NaN score leaves l NaN, so out and lse are NaN (as SDPA)
     const float l = quad_sum(row_sum[hf]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = l == 0.f ? 0.f : 1.f / l;
     const int i = i0 + wr + qr + hf * 8;
     if (i < p.Sq) {
       Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
@@ -303,7 +304,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
               ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
       }
       if ((lane & 3) == 0)
-        p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = l > 0.f ? (row_max[hf] + log2f(l)) * kLn2 : -INFINITY;
+        p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = l == 0.f ? -INFINITY : (row_max[hf] + log2f(l)) * kLn2;
     }
   }
 }

@@ -15,8 +15,8 @@
 namespace winattn {
 namespace cuda {
 
-// Forward v3 switches for A/B runs in the benchmarks: WINATTN_V3_NARROW=1 (the raw path on the narrow tile too),
-// WINATTN_V3_PERSISTENT=0 (one CTA per tile).
+// Forward v3 switches for A/B runs in the benchmarks: WINATTN_V3_NARROW=0 / 1 (the raw path's tile),
+// WINATTN_V3_PERSISTENT=0 / 1 (one CTA per tile or per SM); unset: the planner's choice.
 inline bool env_flag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
   return v == nullptr || !*v ? fallback : v[0] == '1';
@@ -145,15 +145,24 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, int sms, cudaStream
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
   const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
-  // persistent: one CTA per SM walks the tiles (its epilogue overlaps the next tile's loads); WINATTN_V3_PERSISTENT=0
-  // launches one CTA per tile instead (A/B)
+  // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
+  // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms, D=64 / Wan
+  // within 1-2% either way. With a causal / sliding-window band the static strided assignment is unbalanced
+  // (causal D=128 S=16k 2.50 vs 1.65 ms), so those calls launch one CTA per tile and let the hardware schedule
+  // them longest first. WINATTN_V3_PERSISTENT=0 / 1 forces either (A/B).
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
-  const int64_t grid = env_flag("WINATTN_V3_PERSISTENT", true) ? std::min<int64_t>(tiles, sms) : tiles;
+  const bool persistent = env_flag("WINATTN_V3_PERSISTENT", !p.has_band);
+  const int64_t grid = persistent ? std::min<int64_t>(tiles, sms) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
 }
+
+// The wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k 3.48 vs 3.61 ms, D=64 2.44 vs
+// 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352 0.790 vs 0.778, where the
+// last 176-key block is mostly padding).
+constexpr int kWideMinKeys = 8192;
 
 template <int D>
 void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms, cudaStream_t stream) {
@@ -165,7 +174,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, sms, stream);
   else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f))
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, sms, stream);
-  else if (!std::is_same<typename K::Wide, typename K::Narrow>::value && env_flag("WINATTN_V3_NARROW", false))
+  else if (!std::is_same<typename K::Wide, typename K::Narrow>::value &&
+           env_flag("WINATTN_V3_NARROW", p.Sk < kWideMinKeys))
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, sms, stream);
   else
     launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, sms, stream);
