@@ -3,7 +3,8 @@
 # racecheck pass on small cases, and the benchmarks. Results go to results/ (and to $OUT when set, e.g. on the
 # device machine). Environment:
 #   WINATTN_VARIANT_DIR  prebuilt variant (default build/torch-stable-abi210-cu130-x86_64-linux, built if missing)
-#   GPU_CHECK_STEPS      subset of "tests sanitize bench" (default: all three)
+#   GPU_CHECK_STEPS      subset of "tests sanitize bench models" (default: the first three; "models" runs
+#                        benchmarks/bench_models.py, which needs the extra wheels named in its docstring)
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k swin")
 #   BENCH_ARGS           extra bench_cuda.py arguments (e.g. "--reps 10 --only swin_w7")
 set -uo pipefail
@@ -43,6 +44,16 @@ if [[ " $steps " == *" bench "* ]]; then
   echo "== benchmarks"
   python3 benchmarks/bench_cuda.py --variant "$variant" --out "$results/bench_cuda.json" ${BENCH_ARGS:-} \
     2>"$results/bench_cuda.err" | tee "$results/bench_cuda.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  python3 benchmarks/bench_fwd.py --variant "$variant" --out "$results/bench_fwd.json" \
+    2>"$results/bench_fwd.err" | tee "$results/bench_fwd.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+if [[ " $steps " == *" models "* ]]; then
+  echo "== model benchmarks"
+  python3 benchmarks/bench_models.py --variant "$variant" --out "$results/bench_models.json" \
+    2>"$results/bench_models.err" | tee "$results/bench_models.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 
