@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cuda import cuda_time, load_kernel, warm_up_gpu  # noqa: E402
 
 BF16 = torch.bfloat16
+PROFILE = False  # --profile: no timing, one call of ours per workload inside a profiler range (ncu)
 OURS = {"ours": {}, "ours_v2": {"WINATTN_FWD_V2": "1"}, "ours_v1": {"WINATTN_SM90": "0"}}
 # --ab: v3 with one of its choices undone (the raw path on the narrow tile; one CTA per tile instead of persistent)
 OURS_AB = {"ours_narrow": {"WINATTN_V3_NARROW": "1"}, "ours_nonpersist": {"WINATTN_V3_PERSISTENT": "0"}}
@@ -74,6 +75,15 @@ def run_workload(kern, name, cfg, reps, peers, ours_impls):
 
     def ours():
         return kern.attention(q, k, v, bias=bias, key_padding_mask=kpm, causal=causal)
+
+    if PROFILE:  # one call of ours inside a CUDA profiler range, after a warm-up call (for ncu)
+        ours()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        ours()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        return res
 
     # reference: fp32 SDPA on the last item (the padded one) and the first heads (bounded memory)
     hs, bl = slice(0, min(H, 4)), slice(B - 1, B)
@@ -146,7 +156,12 @@ def main():
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--ab", action="store_true", help="also v3 with its tile / persistence choices undone")
     ap.add_argument("--skip-old", action="store_true", help="skip ours_v2 / ours_v1")
+    ap.add_argument("--profile", action="store_true",
+                    help="no timing: one call of ours per workload in a profiler range, for "
+                         "`ncu --profile-from-start off` (scripts/gpu_profile.sh)")
     args = ap.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     kern = load_kernel(args.variant)
     warm_up_gpu()
     results = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -162,7 +177,8 @@ def main():
         print(f"done {name}", file=sys.stderr, flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
-    print(summarize(results))
+    if not PROFILE:
+        print(summarize(results))
 
 
 if __name__ == "__main__":
