@@ -4,7 +4,8 @@
 
 Workloads (bf16, the shapes of issue "Hopper forward v3"): no bias S=16k at D = 64 / 128 / 256, causal D=128 S=16k,
 Flux 1024 px (B=1, S=4608, H=24, D=128), QwenImage-style key padding (B=2, S=4352, H=24, D=128, the second item
-padded after 4000 keys), Wan video (B=1, S=32760, H=12, D=128), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64).
+padded after 4000 keys), Wan video (B=1, S=32760, H=12, D=128), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), and the same Qwen / dense
+shapes without their mask / bias (and with a key-padding mask that pads nothing) for the cost of each term.
 Implementations: ours (v3), ours_v2 (WINATTN_FWD_V2=1), ours_v1 (WINATTN_SM90=0) from the same binary; peers cuDNN
 SDPA (with the same mask / bias), SDPA flash (no mask), FlexAttention (bias as score_mod). Each of ours is first
 checked against an fp32 SDPA reference on the same inputs (max abs error printed), then timed: CUDA events after
@@ -40,8 +41,11 @@ def workloads():
         "causal_d128_16k": dict(B=1, S=16384, H=16, D=128, causal=True),
         "flux_1024px": dict(B=1, S=4608, H=24, D=128),
         "qwen_keypad": dict(B=2, S=4352, H=24, D=128, kp_real=(4352, 4000)),
+        "qwen_nomask": dict(B=2, S=4352, H=24, D=128),  # the cost of the mask: qwen_keypad / this
+        "keypad_none_padded": dict(B=2, S=4352, H=24, D=128, kp_real=(4352, 4352)),  # a mask that pads nothing
         "wan_video": dict(B=1, S=32760, H=12, D=128),
         "dense_bias_d64": dict(B=2, S=4096, H=16, D=64, bias=True),
+        "dense_nobias_d64": dict(B=2, S=4096, H=16, D=64),  # the cost of the bias: dense_bias_d64 / this
     }
 
 
