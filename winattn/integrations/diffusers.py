@@ -35,7 +35,11 @@ from typing import Any, Iterable, Optional
 import torch
 
 from . import check_head_dim, env_flag, head_dim_problem, inject_enum_member, kernel_device_type, kernel_dtypes
-from . import kernel_mask_args, load_kernel
+from . import install_torchvision_shim, kernel_mask_args, load_kernel
+
+# diffusers imports torchvision whenever it is installed; with PyPI's cu130 wheel beside CPU torch that import fails
+# unless the op schemas are defined first (as winattn.integrations.timm does; a no-op with a working torchvision).
+install_torchvision_shim()
 
 logger = logging.getLogger(__name__)
 
