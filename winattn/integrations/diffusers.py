@@ -202,7 +202,9 @@ def _select(backend: _Backend):
                 message += (" DIFFUSERS_DISABLE_REMOTE_CODE is set and overrides DIFFUSERS_TRUST_REMOTE_KERNELS: unset "
                             "it to allow remote kernels.")
             logger.error(message)
-            raise UntrustedKernelError(f"{message}\nLoader: {e}") from e
+            # The loader's own hint names `trust_remote_code=`, which register() does not take: keep its reason only.
+            reason = str(e).split(" Set trust_remote_code=True")[0]
+            raise UntrustedKernelError(f"{message}\nLoader: {reason}") from e
         except Exception as e:
             logger.error(f"An error occurred while fetching kernel {what} for attention backend '{backend.value}': {e}")
             e.add_note(f"while selecting the diffusers attention backend '{backend.value}' ({backend.repo_id})")
