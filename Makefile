@@ -18,6 +18,9 @@ $(STAMP): requirements/base.txt requirements/integrations.txt requirements/fastv
 	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/fastvideo.txt 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt --no-deps fastvideo==0.2.1 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	# PyPI's torchvision is a cu130 build that cannot import beside CPU torch: a .pth hook fixes `import torchvision`
+	# (winattn/integrations/torchvision_hook.py) so that timm/diffusers snippets run as written.
+	$(PY) -m winattn.integrations.torchvision_hook install >/dev/null
 	$(PY) -c "import torch, kernels, huggingface_hub, model_signing, winattn.integrations._torchvision_shim, diffusers, timm, importlib.util as u; assert u.find_spec('fastvideo'); assert torch.__version__.startswith('2.13.0')"
 	@if ! command -v nix-instantiate >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin) >/dev/null 2>&1 \

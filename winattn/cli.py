@@ -1,6 +1,9 @@
-"""`winattn` command line: one subcommand per tooling module, each registering itself with `register(subparsers)`.
+"""`winattn` command line: build, publish, serve, inspect and vendor the window-attention kernel.
 
-Errors derived from WinattnError print one line and exit 1; anything else is a bug and shows its traceback.
+Each subcommand lives beside the code it drives (`winattn.build`, `winattn.publish`, ...) and adds its own parser;
+the arguments they share are spelled once in `winattn.cli_args`. Every expected failure (a `winattn.errors`
+exception, an HTTP or connection error from the Hub, a bad repo id) prints one line naming the endpoint and the fix,
+and exits 1; usage errors exit 2 (argparse). Anything else is a bug and shows its traceback.
 """
 
 import argparse
@@ -20,20 +23,74 @@ _COMMAND_MODULES = [
 ]
 
 
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("winattn")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="winattn", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="winattn",
+        description="Build, publish, serve, inspect and vendor the window-attention kernel (a Hugging Face "
+        "kernels repository). Run `winattn COMMAND --help` for each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"winattn {_package_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def describe_error(e: BaseException, args=None) -> str | None:
+    """One line for an expected failure (what happened, where, what to do), or None for a bug."""
+    if isinstance(e, WinattnError):
+        return str(e).strip().replace("\n", "\n  ")
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from .cli_args import endpoint_of
+    from .publish import describe_hub_error, hub_call_errors
+
+    endpoint = endpoint_of(args)
+    repo = getattr(args, "repo_id", None) or "the repository"
+    if isinstance(e, HFValidationError):
+        return f"{str(e).splitlines()[0]} (a Hub repo id is ORG/NAME, e.g. winattn/window-attention)"
+    if isinstance(e, GatedRepoError):
+        return f"{repo} at {endpoint} is gated: request access, then pass --token"
+    if isinstance(e, RepositoryNotFoundError):
+        return (f"{repo} not found at {endpoint} (check the id and --endpoint/HF_ENDPOINT; a private repo needs "
+                f"--token or HF_TOKEN)")
+    if isinstance(e, RevisionNotFoundError):
+        return f"revision not found in {repo} at {endpoint} (list versions with `winattn info {repo}`)"
+    if isinstance(e, HfHubHTTPError):
+        return f"the Hub at {endpoint} answered {describe_hub_error(e)}"
+    if isinstance(e, hub_call_errors()):  # connection refused, DNS, timeouts
+        return (f"cannot reach the Hub at {endpoint}: {describe_hub_error(e)}; to use kernels already in the "
+                f"local cache, set HF_HUB_OFFLINE=1")
+    return None
 
 
 def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     try:
         rc = args.func(args)
-    except WinattnError as e:
-        print(f"winattn {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"winattn {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (mapped to one line below, or re-raised as a bug)
+        message = describe_error(e, args)
+        if message is None:
+            raise
+        print(f"winattn {args.command}: error: {message}", file=sys.stderr)
         return 1
     return int(rc or 0)
 

@@ -1,7 +1,7 @@
 """`winattn verify` and `winattn info`: inspect kernel variants without importing them.
 
-    winattn verify PATH|REPO [--version 1 | --revision R] [--public-key K ...] [--require-signature] [--all-variants]
-    winattn info [REPO|PATH] [--version 1 | --revision R] [--json]
+    winattn verify [REPO_ID|PATH] [--version 1 | --revision R] [--public-key K ...] [--require-signature]
+    winattn info [REPO_ID|PATH] [--version 1 | --revision R] [--json]
 
 `verify` prints every check of `winattn.verify.verify_variant` as PASS/FAIL/WARN/SKIP (plus a per-file digest table
 and, when kernel-abi-check is installed, the abi3 check of the shared object) and exits 1 if any check fails. PATH is
@@ -29,39 +29,68 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def register(subparsers) -> None:
+    from .cli_args import add_hub_args, add_repo_id, add_version_args
+
     p = subparsers.add_parser(
         "verify",
-        help="verify a kernel variant (digest, signature, arch, python-depends, abi3) without importing it",
-        description=__doc__.split("\n\n")[2],
+        help="check a kernel's files, digest and signature (and what it was signed for) without importing it",
+        description=(
+            "Check every variant of REPO_ID|PATH as winattn.load would, without importing anything: file set and "
+            "sha256 digest, signature (with --public-key) and the repository, version and variant it was signed "
+            "for, CUDA arch, python-depends and abi3. PATH is a variant, a build/ or a `winattn vendor` directory "
+            "(checked against its lock); REPO_ID downloads the variant this machine would load (or every one, "
+            "--all-variants) at the pinned commit into the cache. Exits 1 if any check fails. Use it instead of "
+            "`kernels verify-signature`, which accepts only Sigstore certificates of Hugging Face's own CI."
+        ),
     )
-    p.add_argument("target", metavar="PATH|REPO", help="variant/build/vendored directory, or a Hub repo id")
-    _add_revision_args(p)
-    p.add_argument("--public-key", dest="public_keys", action="append", default=[], metavar="K",
-                   help="trusted public key (PEM); repeat for several")
-    p.add_argument("--require-signature", action="store_true", help="fail unsigned variants")
-    p.add_argument("--all-variants", action="store_true", help="REPO: verify every variant, not only this machine's")
+    add_repo_id(p, paths=True)
+    add_version_args(p)
+    p.add_argument("--public-key", dest="public_keys", action="append", default=[], metavar="KEY",
+                   help="public key (PEM) whose signatures you trust; repeat for several")
+    p.add_argument("--require-signature", action="store_true",
+                   help="fail variants that carry no signature by one of the --public-key keys")
+    p.add_argument("--all-variants", action="store_true",
+                   help="with a REPO_ID: check every variant, not only the one this machine would load")
     p.add_argument("--no-files", dest="files_table", action="store_false", help="omit the per-file digest table")
-    p.set_defaults(func=run_verify)
+    _add_backend_arg(p)
+    add_hub_args(p)
+    p.set_defaults(func=_checked(run_verify))
 
     p = subparsers.add_parser(
         "info",
-        help="which variant would load on this machine, and why the others are rejected",
-        description=__doc__.split("\n\n")[3],
+        help="which variant would load on this machine, and why the others would not",
+        description=(
+            "Show the commit a version resolves to, the variant winattn.load would pick on this machine, why "
+            "every other variant does not fit, and whether the Hub trusts the publisher. Nothing is downloaded "
+            "besides the file listing; exits 1 when no variant fits."
+        ),
     )
-    p.add_argument("target", metavar="REPO|PATH", nargs="?", default=DEFAULT_REPO,
-                   help=f"Hub repo id (default {DEFAULT_REPO}) or a build/vendored directory")
-    _add_revision_args(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=run_info)
+    add_repo_id(p, paths=True)
+    add_version_args(p)
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: repo_id, version, revision, commit, system, selected, accepted, rejected, trust")
+    _add_backend_arg(p)
+    add_hub_args(p)
+    p.set_defaults(func=_checked(run_info))
 
 
-def _add_revision_args(p) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--version", type=int, default=None, help="major version = branch v<N> (default 1)")
-    g.add_argument("--revision", default=None, help="branch, tag or commit instead of --version")
-    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT)")
-    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN)")
-    p.add_argument("--backend", default=None, help="kernels backend to match (default: detected)")
+def _add_backend_arg(p) -> None:
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help="match variants for this backend (cpu, cuda, ...) instead of this machine's")
+
+
+def _checked(run):
+    """`run` with REPO_ID|PATH checked first: neither an existing directory nor ORG/NAME is one line, not a
+    traceback from the Hub client."""
+
+    def command(args) -> int:
+        args.target = args.repo_id
+        if not Path(args.target).exists() and not _REPO_ID.match(args.target):
+            raise KernelNotFoundError(f"{args.target}: no such directory, and not a Hub repo id (ORG/NAME, e.g. "
+                                      f"{DEFAULT_REPO})")
+        return run(args)
+
+    return command
 
 
 def _version(args):
@@ -191,6 +220,7 @@ def run_info(args) -> int:
 
     target = Path(args.target)
     trust = None
+    ids = {"repo_id": None, "version": None, "revision": None, "commit": None}  # for --json
     if target.exists():
         base = target / "build" if (target / "build").is_dir() else target
         what = str(target)
@@ -200,6 +230,7 @@ def run_info(args) -> int:
 
             lock = read_vendor_lock(target)
             what = f"{lock['repo_id']} v{lock['version']} @ {lock['commit'][:12]} (vendored in {target})"
+            ids.update(repo_id=lock["repo_id"], version=lock["version"], commit=lock["commit"])
     elif constants.is_offline_mode():
         pin = resolve.pin_offline(args.target, version=_version(args), revision=args.revision)
         what = f"{pin.describe()} (local cache, offline)"
@@ -216,10 +247,12 @@ def run_info(args) -> int:
             trust = f"trusted ({check_trust(args.target, False, api=api).reason})"
         except WinattnError as e:
             trust = f"NOT trusted: {e}"
+    if not target.exists():
+        ids.update(repo_id=pin.repo_id, version=pin.version, revision=pin.revision, commit=pin.commit)
     system = resolve.system_description(args.backend)
     if args.json:
         print(json.dumps({
-            "target": what, "system": system, "selected": selection.variant, "accepted": selection.accepted,
+            "target": what, **ids, "system": system, "selected": selection.variant, "accepted": selection.accepted,
             "rejected": [{"variant": v, "reason": r} for v, r in selection.rejected], "trust": trust,
         }, indent=2))
         return 0 if selection.variant else 1

@@ -13,9 +13,10 @@ every variant passes `check_variant`.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
-import os
+import shutil
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ def read_build_config(repo_root: Path) -> BuildConfig:
 
     path = Path(repo_root) / "build.toml"
     if not path.is_file():
-        raise PublishError(f"{path} is missing: run publish from the kernel repo root or pass repo_root")
+        raise PublishError(f"{path} is missing: run publish inside the kernel repository or pass --repo-root DIR")
     try:
         Build.open(str(Path(repo_root)))
     except Exception as e:  # noqa: BLE001  (kernels raises ValueError/OSError with the parser's message)
@@ -189,7 +190,105 @@ def _stale_files(remote: list[str], uploads: set[str], variants: list[str], new_
     return stale
 
 
-def publish(
+def find_repo_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above `start` (default: the current one) holding `build.toml`.
+
+    So that `winattn publish` works from any subdirectory of the kernel repository, as `git` does.
+    """
+    start = Path(start or Path.cwd()).resolve()
+    for d in (start, *start.parents):
+        if (d / "build.toml").is_file():
+            return d
+    raise PublishError(f"no build.toml in {start} or any parent directory: run publish inside the kernel "
+                       f"repository or pass --repo-root DIR")
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What one `publish` did, for its summary.
+
+    Attributes:
+        repo_id, branch: where the variants went (`v<version>`).
+        commit: sha of the branch head after the upload; `changed` is False when the branch already held these files.
+        commit_url: the Hub's URL of that commit.
+        variants: names of the uploaded variants.
+        signer: `sha256:<hex>` fingerprint of the public half of --signing-key, or None (unsigned).
+        card: "updated", "unchanged" or the reason it was left as is (a newer major exists).
+        endpoint: the Hub it talked to.
+    """
+
+    repo_id: str
+    branch: str
+    commit: str
+    commit_url: str
+    changed: bool
+    variants: tuple
+    signer: str | None
+    card: str
+    endpoint: str
+
+    def summary(self) -> str:
+        signed = f"signed by key {self.signer}" if self.signer else "unsigned (pass --signing-key to sign)"
+        state = "uploaded" if self.changed else "unchanged (the branch already held these files)"
+        lines = [f"{self.repo_id} {self.branch} at {self.endpoint}: {state}"]
+        lines += [f"  variant  {v} ({signed})" for v in self.variants]
+        lines += [f"  commit   {self.commit}", f"           {self.commit_url}", f"  card     main README.md {self.card}"]
+        return "\n".join(lines)
+
+
+def _signer_fingerprint(signing_key: Path) -> str:
+    """`sha256:<hex>` of the public key derived from the private key (what `winattn keygen` prints)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from .signing import public_key_fingerprint
+
+    try:
+        private = serialization.load_pem_private_key(Path(signing_key).read_bytes(), password=None)
+    except (ValueError, TypeError) as e:
+        raise PublishError(f"--signing-key {signing_key} is not an unencrypted PEM private key: {e}") from None
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pub = Path(tmp) / "key.pub.pem"
+        pub.write_bytes(private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        return f"sha256:{public_key_fingerprint(pub)}"
+
+
+def _refuse_foreign_signatures(variant_dirs: list[Path]) -> None:
+    """Without --signing-key, a `metadata.json.sigstore` in build/ was made by someone else (an earlier publish, the
+    demo's throwaway key): uploading it would publish a signature this command cannot vouch for."""
+    from .signing import SIGNATURE_FILENAME
+
+    signed = [v for v in variant_dirs if (v / SIGNATURE_FILENAME).exists()]
+    if signed:
+        paths = " ".join(str(v / SIGNATURE_FILENAME) for v in signed)
+        raise PublishError(
+            f"{paths}: a signature this publish did not make (no --signing-key given); it would be uploaded as "
+            f"is. Pass --signing-key KEY to sign with your key, or delete it to publish unsigned: rm {paths}"
+        )
+
+
+@contextlib.contextmanager
+def _quiet_hub_logs():
+    """huggingface_hub warns "No files have been modified" for a no-op commit; the summary says it once instead."""
+    import logging
+
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub_logger.setLevel(level)
+
+
+def publish(repo_id: str = DEFAULT_REPO, **kwargs) -> str:
+    """`publish_report(...)`, returning only the commit sha on `v<version>` (see there)."""
+    return publish_report(repo_id, **kwargs).commit
+
+
+def publish_report(
     repo_id: str = DEFAULT_REPO,
     *,
     build_dir: Path = Path("build"),
@@ -198,7 +297,9 @@ def publish(
     private: bool = False,
     signing_key: Path | None = None,
     repo_root: Path = Path("."),
-) -> str:
+    commit_message: str | None = None,
+    progress=None,
+) -> PublishResult:
     """Upload every variant of `build_dir` and the benchmarks to branch `v<version>`, and the card to `main`.
 
     Args:
@@ -206,103 +307,140 @@ def publish(
         build_dir: directory holding `<variant>/` dirs (relative paths are relative to the current directory).
         endpoint, token: Hub endpoint and token; `None` = huggingface_hub's defaults (`HF_ENDPOINT`, `HF_TOKEN`).
         private: create the repo private (an existing repo keeps its visibility).
-        signing_key: EC P-256 private key (PEM); each variant is signed (`metadata.json.sigstore`) before upload,
-            for `repo_id`, the build's version and the variant's name (`winattn.signing.statement_for`).
+        signing_key: EC P-256 private key (PEM); each variant is signed for `repo_id`, the build's version and the
+            variant's name (`winattn.signing.statement_for`) in a staging copy: `build_dir` is never modified.
+            Without it, a variant that already holds a signature is refused (nobody vouches for that signature).
         repo_root: kernel source root holding `build.toml`, `CARD.md` and `benchmarks/`.
+        commit_message: title of the commit on `v<version>` (default: "Publish <name> v<N>: <variants>").
+        progress: callable taking one line of progress text (default: none); large files also get
+            huggingface_hub's own upload bars.
 
     Returns:
-        str: the sha of the commit on `v<version>`. The card on `main` is updated unless a newer `v<N>` exists.
+        PublishResult. The card on `main` is updated unless a newer `v<N>` exists.
 
     Raises:
-        PublishError: bad build.toml, a refused variant (nothing is uploaded then), or a failed Hub call.
+        PublishError: bad build.toml, a refused variant or signature (nothing is uploaded then), or a failed Hub call.
     """
+    import tempfile
+
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     from .card import dirty_variants, render_card
 
+    say = progress or (lambda line: None)
     repo_root = Path(repo_root)
     build_dir = Path(build_dir)
     config = read_build_config(repo_root)
     branch = f"v{config.version}"
     variant_dirs = find_variants(build_dir)
-    for vdir in variant_dirs:
-        # A signature about to be replaced may be stale; sign_variant re-checks the digest before signing.
-        check_variant(
-            vdir, expect_name=config.name, expect_version=config.version, check_signature=signing_key is None
-        )
-    if signing_key is not None:
-        from .signing import sign_variant
-
+    signer = None
+    if signing_key is None:
+        _refuse_foreign_signatures(variant_dirs)
+    else:
         signing_key = Path(signing_key)
         if not signing_key.is_file():
             raise PublishError(f"signing key {signing_key} does not exist (create one with `winattn keygen`)")
-        for vdir in variant_dirs:
-            try:
-                # The statement binds the repository and version uploaded to (winattn.signing): the signature
-                # cannot be reused for another repository, version or variant.
-                sign_variant(vdir, signing_key, repo_id=repo_id, version=config.version)
-            except Exception as e:  # noqa: BLE001  (bad key format, unsupported curve, ...)
-                raise PublishError(f"variant {vdir.name}: signing failed: {e}") from None
-    for name in dirty_variants(variant_dirs):
-        print(f"winattn publish: warning: {name} was built from a dirty git tree (noted on the card)", file=sys.stderr)
-    card = render_card(
-        repo_root,
-        repo_id=repo_id,
-        name=config.name,
-        version=config.version,
-        license=config.license,
-        variant_dirs=variant_dirs,
-    )
-
-    operations: list = []
-    uploads: set[str] = set()
+        signer = _signer_fingerprint(signing_key)
     for vdir in variant_dirs:
-        for rel in variant_files(vdir):
-            path_in_repo = f"build/{vdir.name}/{rel.as_posix()}"
-            uploads.add(path_in_repo)
-            operations.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(vdir / rel)))
-    for rel in benchmark_files(repo_root):
-        uploads.add(rel.as_posix())
-        operations.append(CommitOperationAdd(path_in_repo=rel.as_posix(), path_or_fileobj=str(repo_root / rel)))
-
-    api = HfApi(endpoint=endpoint, token=token)
-    variant_names = [v.name for v in variant_dirs]
-    try:
-        api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
-        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
-        heads = {b.name: b.target_commit for b in refs.branches}
-        new_branch = branch not in heads
-        if new_branch:
-            api.create_branch(repo_id, branch=branch, repo_type=REPO_TYPE, exist_ok=True)
-            heads = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
-        parent = heads.get(branch)
-        remote = api.list_repo_files(repo_id, revision=parent or branch, repo_type=REPO_TYPE)
-        for path in _stale_files(remote, uploads, variant_names, new_branch):
-            operations.append(CommitOperationDelete(path_in_repo=path))
-        info = api.create_commit(
-            repo_id,
-            operations,
-            commit_message=f"Publish {config.name} v{config.version}: {', '.join(variant_names)}",
-            commit_description="Uploaded with `winattn publish`.",
-            repo_type=REPO_TYPE,
-            revision=branch,
-            parent_commit=parent,
+        # A signature about to be replaced by this publish's own need not be current.
+        check_variant(
+            vdir, expect_name=config.name, expect_version=config.version, check_signature=signing_key is None
         )
-        newer = sorted(int(b[1:]) for b in heads if b[:1] == "v" and b[1:].isdigit() and int(b[1:]) > config.version)
-        if newer:  # a fix to an older major must not turn the card back to it
-            print(f"winattn publish: main's card left as is: v{newer[-1]} is newer than v{config.version}",
+    with tempfile.TemporaryDirectory(prefix="winattn-publish-") as staging:
+        signatures: dict[str, Path] = {}
+        if signing_key is not None:
+            from .signing import SIGNATURE_FILENAME, sign_variant
+
+            for vdir in variant_dirs:
+                # Signed in a copy: a signature in build/ changes only when the user makes it change.
+                copy = Path(staging) / vdir.name
+                shutil.copytree(vdir, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
+                                                                          SIGNATURE_FILENAME))
+                try:
+                    # The statement binds the repository and version uploaded to (winattn.signing): the signature
+                    # cannot be reused for another repository, version or variant.
+                    signatures[vdir.name] = sign_variant(copy, signing_key, repo_id=repo_id, version=config.version)
+                except Exception as e:  # noqa: BLE001  (bad key format, unsupported curve, ...)
+                    raise PublishError(f"variant {vdir.name}: signing failed: {e}") from None
+        for name in dirty_variants(variant_dirs):
+            print(f"winattn publish: warning: {name} was built from a dirty git tree (noted on the card)",
                   file=sys.stderr)
-        else:
-            api.create_commit(
-                repo_id,
-                [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
-                commit_message=f"Card for {config.name} v{config.version}",
-                repo_type=REPO_TYPE,
-                revision="main",
-            )
-    except hub_call_errors() as e:
-        raise PublishError(f"upload to {repo_id} at {api.endpoint} failed: {describe_hub_error(e)}") from None
-    return info.oid
+        card = render_card(
+            repo_root,
+            repo_id=repo_id,
+            name=config.name,
+            version=config.version,
+            license=config.license,
+            variant_dirs=variant_dirs,
+        )
+
+        operations: list = []
+        uploads: set[str] = set()
+        for vdir in variant_dirs:
+            files = [rel for rel in variant_files(vdir) if rel.as_posix() != "metadata.json.sigstore"]
+            size = sum((vdir / rel).stat().st_size for rel in files)
+            say(f"{vdir.name}: {len(files) + (vdir.name in signatures)} files, {size / 2**20:.1f} MiB")
+            for rel in files:
+                path_in_repo = f"build/{vdir.name}/{rel.as_posix()}"
+                uploads.add(path_in_repo)
+                operations.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(vdir / rel)))
+            if vdir.name in signatures:
+                path_in_repo = f"build/{vdir.name}/metadata.json.sigstore"
+                uploads.add(path_in_repo)
+                operations.append(CommitOperationAdd(path_in_repo=path_in_repo,
+                                                     path_or_fileobj=signatures[vdir.name].read_bytes()))
+        for rel in benchmark_files(repo_root):
+            uploads.add(rel.as_posix())
+            operations.append(CommitOperationAdd(path_in_repo=rel.as_posix(), path_or_fileobj=str(repo_root / rel)))
+
+        api = HfApi(endpoint=endpoint, token=token)
+        variant_names = [v.name for v in variant_dirs]
+        try:
+            with _quiet_hub_logs():
+                api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
+                refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+                heads = {b.name: b.target_commit for b in refs.branches}
+                new_branch = branch not in heads
+                if new_branch:
+                    api.create_branch(repo_id, branch=branch, repo_type=REPO_TYPE, exist_ok=True)
+                    heads = {b.name: b.target_commit
+                             for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
+                parent = heads.get(branch)
+                remote = api.list_repo_files(repo_id, revision=parent or branch, repo_type=REPO_TYPE)
+                for path in _stale_files(remote, uploads, variant_names, new_branch):
+                    operations.append(CommitOperationDelete(path_in_repo=path))
+                say(f"uploading to {repo_id} {branch} at {api.endpoint} ...")
+                info = api.create_commit(
+                    repo_id,
+                    operations,
+                    commit_message=commit_message or
+                    f"Publish {config.name} v{config.version}: {', '.join(variant_names)}",
+                    commit_description="Uploaded with `winattn publish`.",
+                    repo_type=REPO_TYPE,
+                    revision=branch,
+                    parent_commit=parent,
+                )
+                newer = sorted(int(b[1:]) for b in heads
+                               if b[:1] == "v" and b[1:].isdigit() and int(b[1:]) > config.version)
+                if newer:  # a fix to an older major must not turn the card back to it
+                    card_state = f"left as is: v{newer[-1]} is newer than v{config.version}"
+                else:
+                    card_info = api.create_commit(
+                        repo_id,
+                        [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
+                        commit_message=f"Card for {config.name} v{config.version}",
+                        repo_type=REPO_TYPE,
+                        revision="main",
+                    )
+                    card_state = "updated" if card_info.oid != heads.get("main") else "unchanged"
+        except hub_call_errors() as e:
+            raise PublishError(f"upload to {repo_id} at {api.endpoint} failed: {describe_hub_error(e)}") from None
+    if newer:
+        print(f"winattn publish: main's card {card_state}", file=sys.stderr)
+    return PublishResult(
+        repo_id=repo_id, branch=branch, commit=info.oid, commit_url=info.commit_url, changed=info.oid != parent,
+        variants=tuple(variant_names), signer=signer, card=card_state, endpoint=api.endpoint,
+    )
 
 
 def hub_call_errors() -> tuple[type[Exception], ...]:
@@ -321,7 +459,8 @@ def describe_hub_error(e: Exception) -> str:
     response = getattr(e, "response", None)
     status = getattr(response, "status_code", None) if response is not None else None
     if status is None:
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no response'}"
+        return (f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no response'}; is a Hub running "
+                f"there? Start one with `winattn hub serve`, or point --endpoint / HF_ENDPOINT at one")
     detail = getattr(e, "server_message", None) or str(e).splitlines()[0]
     hint = " (pass --token or set HF_TOKEN to a token with write access)" if status in (401, 403) else ""
     return f"HTTP {status}: {' '.join(detail.split())}{hint}"
@@ -340,44 +479,64 @@ def generate_keys(args) -> int:
 
 
 def _run(args) -> int:
-    sha = publish(
-        args.repo,
-        build_dir=args.build_dir,
+    from .cli_args import resolved_repo_id
+
+    repo_root = args.repo_root if args.repo_root is not None else find_repo_root()
+    build_dir = args.build_dir if args.build_dir is not None else repo_root / "build"
+    result = publish_report(
+        resolved_repo_id(args),
+        build_dir=build_dir,
         endpoint=args.endpoint,
         token=args.token,
         private=args.private,
         signing_key=args.signing_key,
-        repo_root=args.repo_root,
+        repo_root=repo_root,
+        commit_message=args.commit_message,
+        progress=lambda line: print(f"winattn publish: {line}", file=sys.stderr, flush=True),
     )
-    print(sha)
+    print(result.summary())
     return 0
 
 
 def register(subparsers) -> None:
+    from .cli_args import add_hub_args, add_repo_id
+
     p = subparsers.add_parser(
         "publish",
-        help="check, sign and upload build/<variant>/ to a Hub kernel repo",
+        help="check, sign and upload the built variants to a Hub kernel repository",
         description=(
-            "Upload every variant of the build dir and benchmarks/ to branch v<version> (build.toml) in one commit, "
-            "and the filled CARD.md as README.md on main. Prints the commit sha."
+            "Check every variant in the build directory (layout, digest, abi3), sign it with --signing-key, and "
+            "upload all of them with benchmarks/ to branch v<version> (version from build.toml) in one commit; the "
+            "filled CARD.md becomes README.md on main. Prints a summary: variants, signing key, commit URL. Works "
+            "from any directory inside the kernel repository."
         ),
     )
-    p.add_argument("--repo", default=DEFAULT_REPO, help=f"Hub repo ORG/NAME (default {DEFAULT_REPO})")
-    p.add_argument("--build-dir", type=Path, default=Path("build"), help="dir holding <variant>/ (default build)")
-    p.add_argument("--repo-root", type=Path, default=Path("."), help="kernel source root with build.toml (default .)")
-    p.add_argument("--private", action="store_true", help="create the repo private")
-    p.add_argument("--signing-key", type=Path, help="EC P-256 private key (PEM): sign each variant before upload")
-    p.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT"), help="Hub URL (default $HF_ENDPOINT)")
-    p.add_argument("--token", default=os.environ.get("HF_TOKEN"), help="Hub token (default $HF_TOKEN)")
+    add_repo_id(p, legacy_flag=True)
+    p.add_argument("--signing-key", type=Path, metavar="KEY",
+                   help="EC P-256 private key (PEM, from `winattn keygen`) to sign every variant with; without it "
+                        "the variants are uploaded unsigned, and a signature already in the build directory is "
+                        "refused")
+    p.add_argument("--commit-message", default=None, metavar="TEXT",
+                   help="title of the commit on v<version> (default: Publish <name> v<version>: <variants>)")
+    p.add_argument("--private", action="store_true", help="create the repository as private")
+    p.add_argument("--build-dir", type=Path, default=None, metavar="DIR",
+                   help="directory holding the <variant>/ directories (default: build/ of the repository)")
+    p.add_argument("--repo-root", type=Path, default=None, metavar="DIR",
+                   help="kernel repository holding build.toml (default: the nearest one at or above the current "
+                        "directory)")
+    add_hub_args(p, write=True)
     p.set_defaults(func=_run)
 
     k = subparsers.add_parser(
         "keygen",
         help="create an EC P-256 key pair for `winattn publish --signing-key`",
-        description="Write a PEM private key (mode 0600) and its public key; give the public key to loaders.",
+        description="Write a PEM private key (mode 0600) and its public key, and print the public key's "
+                    "fingerprint. Keep the private key; give the public key to whoever loads the kernel "
+                    "(`winattn.load(public_keys=[...])`, `winattn verify --public-key`).",
     )
-    k.add_argument("private_key", type=Path)
-    k.add_argument("public_key", type=Path)
+    k.add_argument("private_key", type=Path, metavar="PRIVATE_KEY",
+                   help="where to write the private key, e.g. signing-key.pem")
+    k.add_argument("public_key", type=Path, metavar="PUBLIC_KEY",
+                   help="where to write the public key, e.g. signing-key.pub.pem")
     k.add_argument("--force", action="store_true", help="overwrite existing files")
     k.set_defaults(func=generate_keys)
-

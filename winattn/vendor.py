@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from .errors import KernelNotFoundError, OfflineError, VerificationError
+from .errors import DownloadError, KernelNotFoundError, OfflineError, VerificationError
 from .publish import describe_hub_error, hub_call_errors
 
 LOCK_FILENAME = "window-attention.lock"
@@ -61,7 +61,7 @@ def read_lock(directory: Path) -> dict:
     """
     path = Path(directory) / LOCK_FILENAME
     if not path.is_file():
-        raise OfflineError(f"{path} does not exist: vendor the kernel first (`winattn vendor --out {directory}`)")
+        raise OfflineError(f"{path} does not exist: vendor the kernel first (`winattn vendor --local-dir {directory}`)")
 
     def bad(why: str):
         raise VerificationError(f"invalid lock {path}: {why}", checks=[("lock", False, why)])
@@ -104,7 +104,7 @@ def _resolve_commit(api, repo_id: str, version: int | None, revision: str | None
                 available = sorted(int(b[1:]) for b in branches if b[1:].isdigit() and b.startswith("v"))
                 raise KernelNotFoundError(
                     f"version {version} of {repo_id} not found (no branch {branch}); available versions: "
-                    + (", ".join(map(str, available)) or "none")
+                    + (", ".join(f"v{v}" for v in available) or "none")
                 )
             return branch, branches[branch]
         return revision, api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision).sha
@@ -113,6 +113,9 @@ def _resolve_commit(api, repo_id: str, version: int | None, revision: str | None
     except RevisionNotFoundError:
         raise KernelNotFoundError(f"revision {revision!r} of {repo_id} not found") from None
     except hub_call_errors() as e:
+        if getattr(e, "response", None) is None:  # unreachable: not a missing kernel
+            raise DownloadError(f"cannot reach the Hub at {api.endpoint} to resolve {repo_id}: "
+                                f"{describe_hub_error(e)}") from None
         raise KernelNotFoundError(f"cannot resolve {repo_id} at {api.endpoint}: {describe_hub_error(e)}") from None
 
 
@@ -239,12 +242,37 @@ def vendor(
     return out_dir
 
 
+def _trust_note(repo_id: str, endpoint: str | None, token: str | None) -> str | None:
+    """A note when the publisher is not one the Hub trusts: `winattn.load(vendored=...)` does no trust check, so
+    vendoring a kernel is the trust decision (the lock pins what was decided on)."""
+    from . import resolve
+    from .errors import UntrustedKernelError
+    from .trust import check_trust
+
+    try:
+        check_trust(repo_id, False, api=resolve.make_api(endpoint, token))
+    except UntrustedKernelError:
+        return (f"note: {repo_id.split('/')[0]} is not a trusted kernel publisher on this Hub. "
+                f"winattn.load(vendored=...) loads what the lock pins without asking again: by vendoring it you "
+                f"decided to trust it. Review it, or sign and verify it (winattn verify --public-key).")
+    except hub_call_errors():
+        return None  # the download just worked; a failed trust lookup only loses the note
+    return None
+
+
 def _run(args) -> int:
+    from .cli_args import resolved_repo_id, version_and_revision
+
+    repo_id = resolved_repo_id(args)
+    version, revision = version_and_revision(args)
+    local_dir = args.local_dir if args.local_dir is not None else args.legacy_out
+    if local_dir is None:
+        local_dir = Path("vendor")
     out = vendor(
-        args.repo,
-        version=args.version,
-        revision=args.revision,
-        out_dir=args.out,
+        repo_id,
+        version=version,
+        revision=revision,
+        out_dir=local_dir,
         variants=args.variant,
         all_variants=args.all_variants,
         endpoint=args.endpoint,
@@ -254,26 +282,37 @@ def _run(args) -> int:
     for name in lock["variants"]:
         print(out / name)
     print(f"{out / LOCK_FILENAME}: {lock['repo']}@{lock['commit']}")
+    note = _trust_note(repo_id, args.endpoint, args.token)
+    if note:
+        print(note, file=sys.stderr)
+    print(f"load it with: winattn.load(vendored={str(out)!r})", file=sys.stderr)
     return 0
 
 
 def register(subparsers) -> None:
+    import argparse
+
+    from .cli_args import add_hub_args, add_repo_id, add_version_args
+
     p = subparsers.add_parser(
         "vendor",
-        help="download variants at a pinned commit into a directory, with a lock, for offline loading",
+        help="download the kernel at a pinned commit into a directory, with a lock, for offline loading",
         description=(
-            "Resolve the version branch (or revision) to a commit once, download the variant kernels picks for this "
-            f"machine (or --variant/--all-variants) into OUT/<variant>/ and write OUT/{LOCK_FILENAME}."
+            "Resolve the version (or revision) to a commit once, download the variant that fits this machine "
+            f"(or --variant / --all-variants) into LOCAL_DIR/<variant>/ and write LOCAL_DIR/{LOCK_FILENAME}. "
+            "winattn.load(vendored=LOCAL_DIR) then loads it with no network access and no trust check: vendoring "
+            "is where you decide to trust the publisher."
         ),
     )
-    p.add_argument("--repo", default="winattn/window-attention", help="Hub repo ORG/NAME")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--version", type=int, help="kernel major version (branch v<N>)")
-    which.add_argument("--revision", help="branch, tag or commit sha")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_repo_id(p, legacy_flag=True)
+    add_version_args(p)
+    p.add_argument("--local-dir", type=Path, default=None, metavar="DIR",
+                   help="directory to write the variants and the lock into (default: vendor)")
+    p.add_argument("--out", dest="legacy_out", type=Path, default=None, help=argparse.SUPPRESS)  # older spelling
     sel = p.add_mutually_exclusive_group()
-    sel.add_argument("--variant", action="append", help="variant to vendor (repeatable); default: this machine's")
-    sel.add_argument("--all-variants", action="store_true", help="vendor every variant")
-    p.add_argument("--endpoint", default=os.environ.get("HF_ENDPOINT"), help="Hub URL (default $HF_ENDPOINT)")
-    p.add_argument("--token", default=os.environ.get("HF_TOKEN"), help="Hub token (default $HF_TOKEN)")
+    sel.add_argument("--variant", action="append", metavar="NAME",
+                     help="variant to vendor, e.g. torch-stable-abi210-cpu-x86_64-linux (repeatable; default: the "
+                          "one this machine would load)")
+    sel.add_argument("--all-variants", action="store_true", help="vendor every variant of the commit")
+    add_hub_args(p)
     p.set_defaults(func=_run)

@@ -273,6 +273,7 @@ def test_trust_environment_variables(wd, ad, hub_repo, monkeypatch, repo, env, a
         model.set_attention_backend("window_attn_trust")
     if "DIFFUSERS_DISABLE_REMOTE_CODE" in env:
         assert "DIFFUSERS_DISABLE_REMOTE_CODE is set and overrides" in str(e.value)
+    assert "trust_remote_code" not in str(e.value)  # register() refuses it: the message must not suggest it
     assert wd._BACKENDS["window_attn_trust"].module is None
 
 

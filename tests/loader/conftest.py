@@ -170,8 +170,18 @@ def publish_build(srv, build: Build, repo_id: str = REPO, signing_key=None) -> s
 
     if signing_key is None:
         (build.variant_dir / "metadata.json.sigstore").unlink(missing_ok=True)
-    return publish(repo_id, build_dir=build.dir, endpoint=srv.url, token=TOKEN, signing_key=signing_key,
-                   repo_root=REPO_ROOT)
+    commit = publish(repo_id, build_dir=build.dir, endpoint=srv.url, token=TOKEN, signing_key=signing_key,
+                     repo_root=REPO_ROOT)
+    if signing_key is not None:
+        # publish signs a staging copy and leaves build/ as it was; tests that reuse "the genuine signed files"
+        # (variant_files) get the signature that was uploaded.
+        from huggingface_hub import HfApi
+
+        sig = HfApi(endpoint=srv.url, token=TOKEN).hf_hub_download(
+            repo_id, build.path_in_repo("metadata.json.sigstore"), repo_type="kernel", revision=commit,
+            cache_dir=build.dir.parent / ".sig-cache")
+        (build.variant_dir / "metadata.json.sigstore").write_bytes(Path(sig).read_bytes())
+    return commit
 
 
 def push(srv, repo_id: str, files: dict, *, delete=(), revision: str = "v1", message: str = "test push") -> str:

@@ -80,7 +80,7 @@ def test_second_publish_deletes_stale_files_and_keeps_other_variants(
     rc = main(["publish", "--repo", REPO, "--build-dir", str(build_copy), "--repo-root", str(src_root),
                "--endpoint", hub.url, "--token", TOKEN])
     assert rc == 0
-    sha = capsys.readouterr().out.strip().splitlines()[-1]
+    (sha,) = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("  commit ")]
     files = _files(api, "v1")
     assert api.list_repo_commits(REPO, repo_type="kernel", revision="v1")[0].commit_id == sha
     assert f"build/{variant.name}/extra.py" not in files

@@ -13,8 +13,13 @@ DEFAULT_ROOT = Path(os.environ.get("WINATTN_HUB_ROOT", "~/.cache/winattn/hub")).
 
 
 def register(subparsers) -> None:
-    hub = subparsers.add_parser("hub", help="embedded Hugging Face Hub-compatible server")
-    hub_sub = hub.add_subparsers(dest="hub_command", required=True)
+    hub = subparsers.add_parser(
+        "hub",
+        help="run a local Hugging Face Hub-compatible server (for the demo, tests and air-gapped mirrors)",
+        description="A local server that speaks the Hub API huggingface_hub and kernels use. Run "
+        "`winattn hub serve --help` for its options.",
+    )
+    hub_sub = hub.add_subparsers(dest="hub_command", metavar="COMMAND", required=True)
     serve = hub_sub.add_parser(
         "serve",
         help="serve a Hub-compatible API over a local store directory",
@@ -37,7 +42,8 @@ def register(subparsers) -> None:
         "--token-file",
         type=Path,
         metavar="FILE",
-        help="read more tokens from FILE, one per line (keeps them out of the process list)",
+        help="read more tokens from FILE, one per line (keeps them out of the process list); if FILE does not "
+        "exist, a new random token is written to it (mode 0600) and its path printed",
     )
     serve.add_argument(
         "--trusted-org",
@@ -53,12 +59,33 @@ def register(subparsers) -> None:
     serve.set_defaults(func=serve_command)
 
 
+def create_token_file(path: Path) -> Path | None:
+    """Write a new random token to `path` if it does not exist (mode 0600, created exclusively so that an existing
+    file, or one made concurrently, is never overwritten). Returns the path when it wrote one, else None."""
+    import secrets
+
+    from ..errors import HubProtocolError
+
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return None
+    except OSError as e:
+        raise HubProtocolError(f"cannot create --token-file {path}: {e}") from e
+    with os.fdopen(fd, "w") as f:
+        f.write(f"hf_winattn_{secrets.token_hex(20)}\n")
+    return path.resolve()
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from ..errors import HubProtocolError
     from .server import HubServer
 
     tokens = list(args.token)
+    created = None
     if args.token_file is not None:
+        created = create_token_file(args.token_file)
         try:
             tokens += [t.strip() for t in args.token_file.read_text().splitlines() if t.strip()]
         except OSError as e:
@@ -80,7 +107,12 @@ def serve_command(args: argparse.Namespace) -> int:
         "Point clients at it:",
         f"  export HF_ENDPOINT={server.url}",
     ]
-    if tokens:
+    if created is not None:
+        lines.append(f"Wrote a new write token to {created} (mode 0600); use it for uploads and private repos:")
+        lines.append(f'  export HF_TOKEN="$(cat {created})"')
+    elif args.token_file is not None:
+        lines.append(f'  export HF_TOKEN="$(head -n1 {args.token_file})"   # for uploads and private repos')
+    elif tokens:
         lines.append("  export HF_TOKEN=<one of the --token values>   # for uploads and private repos")
     else:
         lines.append("  (no --token given: the server is read-only)")

@@ -35,7 +35,11 @@ from typing import Any, Iterable, Optional
 import torch
 
 from . import check_head_dim, env_flag, head_dim_problem, inject_enum_member, kernel_device_type, kernel_dtypes
-from . import kernel_mask_args, load_kernel
+from . import install_torchvision_shim, kernel_mask_args, load_kernel
+
+# diffusers imports torchvision whenever it is installed; with PyPI's cu130 wheel beside CPU torch that import fails
+# unless the op schemas are defined first (as winattn.integrations.timm does; a no-op with a working torchvision).
+install_torchvision_shim()
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +202,9 @@ def _select(backend: _Backend):
                 message += (" DIFFUSERS_DISABLE_REMOTE_CODE is set and overrides DIFFUSERS_TRUST_REMOTE_KERNELS: unset "
                             "it to allow remote kernels.")
             logger.error(message)
-            raise UntrustedKernelError(f"{message}\nLoader: {e}") from e
+            # The loader's own hint names `trust_remote_code=`, which register() does not take: keep its reason only.
+            reason = str(e).split(" Set trust_remote_code=True")[0]
+            raise UntrustedKernelError(f"{message}\nLoader: {reason}") from e
         except Exception as e:
             logger.error(f"An error occurred while fetching kernel {what} for attention backend '{backend.value}': {e}")
             e.add_note(f"while selecting the diffusers attention backend '{backend.value}' ({backend.repo_id})")
