@@ -352,18 +352,19 @@ def _import_verified(variant_dir: Path, report, info: LoadInfo):
                 raise
             importer.register_loaded(copy, metadata, module)
             info = dataclasses.replace(info, import_path=str(copy))
+        # The kernel API version first: calling a kernel of another API (even `attention`) is not a fair test.
         api = api_check(module)
-        smoke = smoke_test(module, metadata) if api.passed else None
-        checks = tuple(report.checks) + ((api, smoke) if smoke is not None else (api,))
+        smoke = smoke_test(module, metadata) if api.passed else api
+        checks = tuple(report.checks) + (smoke,)
         info = dataclasses.replace(info, checks=checks, receipt_hit=report.receipt_hit, signer=report.signer,
                                    digest_files=dict(metadata.digest.files), statement=report.statement)
-        failed = next((c for c in (api, smoke) if c is not None and not c.passed), None)
+        failed = None if smoke.passed else smoke
         if failed is not None:
             what = f"{info.repo_id} {info.revision} (commit {info.commit}), variant {info.variant}"
-            cause = "smoke test failed" if failed is smoke else "incompatible kernel API"
+            cause = "smoke test failed" if api.passed else "incompatible kernel API"
             if reused is None:
                 importer.forget(metadata.id, copy, f"{what}: {cause}: {failed.detail}")
-            error = VerificationError if failed is smoke else IncompatibleKernelError
+            error = VerificationError if api.passed else IncompatibleKernelError
             raise error(f"{what}: {cause}: {failed.detail}", checks=checks)
         module.__winattn_info__ = info
     logger.info("winattn: loaded %s", info.describe())
@@ -380,15 +381,16 @@ def _device_for(metadata) -> str:
 
 
 def api_check(module):
-    """The kernel's `API_VERSION` is the one this winattn speaks (`winattn.variant.KERNEL_API_VERSION`)."""
+    """The kernel's `API_VERSION` is the one this winattn speaks (`winattn.variant.KERNEL_API_VERSION`); a failure is
+    reported as the smoke test (the module cannot be used by this winattn)."""
     from .variant import KERNEL_API_VERSION
     from .verify import Check
 
     have = getattr(module, "API_VERSION", None)
     if have == KERNEL_API_VERSION:
-        return Check("kernel-api", True, f"kernel API version {have}")
+        return Check("smoke-test", True, f"kernel API version {have}")
     shown = "none (a kernel older than the versioned API)" if have is None else str(have)
-    return Check("kernel-api", False,
+    return Check("smoke-test", False,
                  f"the kernel's API_VERSION is {shown}, but this winattn speaks API version {KERNEL_API_VERSION}: "
                  f"{'upgrade winattn' if isinstance(have, int) and have > KERNEL_API_VERSION else 'use a newer kernel'}"
                  " or pin the kernel (version= / revision=) to a build of API version "

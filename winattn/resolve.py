@@ -117,6 +117,16 @@ def cache_variant_dir(repo_id: str, commit: str, variant: str) -> Path:
     return cache_build_dir(repo_id, commit) / variant
 
 
+def parse_cache_variant_dir(variant_path) -> Optional[tuple]:
+    """(repo cache folder, commit) when `variant_path` is a cache snapshot's `build/<variant>` (`cache_build_dir`'s
+    shape, in any cache), else None."""
+    p = Path(os.path.abspath(variant_path))
+    parents = p.parents
+    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
+        return parents[3], parents[1].name
+    return None
+
+
 def system_description(backend: Optional[str] = None) -> str:
     """e.g. "backend cpu, torch 2.13, x86_64-linux" (what the variants were matched against)."""
     from kernels.backends import _select_backend
@@ -163,7 +173,7 @@ def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -
                 if m:
                     versions[int(m.group(1))] = branch
             if version not in versions:
-                available = ", ".join(f"v{v}" for v in sorted(versions)) or "none"
+                available = ", ".join(str(v) for v in sorted(versions)) or "none"
                 raise KernelNotFoundError(
                     f"version {version} of '{repo_id}' not found (no branch v{version}); available versions: "
                     f"{available}"

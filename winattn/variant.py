@@ -86,8 +86,11 @@ def compute_digest(variant_dir: Path) -> dict:
     return {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))}
 
 
-def check_digest(variant_dir: Path) -> None:
+def check_digest(variant_dir: Path, *, follow_file_links: bool = True) -> None:
     """Check the variant's files against metadata.json's `digest`, the way a load checks them.
+
+    `follow_file_links` (default, for the publisher's and signer's own files, e.g. an HF-cache-like copy whose files
+    are links into blobs/) reads a link to a regular file as that file, as kernels' hashing does; loads never do.
 
     Raises:
         DigestMismatch (a ValueError): metadata.json is missing or invalid, has no digest, the variant holds entries
@@ -96,7 +99,7 @@ def check_digest(variant_dir: Path) -> None:
     """
     from .verify import digest_violations
 
-    violations = digest_violations(Path(variant_dir))
+    violations = digest_violations(Path(variant_dir), follow_file_links=follow_file_links)
     if violations:
         raise DigestMismatch("digest mismatch: " + "; ".join(violations), violations)
 

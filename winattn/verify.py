@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from .resolve import parse_cache_variant_dir
 from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations, is_bytecode
 
 logger = logging.getLogger(__name__)
@@ -196,20 +197,18 @@ def _key(st: os.stat_result) -> tuple:
 
 def _blobs_dir(variant_path: Path) -> Optional[str]:
     """`<repo cache>/blobs` when `variant_path` is an HF cache snapshot's `build/<variant>`, else None."""
-    p = Path(os.path.abspath(variant_path))
-    parents = p.parents
-    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
-        return os.path.realpath(parents[3] / "blobs")
-    return None
+    snapshot = parse_cache_variant_dir(variant_path)
+    return os.path.realpath(snapshot[0] / "blobs") if snapshot is not None else None
 
 
-def scan_variant(variant_path: Path) -> Listing:
+def scan_variant(variant_path: Path, *, follow_file_links: bool = False) -> Listing:
     """List a variant without following any link and without reading any file.
 
     Regular files become `Entry`s; in an HF cache snapshot a link to a regular file directly in the repository's
     `blobs/` is a file too (its blob is what is read). Anything else is a problem line: the digest only covers regular
     files, and an import that followed a link to a directory (kernels' variant lookup does) would run files nobody
-    hashed. `__pycache__/` and `*.pyc` (of any kind) are stray bytecode.
+    hashed. `__pycache__/` and `*.pyc` (of any kind) are stray bytecode. `follow_file_links` (tooling on the
+    publisher's own files, never a load) takes any link to a regular file as that file, as kernels' hashing does.
     """
     listing = Listing()
     root = Path(variant_path)
@@ -220,7 +219,7 @@ def scan_variant(variant_path: Path) -> Listing:
             return Entry(rel, full, st.st_size, _key(st))
         if stat.S_ISLNK(st.st_mode):
             target = os.path.realpath(full)
-            if blobs is not None and os.path.dirname(target) == blobs:
+            if follow_file_links or (blobs is not None and os.path.dirname(target) == blobs):
                 try:
                     tst = os.lstat(target)
                 except OSError:
@@ -389,9 +388,9 @@ def _user_cache_dir() -> Path:
 def receipt_path(variant_path: Path) -> Path:
     """Where the verified-receipt of `variant_path` lives (see the module docstring)."""
     p = Path(os.path.abspath(variant_path))
-    parents = p.parents
-    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
-        repo_folder, commit = parents[3], parents[1].name
+    snapshot = parse_cache_variant_dir(p)
+    if snapshot is not None:
+        repo_folder, commit = snapshot
         return repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
     key = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:40]
     return _user_cache_dir() / "receipts" / f"{key}.json"
@@ -624,13 +623,14 @@ def _check_abi3(variant_path: Path, files: list):
     return _pass("abi3", f"{', '.join(objects)} use only the Python {ABI3_TARGET} stable ABI")
 
 
-def digest_violations(variant_path: Path, metadata=None) -> list:
+def digest_violations(variant_path: Path, metadata=None, *, follow_file_links: bool = False) -> list:
     """Every way the variant's files differ from its metadata.json `digest` ([] when they match), checked with the
     same listing and streaming hasher as a load (no receipt, no copy): `winattn.variant.check_digest` for the
     publisher, the signer and the vendor. Stray bytecode is ignored (it is never uploaded or imported).
-    `metadata` (a parsed `kernels` Metadata) checks the files against that digest instead of the directory's own."""
+    `metadata` (a parsed `kernels` Metadata) checks the files against that digest instead of the directory's own;
+    `follow_file_links` as `scan_variant`."""
     try:
-        listing = scan_variant(Path(variant_path))
+        listing = scan_variant(Path(variant_path), follow_file_links=follow_file_links)
     except OSError as e:
         return [f"cannot list {variant_path}: {e}"]
     if metadata is None and listing.metadata is None:
