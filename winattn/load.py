@@ -1,31 +1,27 @@
-"""`winattn.load`: resolve, trust, download one variant, verify it, and only then import it.
+"""`winattn.load`: the public API, and the import step. A load is: locate -> verify once -> import -> smoke test.
 
-Order of a Hub load (each step raises a typed error naming the repository, the revision and the cause):
-
-1. trust      `winattn.trust.check_trust` (kernels' policy: Hub `trustedKernelPublisher`, `trust_remote_code=True`,
-              or an allowlist of repository ids) -> `UntrustedKernelError`, before anything is downloaded.
-2. pin        `version=N` (branch `v<N>`) or `revision=` is pinned to one commit (`list_repo_refs`); every later
-              request of this load uses that commit, so a branch moved mid-load cannot mix two builds.
-3. select     kernels' variant resolution on the commit's `build/` listing; none fits -> `KernelNotFoundError`
-              listing every variant and why it was rejected (or the reference with `fallback="reference"`).
-4. download   only `build/<variant>/*` at the pinned commit (`snapshot_download`), under a per-variant file lock so
-              concurrent processes share one download -> `DownloadError` when the Hub fails mid-way.
-5. verify     `winattn.verify.verify_variant` (files, signature and what it is signed for, metadata, digest,
-              kernels-minver, arch, python-depends) -> `VerificationError` with every check; nothing has been
-              imported at that point. Every file is copied into a private directory while it is hashed
-              (`winattn.importer.private_copy_dir`). A cached copy that fails is downloaded once more (a corrupted
-              cache heals, a bad publication does not).
-6. import     the private copy's own `__init__.py`, source only (`winattn.importer.import_package`): what is
+1. locate     `winattn.sources`: the vendored directory (`vendored=DIR`, checked against its lock, zero network), the
+              offline cache (`HF_HUB_OFFLINE=1`: the revision from the cache's refs) or the Hub, where the publisher
+              is trusted first (`winattn.trust.check_trust`: Hub `trustedKernelPublisher`, `trust_remote_code=True`
+              or an allowlist -> `UntrustedKernelError` before anything is downloaded), `version=N` / `revision=`
+              is pinned to one commit for the whole load, and kernels' variant resolution picks the variant on the
+              commit's `build/` listing. None fits -> `KernelNotFoundError` listing every variant and why it was
+              rejected (or the reference with `fallback="reference"`). `winattn info` reports this same step.
+2. verify     `winattn.fetch`: download only `build/<variant>/*` at the pinned commit under a per-variant file lock
+              (`DownloadError` when the Hub fails mid-way), then `winattn.verify.verify_variant` (files, lock,
+              signature and what it is signed for, metadata, digest, kernels-minver, arch, python-depends), copying
+              every file into a private directory while it is hashed -> `VerificationError` with every check, nothing
+              imported. A cached copy whose bytes changed is downloaded once more; a wrong key is not.
+3. import     the private copy's own `__init__.py`, source only (`winattn.importer.import_package`): what is
               imported is what was hashed, whatever happens to the cache meanwhile.
-7. smoke test a tiny `attention` call on the variant's device against the kernel's own `reference`
+4. smoke test the kernel's `API_VERSION` is the one this winattn speaks (`IncompatibleKernelError` otherwise), then a
+              tiny `attention` call on the variant's device against the kernel's own `reference`
               -> `VerificationError` on mismatch. After any failed import or smoke test, `<id>` and `<id>.*` leave
               `sys.modules`, and that op namespace is not loaded again in the process (`StaleKernelError`).
 
-`HF_HUB_OFFLINE=1`: the revision comes from the cache's refs, nothing touches the network, and the publisher check is
-skipped (with a warning) only for cache entries that an earlier online load verified AND found to come from a
-trusted publisher (their receipt). An earlier opt-in (`trust_remote_code`, an allowlist) is never remembered: offline,
-the caller must opt in again. `vendored=DIR`: a `winattn vendor` directory, checked against its lock file, with zero
-network access.
+Offline, the publisher check is skipped (with a warning) only for cache entries that an earlier online load verified
+AND found to come from a trusted publisher (their receipt). An earlier opt-in (`trust_remote_code`, an allowlist) is
+never remembered: offline, the caller must opt in again.
 
 The returned module carries `__winattn_info__` (a `LoadInfo`: repo, version, commit, variant, source, checks) and the
 same is logged at INFO level.
@@ -41,18 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from . import sources
-from .errors import (IncompatibleKernelError, KernelNotFoundError, StaleKernelError, UntrustedKernelError,
-                     VerificationError, WinattnError)
+from . import fetch, sources
+from .errors import IncompatibleKernelError, KernelNotFoundError, StaleKernelError, VerificationError, WinattnError
 from .sources import normalize_lock, read_vendor_lock  # noqa: F401  (their home before sources.py)
 from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME  # noqa: F401  (also importable from here)
 
 logger = logging.getLogger("winattn")
 
 _IMPORT_LOCK = threading.RLock()
-# A re-fetch heals a cache whose bytes changed (files, digest, metadata, lock); it cannot heal a wrong key, a binding
-# that does not hold or a missing signature (the publication itself is so), so those never cost a download.
-_REPAIRABLE = {"files", "digest", "metadata", "lock"}
 
 
 @dataclass(frozen=True)
@@ -144,8 +136,9 @@ def load(
         The kernel module (`attention`, `window_attention`, `reference`), with `__winattn_info__`.
 
     Raises:
-        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError,
-        StaleKernelError (a build of this op namespace failed to load earlier in the process).
+        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError
+        (IncompatibleKernelError: another kernel API version), StaleKernelError (a build of this op namespace failed
+        to load earlier in the process).
     """
     if fallback not in (None, "reference"):
         raise ValueError(f"fallback must be None or 'reference', got {fallback!r}")
@@ -169,10 +162,10 @@ def load(
             raise KernelNotFoundError(found.message)
         logger.warning("%s\nUsing the pure-PyTorch reference implementation (fallback='reference').", found.message)
         return _reference_module(found)
-    report = _verify_found(found, keys, require_signature)
+    report = fetch.verify_found(found, keys, require_signature)
     return _import_verified(found.variant_dir, report, LoadInfo(
         repo_id=repo_id, version=found.version, revision=found.revision, commit=found.commit, variant=found.variant,
-        variant_path=str(found.variant_dir), source=found.source, trust=_trust_reason(found, report),
+        variant_path=str(found.variant_dir), source=found.source, trust=fetch.trust_reason(found, report),
         rejected=found.rejected,
     ))
 
@@ -198,90 +191,6 @@ def _reference_module(missing: "sources.NoVariant"):
         variant=None, variant_path=None, source="reference", rejected=missing.rejected,
     )
     return module
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Verify once
-
-
-def _verify_copy(variant_dir: Path, **kwargs):
-    """`verify_variant` with a private copy made while hashing; the copy is discarded unless verification passed."""
-    from .importer import discard, private_copy_dir
-    from .verify import verify_variant
-
-    copy = private_copy_dir(variant_dir.name)
-    try:
-        report = verify_variant(variant_dir, bytecode="purge", copy_to=copy, **kwargs)
-    except BaseException:
-        discard(copy)
-        raise
-    if not report.ok or report.copy_path is None:
-        discard(copy)
-    return report
-
-
-def _repairable(report) -> bool:
-    """A failure a fresh download can fix: changed bytes, or a signature that no longer matches its bytes."""
-    for check in report.failures:
-        if check.name in _REPAIRABLE:
-            return True
-        if check.name == "signature" and "bad signature" in check.detail:
-            return True
-    return False
-
-
-def _verify_found(found: "sources.Found", keys, require_signature):
-    """Fetch and verify `found` once, under its variant lock; a cached Hub copy that fails repairably is downloaded
-    once more (a corrupted cache heals, a bad publication does not). Raises `VerificationError`."""
-    common = dict(public_keys=keys, require_signature=require_signature, lock_entry=found.lock_entry,
-                  origin=found.origin, expect=found.expect)
-    with found.lock():
-        cached = (found.variant_dir / "metadata.json").is_file()
-        variant_dir = found.fetch()
-        report = _verify_copy(variant_dir, **common)
-        if not report.ok and cached and found.can_refetch and _repairable(report):
-            logger.warning(
-                "cached copy of %s (%s) failed verification (%s); downloading it again",
-                found.variant, found.what, "; ".join(f"{c.name}: {c.detail}" for c in report.failures),
-            )
-            report = _verify_copy(found.refetch(), **common)
-    if not report.ok:
-        raise _verification_error(found.label, report)
-    found.after_verification()
-    return report
-
-
-def _trust_reason(found: "sources.Found", report) -> str:
-    """Why the publisher is trusted. Offline without an opt-in: only because an earlier online verification of
-    this same cache entry found a trusted publisher (the receipt's origin); an earlier opt-in is never remembered."""
-    if found.trust is not None:
-        return found.trust
-    earlier = report.origin or {}
-    if earlier.get("repo_id") != found.repo_id or earlier.get("commit") != found.commit \
-            or not sources._publisher_verdict(earlier.get("trust")):
-        from .importer import discard
-
-        discard(report.copy_path)
-        raise UntrustedKernelError(
-            f"Kernel repository '{found.repo_id}' ({found.what}): publisher "
-            "trust cannot be checked in offline mode (HF_HUB_OFFLINE) and no online winattn.load of this cache entry "
-            "found it to come from a trusted publisher (an earlier trust_remote_code / allowlist opt-in is not "
-            f"remembered). Load it online from a trusted publisher, or pass trust_remote_code=True / an allowlist "
-            f"containing '{found.repo_id}'."
-        )
-    logger.warning(
-        "Skipping publisher trust check for '%s' because Hugging Face Hub is in offline mode: the cached "
-        "variant %s was verified online before and its publisher was trusted (%s).",
-        found.repo_id, found.variant, earlier["trust"],
-    )
-    return f"offline: {earlier['trust']}"
-
-
-def _verification_error(what: str, report) -> VerificationError:
-    failures = "\n".join(f"  {c.line()}" for c in report.failures)
-    return VerificationError(
-        f"refusing to import {what}: verification failed (nothing was imported):\n{failures}", checks=report.checks
-    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -146,8 +146,7 @@ def vendor(
     from . import resolve
     from .variant import check_digest
 
-    if (version is None) == (revision is None):
-        raise ValueError("pass exactly one of version= or revision=")
+    resolve.check_version_args(version, revision)
     if variants and all_variants:
         raise ValueError("pass either variants= or all_variants=True, not both")
     out_dir = Path(out_dir)
