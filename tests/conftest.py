@@ -52,8 +52,23 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _build_imported_first(kernel):
+# Folders whose tests never import a build (the Hub's HTTP tests; the builder's own tests on throwaway trees): the
+# autouse fixture below does not compile the kernel for them, so `pytest tests/hub` starts at once.
+_NO_BUILD_DIRS = {"hub"}
+_NO_BUILD_FILES = {"unit/test_build.py", "unit/test_matrix.py", "unit/test_repo_config.py",
+                   "unit/test_variant_resolution.py"}
+
+
+def _needs_build(path: Path) -> bool:
+    try:
+        rel = Path(path).resolve().relative_to(Path(__file__).resolve().parent).as_posix()
+    except ValueError:
+        return True
+    return rel.split("/")[0] not in _NO_BUILD_DIRS and rel not in _NO_BUILD_FILES
+
+
+@pytest.fixture(autouse=True)
+def _build_imported_first(request):
     """Import the build directory's module before any test loads the same build from another path.
 
     All copies of one build share an op namespace and a module name. `kernels` (`_import_from_path`) would import a
@@ -61,5 +76,10 @@ def _build_imported_first(kernel):
     sys.modules without being bound on the new package, so a later `kernel._ops` fails. With the build directory's
     module imported first, every in-process `winattn.load` verifies its own copy and then reuses that module
     (`LoadInfo.reused_from`); loads that must really import run in child processes.
+
+    Skipped for the folders and files that never import a build (`_NO_BUILD_DIRS`, `_NO_BUILD_FILES`); everywhere
+    else the session-scoped `kernel` fixture is built once and reused.
     """
-    return kernel
+    if _needs_build(request.node.path):
+        return request.getfixturevalue("kernel")
+    return None

@@ -4,8 +4,11 @@ huggingface_hub copies HF_ENDPOINT, HF_HOME and friends into `huggingface_hub.co
 0.17.2 keeps its own `CACHE_DIR` copies, so setting the environment alone reaches only child processes. This
 patches both, isolates every cache and token file under `home`, and returns the environment for children.
 Shared by the hub, publish, integration and matrix tests (importable because pytest puts tests/ on sys.path).
+`running_hub` is the one embedded-Hub fixture body: the hub, publish and loader folders' `hub` fixtures differ only in
+their trusted org and whether this process's clients are pointed at it.
 """
 
+import contextlib
 import importlib
 import os
 import sys
@@ -60,3 +63,15 @@ def point_clients_at(url: str, home: Path, monkeypatch) -> dict:
         if module is not None and hasattr(module, "CACHE_DIR"):
             monkeypatch.setattr(module, "CACHE_DIR", cache)
     return dict(os.environ)
+
+
+@contextlib.contextmanager
+def running_hub(store: Path, *, token: str, trusted_orgs, home: Path = None, monkeypatch=None):
+    """A `winattn.hub.HubServer` on 127.0.0.1 over `store`; with `home`, this process's clients point at it and
+    `server.env` is the environment for child processes."""
+    from winattn.hub import HubServer
+
+    with HubServer(store, tokens=[token], trusted_orgs=list(trusted_orgs)) as server:
+        if home is not None:
+            server.env = point_clients_at(server.url, home, monkeypatch)
+        yield server

@@ -23,6 +23,8 @@ import math
 import pytest
 import torch
 
+pytestmark = pytest.mark.kernels_ci  # the kernel's own correctness: kernel-builder's ci-test subset (~6 s on CPU)
+
 # --------------------------------------------------------------------------------------------------------------
 # helpers
 

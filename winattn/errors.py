@@ -25,6 +25,12 @@ class VerificationError(WinattnError):
         self.checks = list(checks or [])
 
 
+class IncompatibleKernelError(VerificationError):
+    """The kernel speaks another kernel API version (`window_attention.API_VERSION`) than this winattn: the kernel is
+    fetched at run time and can be older or newer than the installed winattn. Upgrade winattn, or pin the kernel
+    (`version=` / `revision=`) to one of the API this winattn speaks."""
+
+
 class StaleKernelError(WinattnError):
     """A build with this op namespace failed to load earlier in this process (its native ops may be registered and
     cannot be removed): no other build of that namespace is imported into this process; start a new one."""

@@ -21,10 +21,8 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import KernelNotFoundError, WinattnError
-
-DEFAULT_REPO = "winattn/window-attention"
-LOCK_FILENAME = "window-attention.lock"
+from .errors import KernelNotFoundError
+from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME, METADATA_FILENAME
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -94,7 +92,25 @@ def _checked(run):
 
 
 def _version(args):
-    return args.version if args.version is not None or args.revision is not None else 1
+    return args.version if args.version is not None or args.revision is not None else DEFAULT_VERSION
+
+
+def _locate(repo_id: str, args, *, vendored=None):
+    """What `winattn.load` would locate for these arguments (`winattn.sources`), trust reported, not enforced."""
+    from . import sources
+
+    return sources.locate(repo_id, version=_version(args), revision=args.revision, requested_version=args.version,
+                          backend=args.backend, enforce_trust=False, vendored=vendored, endpoint=args.endpoint,
+                          token=args.token)
+
+
+def _trust_line(found) -> str:
+    """The publisher's trust status, as `info` prints it."""
+    if found.source == "offline-cache":
+        return found.trust and f"trusted ({found.trust})" or "not checked (offline)"
+    if found.trust_error:
+        return f"NOT trusted: {found.trust_error}"
+    return f"trusted ({found.trust})"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -122,13 +138,13 @@ def _verify_dir(path: Path, args) -> list:
 
     common = dict(public_keys=args.public_keys, require_signature=args.require_signature, bytecode="warn",
                   check_abi=True, use_receipt=False)
-    if (path / "metadata.json").is_file():
+    if (path / METADATA_FILENAME).is_file():
         report = verify_variant(path, **common)
         _print_report(f"variant {path.name} ({path})", report, args.files_table)
         return [report]
     lock = None
     if (path / LOCK_FILENAME).is_file():
-        from .load import read_vendor_lock
+        from .sources import read_vendor_lock
 
         lock = read_vendor_lock(path)
         print(f"vendored {lock['repo_id']} v{lock['version']} @ {lock['commit']} ({path / LOCK_FILENAME})")
@@ -154,42 +170,29 @@ def _verify_dir(path: Path, args) -> list:
 
 
 def _verify_repo(repo_id: str, args) -> list:
-    from huggingface_hub import constants
-
-    from . import resolve
-    from .load import _download, _variant_lock
-    from .trust import check_trust
+    from . import sources
     from .verify import verify_variant
 
-    version, revision = _version(args), args.revision
-    if constants.is_offline_mode():
-        pin = resolve.pin_offline(repo_id, version=version, revision=revision)
-        build_dir = resolve.repo_cache_folder(repo_id) / "snapshots" / pin.commit / "build"
-        selection = resolve.select_local(build_dir, args.backend)
-        api = None
+    found = _locate(repo_id, args)
+    if found.source == "hub":
+        print(f"trust: WARN {found.trust_error}" if found.trust_error else f"trust: PASS {found.trust}")
+    print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
+    if args.all_variants:
+        targets = [found.for_variant(name) for name in found.variants]
+    elif isinstance(found, sources.Found):
+        targets = [found]
     else:
-        api = resolve.make_api(args.endpoint, args.token)
-        pin = resolve.pin(api, repo_id, version=version, revision=revision)
-        selection = resolve.select_hub(api, pin, args.backend)
-        try:
-            print(f"trust: PASS {check_trust(repo_id, False, api=api).reason}")
-        except WinattnError as e:
-            print(f"trust: WARN {e}")
-    print(f"{pin.describe()}")
-    names = [d.variant.variant_str for d in selection.decisions] if args.all_variants else (
-        [selection.variant] if selection.variant else [])
-    if not names:
-        raise KernelNotFoundError(resolve.not_found_message(pin.describe(), selection, args.backend))
+        targets = []
+    if not targets:
+        raise KernelNotFoundError(found.message if isinstance(found, sources.NoVariant) else f"{repo_id}: no variants")
     reports = []
-    for name in names:
-        variant_dir = resolve.repo_cache_folder(repo_id) / "snapshots" / pin.commit / "build" / name
-        if api is not None:
-            with _variant_lock(repo_id, pin.commit, name):
-                variant_dir = _download(api, pin, name, force=False)
+    for target in targets:
+        with target.lock():
+            variant_dir = target.fetch()
         report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
-                                bytecode="warn", check_abi=True, use_receipt=False,
-                                expect={"repo_id": repo_id, "version": version})
-        _print_report(f"variant {name} ({variant_dir})", report, args.files_table)
+                                bytecode="warn", check_abi=True, use_receipt=False, lock_entry=target.lock_entry,
+                                expect=target.expect)
+        _print_report(f"variant {target.variant} ({variant_dir})", report, args.files_table)
         reports.append(report)
     return reports
 
@@ -213,64 +216,58 @@ def run_verify(args) -> int:
 
 
 def run_info(args) -> int:
-    from huggingface_hub import constants
-
-    from . import resolve
-    from .trust import check_trust
+    from . import resolve, sources
 
     target = Path(args.target)
-    trust = None
+    source = None
     ids = {"repo_id": None, "version": None, "revision": None, "commit": None}  # for --json
-    if target.exists():
+    if target.exists() and not (target / LOCK_FILENAME).is_file():
+        # a build directory: what kernels' get_local_kernel would pick (winattn.load loads only vendored dirs)
         base = target / "build" if (target / "build").is_dir() else target
-        what = str(target)
+        what, trust, source = str(target), None, "directory"
         selection = resolve.select_local(base, args.backend)
-        if (target / LOCK_FILENAME).is_file():
-            from .load import read_vendor_lock
-
-            lock = read_vendor_lock(target)
-            what = f"{lock['repo_id']} v{lock['version']} @ {lock['commit'][:12]} (vendored in {target})"
-            ids.update(repo_id=lock["repo_id"], version=lock["version"], commit=lock["commit"])
-    elif constants.is_offline_mode():
-        pin = resolve.pin_offline(args.target, version=_version(args), revision=args.revision)
-        what = f"{pin.describe()} (local cache, offline)"
-        selection = resolve.select_local(
-            resolve.repo_cache_folder(args.target) / "snapshots" / pin.commit / "build", args.backend
-        )
-        trust = "not checked (offline)"
+        selected, accepted, rejected = selection.variant, selection.accepted, selection.rejected
+        decisions = selection.decisions
     else:
-        api = resolve.make_api(args.endpoint, args.token)
-        pin = resolve.pin(api, args.target, version=_version(args), revision=args.revision)
-        what = pin.describe()
-        selection = resolve.select_hub(api, pin, args.backend)
-        try:
-            trust = f"trusted ({check_trust(args.target, False, api=api).reason})"
-        except WinattnError as e:
-            trust = f"NOT trusted: {e}"
-    if not target.exists():
-        ids.update(repo_id=pin.repo_id, version=pin.version, revision=pin.revision, commit=pin.commit)
+        if target.exists():
+            lock = sources.read_checked_lock(target)
+            found = _locate(lock["repo_id"], args, vendored=target)
+        else:
+            found = _locate(args.target, args)
+        source = found.source
+        ids.update(repo_id=found.repo_id, version=found.version, revision=found.revision, commit=found.commit)
+        if isinstance(found, sources.NoVariant):
+            what = found.message.splitlines()[0]
+            selected, accepted, rejected, trust = None, [], list(found.rejected), None
+            decisions = found.selection.decisions
+        else:
+            what = found.what + found.where
+            selected, accepted, rejected = found.variant, list(found.accepted), list(found.rejected)
+            trust = _trust_line(found)
+            decisions = accepted or rejected
     system = resolve.system_description(args.backend)
     if args.json:
         print(json.dumps({
-            "target": what, **ids, "system": system, "selected": selection.variant, "accepted": selection.accepted,
-            "rejected": [{"variant": v, "reason": r} for v, r in selection.rejected], "trust": trust,
+            "target": what, **ids, "system": system, "selected": selected, "accepted": accepted,
+            "rejected": [{"variant": v, "reason": r} for v, r in rejected], "trust": trust,
+            "source": source,
         }, indent=2))
-        return 0 if selection.variant else 1
+        return 0 if selected else 1
     print(f"{what}")
     print(f"this machine: {system}")
-    if selection.variant:
-        print(f"would load: {selection.variant}")
+    if selected:
+        print(f"would load: {selected}")
     else:
         print("would load: nothing (no variant fits; winattn.load(fallback='reference') uses the reference)")
-    for name in selection.accepted[1:]:
+    for name in accepted[1:]:
         print(f"  compatible, less preferred: {name}")
-    for name, reason in selection.rejected:
+    for name, reason in rejected:
         print(f"  rejected: {name}: {reason}")
-    if not selection.decisions:
+    if not decisions:
         print("  (no variants)")
     if trust is not None:
         print(f"publisher: {trust}")
-    return 0 if selection.variant else 1
+    return 0 if selected else 1
 
 
 def main(argv=None) -> int:  # pragma: no cover - convenience for `python -m winattn.inspect_cmd`

@@ -1,31 +1,27 @@
-"""`winattn.load`: resolve, trust, download one variant, verify it, and only then import it.
+"""`winattn.load`: the public API, and the import step. A load is: locate -> verify once -> import -> smoke test.
 
-Order of a Hub load (each step raises a typed error naming the repository, the revision and the cause):
-
-1. trust      `winattn.trust.check_trust` (kernels' policy: Hub `trustedKernelPublisher`, `trust_remote_code=True`,
-              or an allowlist of repository ids) -> `UntrustedKernelError`, before anything is downloaded.
-2. pin        `version=N` (branch `v<N>`) or `revision=` is pinned to one commit (`list_repo_refs`); every later
-              request of this load uses that commit, so a branch moved mid-load cannot mix two builds.
-3. select     kernels' variant resolution on the commit's `build/` listing; none fits -> `KernelNotFoundError`
-              listing every variant and why it was rejected (or the reference with `fallback="reference"`).
-4. download   only `build/<variant>/*` at the pinned commit (`snapshot_download`), under a per-variant file lock so
-              concurrent processes share one download -> `DownloadError` when the Hub fails mid-way.
-5. verify     `winattn.verify.verify_variant` (files, signature and what it is signed for, metadata, digest,
-              kernels-minver, arch, python-depends) -> `VerificationError` with every check; nothing has been
-              imported at that point. Every file is copied into a private directory while it is hashed
-              (`winattn.importer.private_copy_dir`). A cached copy that fails is downloaded once more (a corrupted
-              cache heals, a bad publication does not).
-6. import     the private copy's own `__init__.py`, source only (`winattn.importer.import_package`): what is
+1. locate     `winattn.sources`: the vendored directory (`vendored=DIR`, checked against its lock, zero network), the
+              offline cache (`HF_HUB_OFFLINE=1`: the revision from the cache's refs) or the Hub, where the publisher
+              is trusted first (`winattn.trust.check_trust`: Hub `trustedKernelPublisher`, `trust_remote_code=True`
+              or an allowlist -> `UntrustedKernelError` before anything is downloaded), `version=N` / `revision=`
+              is pinned to one commit for the whole load, and kernels' variant resolution picks the variant on the
+              commit's `build/` listing. None fits -> `KernelNotFoundError` listing every variant and why it was
+              rejected (or the reference with `fallback="reference"`). `winattn info` reports this same step.
+2. verify     `winattn.fetch`: download only `build/<variant>/*` at the pinned commit under a per-variant file lock
+              (`DownloadError` when the Hub fails mid-way), then `winattn.verify.verify_variant` (files, lock,
+              signature and what it is signed for, metadata, digest, kernels-minver, arch, python-depends), copying
+              every file into a private directory while it is hashed -> `VerificationError` with every check, nothing
+              imported. A cached copy whose bytes changed is downloaded once more; a wrong key is not.
+3. import     the private copy's own `__init__.py`, source only (`winattn.importer.import_package`): what is
               imported is what was hashed, whatever happens to the cache meanwhile.
-7. smoke test a tiny `attention` call on the variant's device against the kernel's own `reference`
+4. smoke test the kernel's `API_VERSION` is the one this winattn speaks (`IncompatibleKernelError` otherwise), then a
+              tiny `attention` call on the variant's device against the kernel's own `reference`
               -> `VerificationError` on mismatch. After any failed import or smoke test, `<id>` and `<id>.*` leave
               `sys.modules`, and that op namespace is not loaded again in the process (`StaleKernelError`).
 
-`HF_HUB_OFFLINE=1`: the revision comes from the cache's refs, nothing touches the network, and the publisher check is
-skipped (with a warning) only for cache entries that an earlier online load verified AND found to come from a
-trusted publisher (their receipt). An earlier opt-in (`trust_remote_code`, an allowlist) is never remembered: offline,
-the caller must opt in again. `vendored=DIR`: a `winattn vendor` directory, checked against its lock file, with zero
-network access.
+Offline, the publisher check is skipped (with a warning) only for cache entries that an earlier online load verified
+AND found to come from a trusted publisher (their receipt). An earlier opt-in (`trust_remote_code`, an allowlist) is
+never remembered: offline, the caller must opt in again.
 
 The returned module carries `__winattn_info__` (a `LoadInfo`: repo, version, commit, variant, source, checks) and the
 same is logged at INFO level.
@@ -33,34 +29,22 @@ same is logged at INFO level.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from .errors import (
-    DownloadError,
-    KernelNotFoundError,
-    OfflineError,
-    StaleKernelError,
-    UntrustedKernelError,
-    VerificationError,
-    WinattnError,
-)
+from . import fetch, sources
+from .errors import IncompatibleKernelError, KernelNotFoundError, StaleKernelError, VerificationError, WinattnError
+from .sources import normalize_lock, read_vendor_lock  # noqa: F401  (their home before sources.py)
+from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME  # noqa: F401  (also importable from here)
 
 logger = logging.getLogger("winattn")
 
-DEFAULT_REPO = "winattn/window-attention"
-DEFAULT_VERSION = 1
-LOCK_FILENAME = "window-attention.lock"
-
 _IMPORT_LOCK = threading.RLock()
-_BYTECODE_IGNORE_PATTERNS = ["*.pyc", "**/__pycache__/**"]  # as kernels.resolver
 
 
 @dataclass(frozen=True)
@@ -152,38 +136,38 @@ def load(
         The kernel module (`attention`, `window_attention`, `reference`), with `__winattn_info__`.
 
     Raises:
-        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError,
-        StaleKernelError (a build of this op namespace failed to load earlier in the process).
+        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError
+        (IncompatibleKernelError: another kernel API version), StaleKernelError (a build of this op namespace failed
+        to load earlier in the process).
     """
     if fallback not in (None, "reference"):
         raise ValueError(f"fallback must be None or 'reference', got {fallback!r}")
-    if version is not None and revision is not None:
-        raise ValueError("pass either version= or revision=, not both")
+    from .resolve import check_version_args
+    from .trust import normalize as normalize_trust
+
     requested_version = version  # a vendored lock is only held to an explicitly requested version
     if version is None and revision is None:
         version = DEFAULT_VERSION
-    from .trust import normalize as normalize_trust
-
+    check_version_args(version, revision)
     normalize_trust(trust_remote_code)  # TypeError for a wrong type before any lookup
     keys = _normalize_keys(public_keys)
     if require_signature and not keys:
         raise ValueError("require_signature=True needs public_keys=[...] (the keys signatures must verify with)")
 
-    from huggingface_hub import constants
-
-    try:
-        if vendored is not None:
-            return _load_vendored(Path(vendored), repo_id, requested_version, revision, keys, require_signature,
-                                  backend)
-        if constants.is_offline_mode():
-            return _load_offline(repo_id, version, revision, trust_remote_code, keys, require_signature, backend)
-        return _load_hub(repo_id, version, revision, trust_remote_code, keys, require_signature, backend,
-                         endpoint, token)
-    except _NoVariant as e:
+    found = sources.locate(repo_id, version=version, revision=revision, requested_version=requested_version,
+                           backend=backend, trust_remote_code=trust_remote_code, vendored=vendored,
+                           endpoint=endpoint, token=token)
+    if isinstance(found, sources.NoVariant):
         if fallback != "reference":
-            raise KernelNotFoundError(e.message) from None
-        logger.warning("%s\nUsing the pure-PyTorch reference implementation (fallback='reference').", e.message)
-        return _reference_module(e)
+            raise KernelNotFoundError(found.message)
+        logger.warning("%s\nUsing the pure-PyTorch reference implementation (fallback='reference').", found.message)
+        return _reference_module(found)
+    report = fetch.verify_found(found, keys, require_signature)
+    return _import_verified(found.variant_dir, report, LoadInfo(
+        repo_id=repo_id, version=found.version, revision=found.revision, commit=found.commit, variant=found.variant,
+        variant_path=str(found.variant_dir), source=found.source, trust=fetch.trust_reason(found, report),
+        rejected=found.rejected,
+    ))
 
 
 def _normalize_keys(public_keys) -> list:
@@ -198,340 +182,15 @@ def _normalize_keys(public_keys) -> list:
     return keys
 
 
-class _NoVariant(Exception):
-    def __init__(self, message, repo_id, version, revision, commit, selection):
-        super().__init__(message)
-        self.message = message
-        self.repo_id, self.version, self.revision, self.commit = repo_id, version, revision, commit
-        self.selection = selection
-
-
-def _reference_module(e: _NoVariant):
+def _reference_module(missing: "sources.NoVariant"):
     from .reference_kernel import load_reference
 
     module = load_reference()
     module.__winattn_info__ = LoadInfo(
-        repo_id=e.repo_id, version=e.version, revision=e.revision, commit=e.commit, variant=None,
-        variant_path=None, source="reference", rejected=tuple(e.selection.rejected),
+        repo_id=missing.repo_id, version=missing.version, revision=missing.revision, commit=missing.commit,
+        variant=None, variant_path=None, source="reference", rejected=missing.rejected,
     )
     return module
-
-
-def _network_step(what: str):
-    """Turn a transport/HTTP failure during `what` into a DownloadError naming it."""
-
-    @contextlib.contextmanager
-    def step():
-        try:
-            import httpx2 as httpx
-        except ImportError:  # huggingface_hub < 2
-            import httpx
-
-        try:
-            yield
-        except WinattnError:
-            raise
-        except (OSError, httpx.HTTPError) as e:
-            from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
-            if isinstance(e, (RepositoryNotFoundError, RevisionNotFoundError)):
-                raise KernelNotFoundError(f"{what}: {e}") from e
-            raise DownloadError(f"{what} failed: {type(e).__name__}: {e}. Nothing was imported; retry.") from e
-
-    return step()
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Hub
-
-
-def _load_hub(repo_id, version, revision, trust_remote_code, keys, require_signature, backend, endpoint, token):
-    from . import resolve
-    from .trust import check_trust
-
-    api = resolve.make_api(endpoint, token)
-    requested = f"v{version}" if version is not None else revision
-    with _network_step(f"checking publisher trust of '{repo_id}'"):
-        try:
-            trust = check_trust(repo_id, trust_remote_code, api=api)
-        except UntrustedKernelError as e:
-            raise UntrustedKernelError(f"{e} (refused {repo_id} {requested} before downloading anything)") from None
-    with _network_step(f"resolving {repo_id} {requested}"):
-        pin = resolve.pin(api, repo_id, version=version, revision=revision)
-    with _network_step(f"listing the variants of {pin.describe()}"):
-        selection = resolve.select_hub(api, pin, backend)
-    if selection.variant is None:
-        raise _NoVariant(resolve.not_found_message(pin.describe(), selection, backend), repo_id, version,
-                         pin.revision, pin.commit, selection)
-    # Only a publisher verdict is recorded for offline loads; an opt-in is the caller's, for this call only.
-    origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason} if _publisher_verdict(trust.reason) \
-        else None
-    variant_dir, report = _fetch_and_verify(api, pin, selection.variant, keys, require_signature, origin,
-                                            {"repo_id": repo_id, "version": version})
-    return _import_verified(variant_dir, report, LoadInfo(
-        repo_id=repo_id, version=version, revision=pin.revision, commit=pin.commit, variant=selection.variant,
-        variant_path=str(variant_dir), source="hub", trust=trust.reason, rejected=tuple(selection.rejected),
-    ))
-
-
-def _snapshot_variant_dir(repo_id: str, commit: str, variant: str) -> Path:
-    from .resolve import repo_cache_folder
-
-    return repo_cache_folder(repo_id) / "snapshots" / commit / "build" / variant
-
-
-def _variant_lock(repo_id: str, commit: str, variant: str):
-    from filelock import FileLock
-
-    from .resolve import cache_dir, repo_cache_folder
-
-    folder = repo_cache_folder(repo_id)
-    lock_path = Path(cache_dir()) / ".locks" / folder.name / f"winattn-{commit}-{variant}.lock"
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path.touch(exist_ok=True)
-    except OSError as e:  # read-only cache (offline use): nothing will be written, so nothing to serialize
-        logger.debug("no lock for %s: %s", lock_path, e)
-        return contextlib.nullcontext()
-    return FileLock(str(lock_path))
-
-
-def _download(api, pin, variant: str, *, force: bool) -> Path:
-    from .resolve import cache_dir
-
-    what = f"downloading variant {variant} of {pin.describe()}"
-    with _network_step(what):
-        snapshot = api.snapshot_download(
-            pin.repo_id,
-            repo_type="kernel",
-            revision=pin.commit,
-            allow_patterns=[f"build/{variant}/*"],
-            ignore_patterns=_BYTECODE_IGNORE_PATTERNS,
-            cache_dir=cache_dir(),
-            force_download=force,
-        )
-    return Path(snapshot) / "build" / variant
-
-
-_REPAIRABLE = {"files", "digest", "metadata", "signature", "lock"}
-
-
-def _publisher_verdict(reason) -> bool:
-    return isinstance(reason, str) and reason.startswith("trusted publisher ")
-
-
-def _verify_copy(variant_dir: Path, **kwargs):
-    """`verify_variant` with a private copy made while hashing; the copy is discarded unless verification passed."""
-    from .importer import discard, private_copy_dir
-    from .verify import verify_variant
-
-    copy = private_copy_dir(variant_dir.name)
-    try:
-        report = verify_variant(variant_dir, bytecode="purge", copy_to=copy, **kwargs)
-    except BaseException:
-        discard(copy)
-        raise
-    if not report.ok or report.copy_path is None:
-        discard(copy)
-    return report
-
-
-def _fetch_and_verify(api, pin, variant, keys, require_signature, origin, expect):
-    variant_dir = _snapshot_variant_dir(pin.repo_id, pin.commit, variant)
-    common = dict(public_keys=keys, require_signature=require_signature, origin=origin, expect=expect)
-    with _variant_lock(pin.repo_id, pin.commit, variant):
-        cached = (variant_dir / "metadata.json").is_file()
-        if not cached:
-            variant_dir = _download(api, pin, variant, force=False)
-        report = _verify_copy(variant_dir, **common)
-        if not report.ok and cached and {c.name for c in report.failures} & _REPAIRABLE:
-            logger.warning(
-                "cached copy of %s (%s) failed verification (%s); downloading it again",
-                variant, pin.describe(), "; ".join(f"{c.name}: {c.detail}" for c in report.failures),
-            )
-            _remove_snapshot_variant(variant_dir)  # snapshot links only; blobs are re-fetched by force
-            variant_dir = _download(api, pin, variant, force=True)
-            report = _verify_copy(variant_dir, **common)
-    if not report.ok:
-        raise _verification_error(f"{pin.describe()}, variant {variant}", report)
-    if pin.revision != pin.commit:
-        _write_ref(pin)
-    return variant_dir, report
-
-
-def _remove_snapshot_variant(variant_dir: Path) -> None:
-    """Remove a cached variant directory without following anything in it (links, FIFOs and all)."""
-    try:
-        shutil.rmtree(variant_dir)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        logger.warning("cannot remove %s before downloading it again: %s", variant_dir, e)
-
-
-def _write_ref(pin) -> None:
-    """Record `refs/<revision>` -> commit in the cache (what `hf_hub_download(revision=<branch>)` writes), so that an
-    offline load (kernels' or ours) can resolve `version=N` to the commit verified here."""
-    from .resolve import repo_cache_folder
-
-    ref = repo_cache_folder(pin.repo_id) / "refs" / pin.revision
-    tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
-    try:
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(pin.commit)
-        os.replace(tmp, ref)
-    except OSError as e:
-        logger.debug("cannot write %s: %s", ref, e)
-
-
-def _verification_error(what: str, report) -> VerificationError:
-    failures = "\n".join(f"  {c.line()}" for c in report.failures)
-    return VerificationError(
-        f"refusing to import {what}: verification failed (nothing was imported):\n{failures}", checks=report.checks
-    )
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Offline cache
-
-
-def _load_offline(repo_id, version, revision, trust_remote_code, keys, require_signature, backend):
-    from . import resolve
-    from .trust import explicit_trust
-
-    pin = resolve.pin_offline(repo_id, version=version, revision=revision)
-    build_dir = resolve.repo_cache_folder(repo_id) / "snapshots" / pin.commit / "build"
-    if not build_dir.is_dir():
-        raise OfflineError(
-            f"{pin.describe()} is not in the local cache ({resolve.cache_dir()}) and the Hub is in offline mode "
-            "(HF_HUB_OFFLINE)"
-        )
-    selection = resolve.select_local(build_dir, backend)
-    if selection.variant is None:
-        raise _NoVariant(resolve.not_found_message(f"{pin.describe()} (local cache, offline)", selection, backend),
-                         repo_id, version, pin.revision, pin.commit, selection)
-    variant_dir = build_dir / selection.variant
-    trust = explicit_trust(repo_id, trust_remote_code)
-    with _variant_lock(repo_id, pin.commit, selection.variant):
-        # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not recorded
-        report = _verify_copy(variant_dir, public_keys=keys, require_signature=require_signature, origin=None,
-                              expect={"repo_id": repo_id, "version": version})
-    if not report.ok:
-        raise _verification_error(f"{pin.describe()}, variant {selection.variant} (local cache, offline)", report)
-    if trust is None:
-        earlier = report.origin or {}
-        if earlier.get("repo_id") != repo_id or earlier.get("commit") != pin.commit \
-                or not _publisher_verdict(earlier.get("trust")):
-            from .importer import discard
-
-            discard(report.copy_path)
-            raise UntrustedKernelError(
-                f"Kernel repository '{repo_id}' ({pin.describe()}): publisher trust cannot be checked in offline mode "
-                f"(HF_HUB_OFFLINE) and no online winattn.load of this cache entry found it to come from a trusted "
-                f"publisher (an earlier trust_remote_code / allowlist opt-in is not remembered). Load it online from "
-                f"a trusted publisher, or pass trust_remote_code=True / an allowlist containing '{repo_id}'."
-            )
-        logger.warning(
-            "Skipping publisher trust check for '%s' because Hugging Face Hub is in offline mode: the cached "
-            "variant %s was verified online before and its publisher was trusted (%s).",
-            repo_id, selection.variant, earlier["trust"],
-        )
-        trust_reason = f"offline: {earlier['trust']}"
-    else:
-        trust_reason = trust.reason
-    return _import_verified(variant_dir, report, LoadInfo(
-        repo_id=repo_id, version=version, revision=pin.revision, commit=pin.commit, variant=selection.variant,
-        variant_path=str(variant_dir), source="offline-cache", trust=trust_reason,
-        rejected=tuple(selection.rejected),
-    ))
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Vendored
-
-
-def read_vendor_lock(directory: Path) -> dict:
-    """The vendor lock of `directory`, normalized to
-    `{"repo_id", "version", "commit", "variants": {name: {"metadata_sha256", "signature_sha256"}}}`."""
-    try:
-        from .vendor import read_lock
-
-        raw = read_lock(directory)
-    except ImportError:
-        import json
-
-        raw = json.loads((directory / LOCK_FILENAME).read_text())
-    return normalize_lock(raw)
-
-
-def normalize_lock(raw: dict) -> dict:
-    if not isinstance(raw, dict):
-        raise ValueError("the lock is not a JSON object")
-    repo_id = raw.get("repo_id") or raw.get("repo")
-    variants = {}
-    entries = raw.get("variants") or {}
-    if isinstance(entries, list):
-        entries = {e.get("variant") or e.get("name"): e for e in entries}
-    for name, entry in entries.items():
-        entry = entry or {}
-        meta = entry.get("metadata_sha256") or entry.get("metadata.json") or entry.get("metadata")
-        sig = entry.get("signature_sha256") or entry.get("metadata.json.sigstore") or entry.get("signature")
-        variants[name] = {"metadata_sha256": meta, "signature_sha256": sig}
-    version = raw.get("version")
-    return {"repo_id": repo_id, "version": int(version) if version is not None else None,
-            "commit": raw.get("commit"), "variants": variants}
-
-
-def _load_vendored(directory, repo_id, version, revision, keys, require_signature, backend):
-    from . import resolve
-
-    if not directory.is_dir():
-        raise OfflineError(f"vendored directory {directory} does not exist")
-    if not (directory / LOCK_FILENAME).is_file():
-        raise VerificationError(f"vendored directory {directory} has no {LOCK_FILENAME}; refusing to load it",
-                                checks=[("lock", False, f"{LOCK_FILENAME} missing")])
-    try:
-        lock = read_vendor_lock(directory)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise VerificationError(f"vendored directory {directory}: unreadable {LOCK_FILENAME}: {e}",
-                                checks=[("lock", False, str(e))]) from e
-    what = f"{lock['repo_id']} v{lock['version']} @ {str(lock['commit'])[:12]} (vendored in {directory})"
-    problems = []
-    if lock["repo_id"] != repo_id:
-        problems.append(f"the lock is for '{lock['repo_id']}', not '{repo_id}'")
-    if version is not None and lock["version"] != version:
-        problems.append(f"the lock pins version {lock['version']}, not {version}")
-    if revision is not None and revision not in (lock["commit"], f"v{lock['version']}"):
-        problems.append(f"the lock pins commit {lock['commit']}, not revision {revision}")
-    if problems:
-        raise VerificationError(f"refusing vendored {what}: " + "; ".join(problems),
-                                checks=[("lock", False, p) for p in problems])
-
-    selection = resolve.select_local(directory, backend)
-    locked = set(lock["variants"])
-    choice = next((v for v in selection.accepted if v in locked), None)
-    unlocked = [v for v in selection.accepted if v not in locked]
-    if unlocked:
-        logger.warning("vendored %s: ignoring variant directories not in %s: %s", what, LOCK_FILENAME,
-                       ", ".join(unlocked))
-    if choice is None:
-        message = resolve.not_found_message(what, selection, backend)
-        if unlocked:
-            message += f"\n(not in {LOCK_FILENAME}, so not loadable: {', '.join(unlocked)})"
-        raise _NoVariant(message, repo_id, version, revision, lock["commit"], selection)
-    variant_dir = directory / choice
-    report = _verify_copy(variant_dir, public_keys=keys, require_signature=require_signature,
-                          lock_entry=lock["variants"][choice],
-                          origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
-                          expect={"repo_id": repo_id, "version": lock["version"]})
-    if not report.ok:
-        raise _verification_error(f"{what}, variant {choice}", report)
-    rejected = list(selection.rejected) + [(v, f"not in {LOCK_FILENAME}") for v in unlocked]
-    return _import_verified(variant_dir, report, LoadInfo(
-        repo_id=repo_id, version=lock["version"], revision=revision or f"v{lock['version']}", commit=lock["commit"],
-        variant=choice, variant_path=str(variant_dir), source="vendored", trust="vendored (lock file)",
-        rejected=tuple(rejected),
-    ))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -555,16 +214,12 @@ def _already_loaded(metadata_id: str):
 def _same_build(module, other_path: Path, metadata) -> bool:
     """Is the already-imported `module` (from `other_path`) the build just verified, so that reusing it is reusing
     these bytes? Yes if winattn verified it with the same digest, else if its files match the verified digest now."""
-    from kernels._rust import Digest, DigestValidationError
+    from .verify import digest_violations
 
     earlier = getattr(module, "__winattn_info__", None)
     if earlier is not None and earlier.digest_files is not None and earlier.digest_files == dict(metadata.digest.files):
         return True
-    try:
-        metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, str(other_path)))
-    except (DigestValidationError, OSError, RuntimeError):
-        return False
-    return True
+    return not digest_violations(other_path, metadata=metadata)
 
 
 def _import_verified(variant_dir: Path, report, info: LoadInfo):
@@ -606,18 +261,20 @@ def _import_verified(variant_dir: Path, report, info: LoadInfo):
                 raise
             importer.register_loaded(copy, metadata, module)
             info = dataclasses.replace(info, import_path=str(copy))
-        smoke = smoke_test(module, metadata)
+        # The kernel API version first: calling a kernel of another API (even `attention`) is not a fair test.
+        api = api_check(module)
+        smoke = smoke_test(module, metadata) if api.passed else api
         checks = tuple(report.checks) + (smoke,)
         info = dataclasses.replace(info, checks=checks, receipt_hit=report.receipt_hit, signer=report.signer,
                                    digest_files=dict(metadata.digest.files), statement=report.statement)
-        if not smoke.passed:
+        failed = None if smoke.passed else smoke
+        if failed is not None:
+            what = f"{info.repo_id} {info.revision} (commit {info.commit}), variant {info.variant}"
+            cause = "smoke test failed" if api.passed else "incompatible kernel API"
             if reused is None:
-                importer.forget(metadata.id, copy, f"{info.repo_id} {info.revision} (commit {info.commit}), variant "
-                                                   f"{info.variant}: smoke test failed: {smoke.detail}")
-            raise VerificationError(
-                f"{info.repo_id} {info.revision} (commit {info.commit}), variant {info.variant}: smoke test failed: "
-                f"{smoke.detail}", checks=checks,
-            )
+                importer.forget(metadata.id, copy, f"{what}: {cause}: {failed.detail}")
+            error = VerificationError if api.passed else IncompatibleKernelError
+            raise error(f"{what}: {cause}: {failed.detail}", checks=checks)
         module.__winattn_info__ = info
     logger.info("winattn: loaded %s", info.describe())
     return module
@@ -630,6 +287,23 @@ def _device_for(metadata) -> str:
         Backend.CPU: "cpu", Backend.CUDA: "cuda", Backend.ROCm: "cuda", Backend.Metal: "mps", Backend.XPU: "xpu",
         Backend.CANN: "npu",
     }.get(metadata.backend.backend_type, "cpu")
+
+
+def api_check(module):
+    """The kernel's `API_VERSION` is the one this winattn speaks (`winattn.variant.KERNEL_API_VERSION`); a failure is
+    reported as the smoke test (the module cannot be used by this winattn)."""
+    from .variant import KERNEL_API_VERSION
+    from .verify import Check
+
+    have = getattr(module, "API_VERSION", None)
+    if have == KERNEL_API_VERSION:
+        return Check("smoke-test", True, f"kernel API version {have}")
+    shown = "none (a kernel older than the versioned API)" if have is None else str(have)
+    return Check("smoke-test", False,
+                 f"the kernel's API_VERSION is {shown}, but this winattn speaks API version {KERNEL_API_VERSION}: "
+                 f"{'upgrade winattn' if isinstance(have, int) and have > KERNEL_API_VERSION else 'use a newer kernel'}"
+                 " or pin the kernel (version= / revision=) to a build of API version "
+                 f"{KERNEL_API_VERSION}")
 
 
 def smoke_test(module, metadata):

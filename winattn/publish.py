@@ -18,15 +18,15 @@ import fnmatch
 import hashlib
 import shutil
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._build.config import load_toml
 from .errors import PublishError
-
-DEFAULT_REPO = "winattn/window-attention"
-REPO_TYPE = "kernel"
-PYTHON_ABI = "3.9"
+from .hub_errors import describe_hub_error, hub_call_errors  # noqa: F401  (also importable from here, as before)
+from .variant import ABI3_TARGET as PYTHON_ABI
+from .variant import DEFAULT_REPO, METADATA_FILENAME, REPO_TYPE, abi3_violations, check_digest, list_variants
+from .variant import variant_files  # noqa: F401  (publish's file list is the variant's)
 BENCHMARK_PATTERNS = ("benchmark*.py", "RESULTS.md")
 
 
@@ -39,7 +39,8 @@ class BuildConfig:
 
 
 def read_build_config(repo_root: Path) -> BuildConfig:
-    """Validate `build.toml` with kernels' own parser (`kernels._rust.Build.open`), then read it with tomllib."""
+    """Validate `build.toml` with kernels' own parser (`kernels._rust.Build.open`), then read it (tomllib, or tomlkit
+    on Python 3.10: `winattn._build.config.load_toml`)."""
     from kernels._rust import Build
 
     path = Path(repo_root) / "build.toml"
@@ -49,7 +50,7 @@ def read_build_config(repo_root: Path) -> BuildConfig:
         Build.open(str(Path(repo_root)))
     except Exception as e:  # noqa: BLE001  (kernels raises ValueError/OSError with the parser's message)
         raise PublishError(f"{path} is not a valid kernel-builder config: {e}") from None
-    general = tomllib.loads(path.read_text())["general"]
+    general = load_toml(path.read_text())["general"]
     return BuildConfig(
         name=general["name"],
         version=int(general["version"]),
@@ -59,35 +60,14 @@ def read_build_config(repo_root: Path) -> BuildConfig:
 
 
 def find_variants(build_dir: Path) -> list[Path]:
-    """Dirs of `build_dir` named like a kernels variant (`torch…`, `tvm-ffi…`); other dirs are ignored."""
-    from kernels.variants import parse_variant
-
+    """Dirs of `build_dir` named like a kernels variant (`winattn.variant.list_variants`); at least one."""
     build_dir = Path(build_dir)
     if not build_dir.is_dir():
         raise PublishError(f"build dir {build_dir} does not exist: run `winattn build` first")
-    variants = []
-    for entry in sorted(build_dir.iterdir()):
-        if not entry.is_dir():
-            continue
-        try:
-            parse_variant(entry.name)
-        except ValueError:
-            continue
-        variants.append(entry)
+    variants = list_variants(build_dir)
     if not variants:
         raise PublishError(f"no variants in {build_dir} (expected build/<variant>/ dirs): run `winattn build` first")
     return variants
-
-
-def variant_files(variant_dir: Path) -> list[Path]:
-    """Files of a variant to upload, relative to it: everything but `__pycache__/` and `*.pyc`."""
-    out = []
-    for path in sorted(Path(variant_dir).rglob("*")):
-        rel = path.relative_to(variant_dir)
-        if "__pycache__" in rel.parts or path.suffix == ".pyc" or path.is_dir():
-            continue
-        out.append(rel)
-    return out
 
 
 def check_variant(
@@ -101,14 +81,14 @@ def check_variant(
 
     Checks: `__init__.py` and `_ops.py` exist; exactly one `*.abi3.so`; `metadata.json` parses with
     `kernels._rust.Metadata` (and matches the build's name/version when given); it has a digest and the files match it
-    (`Digest.hash_variant`); the `.so` uses only the Python 3.9 limited API (`kernel_abi_check`); with
+    (`winattn.variant.check_digest`); the `.so` uses only the Python 3.9 limited API (`kernel_abi_check`); with
     `check_signature`, an existing `metadata.json.sigstore` was made for this metadata.json (not stale; the signature
     itself is verified by loaders, which hold the public keys).
 
     Raises:
         PublishError: naming the variant and the first failed check.
     """
-    from kernels._rust import Digest, DigestValidationError, Metadata
+    from kernels._rust import Metadata
 
     vdir = Path(variant_dir)
     variant = vdir.name
@@ -116,7 +96,7 @@ def check_variant(
     def refuse(cause: str):
         raise PublishError(f"variant {variant} refused: {cause}")
 
-    for required in ("__init__.py", "_ops.py", "metadata.json"):
+    for required in ("__init__.py", "_ops.py", METADATA_FILENAME):
         if not (vdir / required).is_file():
             refuse(f"{required} is missing (broken build; rebuild with `winattn build`)")
     libs = sorted(p.name for p in vdir.glob("*.abi3.so"))
@@ -136,9 +116,9 @@ def check_variant(
     if metadata.digest is None:
         refuse("metadata.json has no digest")
     try:
-        metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, str(vdir)))
-    except DigestValidationError as e:
-        refuse("digest mismatch: " + "; ".join(str(v) for v in e.violations))
+        check_digest(vdir)
+    except ValueError as e:
+        refuse(str(e))
     from .signing import signed_metadata_sha256  # light: model_signing is imported only to sign/verify
 
     try:
@@ -150,15 +130,13 @@ def check_variant(
             "stale signature: metadata.json changed after metadata.json.sigstore was made "
             "(re-sign with --signing-key, or delete the .sigstore file)"
         )
-    import kernel_abi_check
-
     try:
-        violations = kernel_abi_check.ObjectFile(str(vdir / libs[0])).check_python_abi(PYTHON_ABI)
+        violations = abi3_violations(vdir / libs[0])
     except ValueError as e:
         refuse(f"{libs[0]} cannot be read as a shared library: {e}")
     if violations:
-        names = ", ".join(str(getattr(v, "name", v)) for v in violations[:10])
-        refuse(f"{libs[0]} is not abi3 for Python {PYTHON_ABI}: {len(violations)} symbol(s): {names}")
+        refuse(f"{libs[0]} is not abi3 for Python {PYTHON_ABI}: {len(violations)} symbol(s): "
+               + ", ".join(violations[:10]))
 
 
 def benchmark_files(repo_root: Path) -> list[Path]:
@@ -441,29 +419,6 @@ def publish_report(
         repo_id=repo_id, branch=branch, commit=info.oid, commit_url=info.commit_url, changed=info.oid != parent,
         variants=tuple(variant_names), signer=signer, card=card_state, endpoint=api.endpoint,
     )
-
-
-def hub_call_errors() -> tuple[type[Exception], ...]:
-    """Exceptions a Hub call raises for HTTP errors and unreachable servers (huggingface_hub 2.x: httpx2)."""
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        import httpx2 as httpx
-    except ImportError:  # huggingface_hub 1.x
-        import httpx
-    return (HfHubHTTPError, httpx.HTTPError)
-
-
-def describe_hub_error(e: Exception) -> str:
-    """One line: HTTP status and the server's message, or the connection problem, plus a hint for auth errors."""
-    response = getattr(e, "response", None)
-    status = getattr(response, "status_code", None) if response is not None else None
-    if status is None:
-        return (f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no response'}; is a Hub running "
-                f"there? Start one with `winattn hub serve`, or point --endpoint / HF_ENDPOINT at one")
-    detail = getattr(e, "server_message", None) or str(e).splitlines()[0]
-    hint = " (pass --token or set HF_TOKEN to a token with write access)" if status in (401, 403) else ""
-    return f"HTTP {status}: {' '.join(detail.split())}{hint}"
 
 
 def generate_keys(args) -> int:

@@ -15,6 +15,8 @@ import threading
 import types
 from pathlib import Path
 
+from .variant import KERNEL_API_VERSION
+
 # Module name of the synthetic package. Distinct from every kernel's metadata id (`_window_attention_<backend>_<id>`).
 PACKAGE_NAME = "_winattn_reference_kernel"
 
@@ -27,7 +29,8 @@ def package_dir() -> Path:
 
 
 def load_reference() -> types.ModuleType:
-    """Return a module with `attention`, `window_attention` and `reference`, backed by the reference only.
+    """Return a module with the kernel's API (`attention`, `window_attention`, the low-level ops, `BUILD_DEVICE`
+    None, `API_VERSION`) and `reference`, backed by the reference only.
 
     The module is created once per process and cached in sys.modules under `PACKAGE_NAME`.
     """
@@ -53,8 +56,11 @@ def load_reference() -> types.ModuleType:
                 del sys.modules[name]
             raise
         pkg.reference = reference
-        pkg.attention = reference.attention
-        pkg.window_attention = reference.window_attention
-        pkg.__all__ = ["attention", "window_attention", "reference"]
+        # The kernel package's API (its __all__, `layers` aside: layers need the compiled ops), from the reference.
+        for name in ("attention", "window_attention", "attention_forward", "attention_backward", "BUILD_DEVICE"):
+            setattr(pkg, name, getattr(reference, name))
+        pkg.API_VERSION = KERNEL_API_VERSION
+        pkg.__all__ = ["attention", "window_attention", "attention_forward", "attention_backward", "BUILD_DEVICE",
+                       "API_VERSION", "reference"]
         pkg.IS_REFERENCE = True
         return pkg

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import KernelNotFoundError, OfflineError
+from .variant import REPO_TYPE
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,27 @@ def cache_dir() -> str:
 def repo_cache_folder(repo_id: str) -> Path:
     from huggingface_hub.file_download import repo_folder_name
 
-    return Path(cache_dir()) / repo_folder_name(repo_id=repo_id, repo_type="kernel")
+    return Path(cache_dir()) / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
+
+
+def cache_build_dir(repo_id: str, commit: str) -> Path:
+    """`<repo cache>/snapshots/<commit>/build`: where `snapshot_download` puts a commit's variants (the one place
+    that spells it)."""
+    return repo_cache_folder(repo_id) / "snapshots" / commit / "build"
+
+
+def cache_variant_dir(repo_id: str, commit: str, variant: str) -> Path:
+    return cache_build_dir(repo_id, commit) / variant
+
+
+def parse_cache_variant_dir(variant_path) -> Optional[tuple]:
+    """(repo cache folder, commit) when `variant_path` is a cache snapshot's `build/<variant>` (`cache_build_dir`'s
+    shape, in any cache), else None."""
+    p = Path(os.path.abspath(variant_path))
+    parents = p.parents
+    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
+        return parents[3], parents[1].name
+    return None
 
 
 def system_description(backend: Optional[str] = None) -> str:
@@ -120,7 +141,8 @@ def system_description(backend: Optional[str] = None) -> str:
            f"{platform.machine()}-{platform.system().lower()}"
 
 
-def _check_version_args(version, revision):
+def check_version_args(version, revision):
+    """ValueError unless exactly one of `version` (a non-negative int) and `revision` is given."""
     if version is not None and revision is not None:
         raise ValueError("pass either version= or revision=, not both")
     if version is None and revision is None:
@@ -130,38 +152,41 @@ def _check_version_args(version, revision):
 
 
 def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -> Pin:
-    """Resolve `version` (branch `v<N>`, as kernels' `_versions`) or `revision` to a commit, online."""
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    """Resolve `version` (branch `v<N>`, as kernels' `_versions`) or `revision` to a commit, online.
 
-    _check_version_args(version, revision)
+    Raises:
+        KernelNotFoundError: no such repository, version branch or revision (`winattn.hub_errors.network_step`).
+        DownloadError: the Hub cannot be reached.
+    """
+    from .hub_errors import network_step
+
+    check_version_args(version, revision)
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
-    try:
-        refs = api.list_repo_refs(repo_id, repo_type="kernel")
-    except RepositoryNotFoundError as e:
-        raise KernelNotFoundError(f"kernel repository '{repo_id}' not found at {api.endpoint}") from e
-    if version is not None:
-        versions = {}
-        for branch in refs.branches:
-            m = re.fullmatch(r"v(\d+)", branch.name)
-            if m:
-                versions[int(m.group(1))] = branch
-        if version not in versions:
-            available = ", ".join(f"v{v}" for v in sorted(versions)) or "none"
-            raise KernelNotFoundError(
-                f"version {version} of '{repo_id}' not found (no branch v{version}); available versions: {available}"
-            )
-        newest = max(versions)
-        if newest > version:
-            logger.warning("You are using version %d of '%s', but version %d is available.", version, repo_id, newest)
-        return Pin(repo_id, version, f"v{version}", versions[version].target_commit)
-    for ref in list(refs.branches) + list(refs.tags):
-        if revision in (ref.name, ref.ref):
-            return Pin(repo_id, None, revision, ref.target_commit)
-    try:
-        info = api.repo_info(repo_id, repo_type="kernel", revision=revision)
-    except RevisionNotFoundError as e:
-        raise KernelNotFoundError(f"revision '{revision}' of '{repo_id}' not found") from e
+    asked = f"v{version}" if version is not None else revision
+    with network_step(f"resolving {repo_id} {asked}", repo_id=repo_id, endpoint=api.endpoint):
+        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+        if version is not None:
+            versions = {}
+            for branch in refs.branches:
+                m = re.fullmatch(r"v(\d+)", branch.name)
+                if m:
+                    versions[int(m.group(1))] = branch
+            if version not in versions:
+                available = ", ".join(f"v{v}" for v in sorted(versions)) or "none"
+                raise KernelNotFoundError(
+                    f"version {version} of '{repo_id}' not found (no branch v{version}); available versions: "
+                    f"{available}"
+                )
+            newest = max(versions)
+            if newest > version:
+                logger.warning("You are using version %d of '%s', but version %d is available.", version, repo_id,
+                               newest)
+            return Pin(repo_id, version, f"v{version}", versions[version].target_commit)
+        for ref in list(refs.branches) + list(refs.tags):
+            if revision in (ref.name, ref.ref):
+                return Pin(repo_id, None, revision, ref.target_commit)
+        info = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision)
     return Pin(repo_id, None, revision, info.sha)
 
 
@@ -169,7 +194,7 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
     """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers."""
     from kernels._versions import _get_available_versions_from_cache
 
-    _check_version_args(version, revision)
+    check_version_args(version, revision)
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
     if version is not None:

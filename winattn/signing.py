@@ -37,9 +37,8 @@ import json
 from pathlib import Path
 
 from .errors import VerificationError
-
-SIGNATURE_FILENAME = "metadata.json.sigstore"
-METADATA_FILENAME = "metadata.json"
+from .variant import METADATA_FILENAME, SIGNATURE_FILENAME
+from .variant import check_digest  # the one digest check (also importable from here, as before)
 STATEMENT_KEY = "winattn"  # the predicate field holding the statement
 STATEMENT_FORMAT = 1
 
@@ -79,25 +78,6 @@ def _hashing_config():
     import model_signing
 
     return model_signing.hashing.Config().use_file_serialization(hashing_algorithm="sha256")
-
-
-def check_digest(variant_dir: Path) -> None:
-    """Check the variant's files against the `digest` in its metadata.json.
-
-    Raises:
-        ValueError: metadata.json is missing or unparsable, has no digest, or the files do not match it; the message
-            lists every violation (`File hash mismatch for x`, `Unknown file: y`, ...).
-    """
-    from kernels._rust import Digest, DigestValidationError, Metadata
-
-    metadata = Metadata.read_from_file(str(Path(variant_dir) / METADATA_FILENAME))
-    if metadata.digest is None:
-        raise ValueError("metadata.json has no `digest`, so it does not cover the variant's files")
-    actual = Digest.hash_variant(metadata.digest.algorithm, str(variant_dir))
-    try:
-        metadata.digest.validate(actual)
-    except DigestValidationError as e:
-        raise ValueError("digest mismatch: " + "; ".join(str(v) for v in e.violations)) from None
 
 
 def statement_for(variant_dir: Path, metadata_bytes: bytes, *, repo_id: str | None, version: int | None = None,

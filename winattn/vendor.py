@@ -3,9 +3,9 @@
     DIR/<variant>/...              the variant as published (metadata.json, signature, .so, python files)
     DIR/window-attention.lock      JSON, see `read_lock`
 
-The branch (`--version N` → `v<N>`) or revision is resolved to a commit sha once; every download uses that sha.
-Which variant fits this machine is decided by `kernels` itself (`kernels.variants.resolve_variants`, what
-`get_kernel` and `get_kernel_variants` use), never re-implemented here.
+The branch (`--version N` → `v<N>`) or revision is resolved to a commit sha once (`winattn.resolve.pin`); every
+download uses that sha. Which variant fits this machine is what `winattn.load` would locate on the Hub
+(`winattn.sources.HubSource`, kernels' own variant resolution), never re-implemented here.
 """
 
 from __future__ import annotations
@@ -18,13 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import DownloadError, KernelNotFoundError, OfflineError, VerificationError
-from .publish import describe_hub_error, hub_call_errors
+from .errors import KernelNotFoundError, OfflineError, VerificationError
+from .hub_errors import hub_call_errors, network_step
+from .variant import BYTECODE_IGNORE_PATTERNS, LOCK_FILENAME, METADATA_FILENAME, REPO_TYPE, SIGNATURE_FILENAME
 
-LOCK_FILENAME = "window-attention.lock"
 LOCK_FORMAT = 1
-REPO_TYPE = "kernel"
-SIGNATURE_FILENAME = "metadata.json.sigstore"
 _SHA1_HEX = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -42,7 +40,7 @@ def variant_lock_entry(variant_dir: Path) -> dict:
     variant_dir = Path(variant_dir)
     signature = variant_dir / SIGNATURE_FILENAME
     return {
-        "metadata_sha256": _sha256(variant_dir / "metadata.json"),
+        "metadata_sha256": _sha256(variant_dir / METADATA_FILENAME),
         "signature_sha256": _sha256(signature) if signature.is_file() else None,
     }
 
@@ -92,56 +90,28 @@ def read_lock(directory: Path) -> dict:
     return lock
 
 
-def _resolve_commit(api, repo_id: str, version: int | None, revision: str | None) -> tuple[str, str]:
-    """(revision asked for, commit sha), resolved once."""
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+def _select_variants(api, pin, variants: list[str] | None, all_variants: bool) -> list[str]:
+    from . import resolve
 
-    try:
-        if version is not None:
-            branches = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
-            branch = f"v{version}"
-            if branch not in branches:
-                available = sorted(int(b[1:]) for b in branches if b[1:].isdigit() and b.startswith("v"))
-                raise KernelNotFoundError(
-                    f"version {version} of {repo_id} not found (no branch {branch}); available versions: "
-                    + (", ".join(f"v{v}" for v in available) or "none")
-                )
-            return branch, branches[branch]
-        return revision, api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision).sha
-    except RepositoryNotFoundError:
-        raise KernelNotFoundError(f"kernel repo {repo_id} not found (or not accessible with this token)") from None
-    except RevisionNotFoundError:
-        raise KernelNotFoundError(f"revision {revision!r} of {repo_id} not found") from None
-    except hub_call_errors() as e:
-        if getattr(e, "response", None) is None:  # unreachable: not a missing kernel
-            raise DownloadError(f"cannot reach the Hub at {api.endpoint} to resolve {repo_id}: "
-                                f"{describe_hub_error(e)}") from None
-        raise KernelNotFoundError(f"cannot resolve {repo_id} at {api.endpoint}: {describe_hub_error(e)}") from None
-
-
-def _select_variants(api, repo_id: str, commit: str, variants: list[str] | None, all_variants: bool) -> list[str]:
-    from kernels.variants import get_variants, resolve_variants, variants_trace_str
-
-    available = get_variants(api, repo_id=repo_id, revision=commit)
-    names = sorted(v.variant_str for v in available)
+    where = f"{pin.repo_id}@{pin.commit[:12]}"
+    with network_step(f"listing the variants of {where}", repo_id=pin.repo_id, endpoint=api.endpoint):
+        selection = resolve.select_hub(api, pin)
+    names = sorted(d.variant.variant_str for d in selection.decisions)
     if not names:
-        raise KernelNotFoundError(f"{repo_id}@{commit[:12]} has no build/<variant>/ directories")
+        raise KernelNotFoundError(f"{where} has no build/<variant>/ directories")
     if all_variants:
         return names
     if variants:
         unknown = [v for v in variants if v not in names]
         if unknown:
-            raise KernelNotFoundError(
-                f"variant(s) {', '.join(unknown)} not in {repo_id}@{commit[:12]}; available: {', '.join(names)}"
-            )
+            raise KernelNotFoundError(f"variant(s) {', '.join(unknown)} not in {where}; available: {', '.join(names)}")
         return list(dict.fromkeys(variants))
-    resolved, trace = resolve_variants(available)
-    if not resolved:
+    if selection.variant is None:
         raise KernelNotFoundError(
-            f"no variant of {repo_id}@{commit[:12]} fits this machine (use --variant or --all-variants to vendor "
-            f"for another one):\n{variants_trace_str(trace)}"
+            f"no variant of {where} fits this machine (use --variant or --all-variants to vendor for another one):\n"
+            f"{selection.trace()}"
         )
-    return [resolved[0].variant_str]
+    return [selection.variant]
 
 
 def vendor(
@@ -171,35 +141,38 @@ def vendor(
         KernelNotFoundError: unknown repo, version, revision or variant, or no variant fits this machine.
         VerificationError: a downloaded variant does not match its metadata.json digest (nothing is written then).
     """
-    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub import snapshot_download
 
-    from .signing import check_digest
+    from . import resolve
+    from .variant import check_digest
 
-    if (version is None) == (revision is None):
-        raise ValueError("pass exactly one of version= or revision=")
+    resolve.check_version_args(version, revision)
     if variants and all_variants:
         raise ValueError("pass either variants= or all_variants=True, not both")
     out_dir = Path(out_dir)
-    api = HfApi(endpoint=endpoint, token=token)
-    asked, commit = _resolve_commit(api, repo_id, version, revision)
-    chosen = _select_variants(api, repo_id, commit, variants, all_variants)
+    api = resolve.make_api(endpoint, token)
+    pin = resolve.pin(api, repo_id, version=version, revision=revision)
+    asked, commit = pin.revision, pin.commit
+    chosen = _select_variants(api, pin, variants, all_variants)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     entries: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix=".vendor-", dir=out_dir) as staging:
-        snapshot_download(
-            repo_id,
-            repo_type=REPO_TYPE,
-            revision=commit,
-            local_dir=staging,
-            allow_patterns=[f"build/{v}/*" for v in chosen],
-            ignore_patterns=["*.pyc", "**/__pycache__/**"],
-            endpoint=endpoint,
-            token=token,
-        )
+        with network_step(f"downloading {', '.join(chosen)} of {repo_id}@{commit[:12]}", repo_id=repo_id,
+                          endpoint=api.endpoint):
+            snapshot_download(
+                repo_id,
+                repo_type=REPO_TYPE,
+                revision=commit,
+                local_dir=staging,
+                allow_patterns=[f"build/{v}/*" for v in chosen],
+                ignore_patterns=BYTECODE_IGNORE_PATTERNS,
+                endpoint=endpoint,
+                token=token,
+            )
         for name in chosen:
             vdir = Path(staging) / "build" / name
-            if not (vdir / "metadata.json").is_file():
+            if not (vdir / METADATA_FILENAME).is_file():
                 raise KernelNotFoundError(f"variant {name} of {repo_id}@{commit[:12]} has no metadata.json")
             try:
                 check_digest(vdir)

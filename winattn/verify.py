@@ -49,12 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from .resolve import parse_cache_variant_dir
+from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations, is_bytecode
+
 logger = logging.getLogger(__name__)
 
-METADATA_FILENAME = "metadata.json"
-SIGNATURE_FILENAME = "metadata.json.sigstore"  # same name as winattn.signing and kernels.verify
 RECEIPT_FORMAT = 1
-ABI3_TARGET = "3.9"
 CHUNK_BYTES = 1 << 20  # hashing is streamed: at most this much of a file is in memory at once
 MAX_METADATA_BYTES = 16 << 20
 MAX_SIGNATURE_BYTES = 4 << 20
@@ -154,10 +154,6 @@ class VerificationReport:
 # Files
 
 
-def _is_bytecode(rel: str) -> bool:
-    return rel.endswith(".pyc") or "__pycache__" in rel.split("/")
-
-
 @dataclass(frozen=True)
 class Entry:
     """A file of the variant as listed, before anything is read.
@@ -201,20 +197,18 @@ def _key(st: os.stat_result) -> tuple:
 
 def _blobs_dir(variant_path: Path) -> Optional[str]:
     """`<repo cache>/blobs` when `variant_path` is an HF cache snapshot's `build/<variant>`, else None."""
-    p = Path(os.path.abspath(variant_path))
-    parents = p.parents
-    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
-        return os.path.realpath(parents[3] / "blobs")
-    return None
+    snapshot = parse_cache_variant_dir(variant_path)
+    return os.path.realpath(snapshot[0] / "blobs") if snapshot is not None else None
 
 
-def scan_variant(variant_path: Path) -> Listing:
+def scan_variant(variant_path: Path, *, follow_file_links: bool = False) -> Listing:
     """List a variant without following any link and without reading any file.
 
     Regular files become `Entry`s; in an HF cache snapshot a link to a regular file directly in the repository's
     `blobs/` is a file too (its blob is what is read). Anything else is a problem line: the digest only covers regular
     files, and an import that followed a link to a directory (kernels' variant lookup does) would run files nobody
-    hashed. `__pycache__/` and `*.pyc` (of any kind) are stray bytecode.
+    hashed. `__pycache__/` and `*.pyc` (of any kind) are stray bytecode. `follow_file_links` (tooling on the
+    publisher's own files, never a load) takes any link to a regular file as that file, as kernels' hashing does.
     """
     listing = Listing()
     root = Path(variant_path)
@@ -225,7 +219,7 @@ def scan_variant(variant_path: Path) -> Listing:
             return Entry(rel, full, st.st_size, _key(st))
         if stat.S_ISLNK(st.st_mode):
             target = os.path.realpath(full)
-            if blobs is not None and os.path.dirname(target) == blobs:
+            if follow_file_links or (blobs is not None and os.path.dirname(target) == blobs):
                 try:
                     tst = os.lstat(target)
                 except OSError:
@@ -253,7 +247,7 @@ def scan_variant(variant_path: Path) -> Listing:
         for e in entries:
             rel = prefix + e.name
             st = e.stat(follow_symlinks=False)
-            if _is_bytecode(rel):
+            if is_bytecode(rel):
                 bytecode_tree(e.path, rel, st)
             elif stat.S_ISDIR(st.st_mode):
                 walk(e.path, rel + "/")
@@ -394,9 +388,9 @@ def _user_cache_dir() -> Path:
 def receipt_path(variant_path: Path) -> Path:
     """Where the verified-receipt of `variant_path` lives (see the module docstring)."""
     p = Path(os.path.abspath(variant_path))
-    parents = p.parents
-    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
-        repo_folder, commit = parents[3], parents[1].name
+    snapshot = parse_cache_variant_dir(p)
+    if snapshot is not None:
+        repo_folder, commit = snapshot
         return repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
     key = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:40]
     return _user_cache_dir() / "receipts" / f"{key}.json"
@@ -509,15 +503,15 @@ def _check_lock(lock_entry: dict, metadata_sha256: str, signature_sha256: Option
 
 def _check_digest(metadata, listing: Listing, receipt: Optional[dict], metadata_sha256: str,
                   copy_to: Optional[Path]):
-    """(Check, receipt_hit, {rel: "ok" | "MISMATCH" | "MISSING" | "EXTRA" | "UNREAD"}). Names and sizes first: a file the digest does not list is never read, and nothing is
+    """(Check, receipt_hit, {rel: "ok" | "MISMATCH" | "MISSING" | "EXTRA" | "UNREAD"}, violations). Names and sizes first: a file the digest does not list is never read, and nothing is
     read when the listed files add up to more than the size limit. Then every listed file is hashed in chunks, and
     copied into `copy_to` while hashed (no copy once a violation is known: it could not be imported anyway)."""
     expected = metadata.digest
     if expected is None:
-        return _fail("digest", "metadata.json has no `digest`: the variant's files cannot be checked"), False, {}
+        return _fail("digest", "metadata.json has no `digest`: the variant's files cannot be checked"), False, {}, []
     algorithm = str(expected.algorithm).lower()
     if algorithm not in hashlib.algorithms_guaranteed:
-        return _fail("digest", f"unsupported digest algorithm {algorithm!r}"), False, {}
+        return _fail("digest", f"unsupported digest algorithm {algorithm!r}"), False, {}, []
     want = dict(expected.files)
     have = {rel: e for rel, e in listing.files.items() if rel in want}
     n = len(want)
@@ -529,14 +523,14 @@ def _check_digest(metadata, listing: Listing, receipt: Optional[dict], metadata_
     total, limit = sum(e.size for e in have.values()), max_variant_bytes()
     if total > limit:
         return _fail("digest", f"the variant's files add up to {total} bytes, more than the limit of {limit} "
-                     "(WINATTN_MAX_VARIANT_BYTES); refused before reading any file"), False, statuses
+                     "(WINATTN_MAX_VARIANT_BYTES); refused before reading any file"), False, statuses, []
     if violations:
         copy_to = None
     if not violations and copy_to is None and receipt is not None and _receipt_matches(receipt, listing,
                                                                                         metadata_sha256):
         since = receipt.get("verified_at")
         return (_pass("digest", f"{n} files match ({algorithm}, unchanged since verified {since})"), True,
-                dict.fromkeys(want, "ok"))
+                dict.fromkeys(want, "ok"), [])
     for rel in sorted(have):
         out = None
         try:
@@ -544,7 +538,7 @@ def _check_digest(metadata, listing: Listing, receipt: Optional[dict], metadata_
                 out = _private_file(copy_to, rel)
             got = _hash_file(have[rel], algorithm, out)
         except (OSError, _Changed) as e:
-            return _fail("digest", f"cannot hash {rel}: {e}"), False, statuses
+            return _fail("digest", f"cannot hash {rel}: {e}"), False, statuses, []
         finally:
             if out is not None:
                 os.close(out)
@@ -552,9 +546,10 @@ def _check_digest(metadata, listing: Listing, receipt: Optional[dict], metadata_
         if got != want[rel]:
             violations.append(f"File hash mismatch for {rel}: expected: {want[rel]}, got: {got}")
     if violations:
-        return _fail("digest", f"{len(violations)} violation(s): " + "; ".join(violations)), False, statuses
+        return (_fail("digest", f"{len(violations)} violation(s): " + "; ".join(violations)), False, statuses,
+                violations)
     return (_pass("digest", f"{n} files match ({algorithm})" + (", copied while hashed" if copy_to else "")), False,
-            statuses)
+            statuses, [])
 
 
 def _check_validator(name: str, validator, metadata, variant: str):
@@ -610,7 +605,7 @@ def _check_minver(metadata, variant: str):
 
 def _check_abi3(variant_path: Path, files: list):
     try:
-        import kernel_abi_check
+        import kernel_abi_check  # noqa: F401
     except ImportError:
         return _skip("abi3", "kernel-abi-check not installed")
     objects = [rel for rel in files if rel.endswith((".so", ".pyd"))]
@@ -619,15 +614,39 @@ def _check_abi3(variant_path: Path, files: list):
     problems = []
     for rel in objects:
         try:
-            violations = kernel_abi_check.ObjectFile(str(variant_path / rel)).check_python_abi(ABI3_TARGET)
+            problems += [f"{rel}: {v}" for v in abi3_violations(variant_path / rel)]
         except Exception as e:  # unreadable or not an object file
             problems.append(f"{rel}: {e}")
-            continue
-        problems += [f"{rel}: {v}" for v in violations]
     if problems:
         return _fail("abi3", f"{len(problems)} symbol(s) outside the Python {ABI3_TARGET} stable ABI: "
                      + "; ".join(problems[:10]))
     return _pass("abi3", f"{', '.join(objects)} use only the Python {ABI3_TARGET} stable ABI")
+
+
+def digest_violations(variant_path: Path, metadata=None, *, follow_file_links: bool = False) -> list:
+    """Every way the variant's files differ from its metadata.json `digest` ([] when they match), checked with the
+    same listing and streaming hasher as a load (no receipt, no copy): `winattn.variant.check_digest` for the
+    publisher, the signer and the vendor. Stray bytecode is ignored (it is never uploaded or imported).
+    `metadata` (a parsed `kernels` Metadata) checks the files against that digest instead of the directory's own;
+    `follow_file_links` as `scan_variant`."""
+    try:
+        listing = scan_variant(Path(variant_path), follow_file_links=follow_file_links)
+    except OSError as e:
+        return [f"cannot list {variant_path}: {e}"]
+    if metadata is None and listing.metadata is None:
+        return [f"{METADATA_FILENAME} is missing"]
+    if listing.problems:
+        return listing.problems
+    from kernels._rust import Metadata
+
+    try:
+        metadata = metadata or Metadata.from_bytes(_read_small(listing.metadata, MAX_METADATA_BYTES))
+    except (OSError, _Changed, ValueError) as e:
+        return [f"{METADATA_FILENAME} cannot be read: {e}"]
+    if metadata.digest is None:
+        return [f"{METADATA_FILENAME} has no `digest`, so it does not cover the variant's files"]
+    check, _, _, violations = _check_digest(metadata, listing, None, "", None)
+    return [] if check.passed else violations or [check.detail]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -750,7 +769,7 @@ def verify_variant(
     if listing.problems:
         checks.append(_fail("digest", "not hashed: the variant has entries the digest cannot cover (see files)"))
     else:
-        digest_check, report.receipt_hit, report.file_status = _check_digest(
+        digest_check, report.receipt_hit, report.file_status, _ = _check_digest(
             metadata, listing, None if stray else receipt, report.metadata_sha256, copy_to
         )
         checks.append(digest_check)

@@ -15,8 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from winattn.hub import HubServer
-from hub_clients import point_clients_at  # noqa: F401  (re-exported for the tests)
+from hub_clients import point_clients_at, running_hub  # noqa: F401  (re-exported for the tests)
 
 TOKEN = "test-token"
 TRUSTED = "trusted-org"
@@ -26,8 +25,8 @@ UNTRUSTED = "untrusted-org"
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """A running HubServer (token TOKEN, trusted org TRUSTED) with the clients pointed at it."""
-    with HubServer(tmp_path / "store", tokens=[TOKEN], trusted_orgs=[TRUSTED]) as srv:
-        point_clients_at(srv.url, tmp_path / "hf-home", monkeypatch)
+    with running_hub(tmp_path / "store", token=TOKEN, trusted_orgs=[TRUSTED], home=tmp_path / "hf-home",
+                     monkeypatch=monkeypatch) as srv:
         yield srv
 
 

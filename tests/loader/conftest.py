@@ -116,9 +116,11 @@ def start_hub(root: Path):
 
 @pytest.fixture
 def hub(tmp_path):
-    srv = start_hub(tmp_path / "hub-root")
-    yield srv
-    srv.stop()
+    """The loader tests' Hub: this process's clients are not pointed at it (loads pass `endpoint=`)."""
+    from hub_clients import running_hub
+
+    with running_hub(tmp_path / "hub-root", token=TOKEN, trusted_orgs=[TRUSTED_ORG]) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

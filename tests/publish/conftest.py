@@ -13,7 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from hub_clients import point_clients_at  # noqa: F401  (re-exported for the tests)
+from hub_clients import point_clients_at, running_hub  # noqa: F401  (re-exported for the tests)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAKE_VARIANT = "torch-stable-abi210-cpu-x86_64-linux"
@@ -121,10 +121,8 @@ REPO = "winattn/window-attention"
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """A HubServer on 127.0.0.1 (token TOKEN, org `winattn` trusted); `hub.env` = environment for subprocesses."""
-    from winattn.hub import HubServer
-
-    with HubServer(tmp_path / "hub-store", tokens=[TOKEN], trusted_orgs=["winattn"]) as server:
-        server.env = point_clients_at(server.url, tmp_path / "hf-home", monkeypatch)
+    with running_hub(tmp_path / "hub-store", token=TOKEN, trusted_orgs=["winattn"], home=tmp_path / "hf-home",
+                     monkeypatch=monkeypatch) as server:
         yield server
 
 

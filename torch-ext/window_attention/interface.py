@@ -12,7 +12,8 @@ from ._args import attention_args, window_attention_args
 from ._index_bounds import check_rel_pos_index
 from ._ops import add_op_namespace_prefix, ops
 
-_BUILD_DEVICE = "cuda" if "_cuda_" in add_op_namespace_prefix("") else "cpu"
+BUILD_DEVICE = "cuda" if "_cuda_" in add_op_namespace_prefix("") else "cpu"  # the device this build runs on
+_BUILD_DEVICE = BUILD_DEVICE  # the name before it was public (kernels fetched by an older winattn read it)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("fwd"))
@@ -83,14 +84,18 @@ def _check_rel_pos_index_fake(index, rows):
 torch.fx.node.has_side_effect(_check_rel_pos_index._opoverload)
 
 
-def _run(a):
-    if a.q.device.type != _BUILD_DEVICE:
+def _check_device(a):
+    if a.q.device.type != BUILD_DEVICE:
         raise ValueError(
-            f"this window-attention build runs on {_BUILD_DEVICE} tensors, got {a.q.device}; load the "
+            f"this window-attention build runs on {BUILD_DEVICE} tensors, got {a.q.device}; load the "
             f"variant for {a.q.device.type} or use window_attention.reference"
         )
-    if a.q.dtype == torch.float32 and _BUILD_DEVICE == "cuda":
+    if a.q.dtype == torch.float32 and BUILD_DEVICE == "cuda":
         raise ValueError("the CUDA kernels take float16 or bfloat16 q/k/v, got float32")
+
+
+def _run(a):
+    _check_device(a)
     return ops.fwd(*a.as_tuple())
 
 
@@ -149,3 +154,60 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
         # the caller's tensor, not a.rel_pos_index: an int32 index becomes a new int64 tensor on every call
         _check_rel_pos_index(rel_pos_index, a.rel_pos_table.shape[0])
     return _run(a)[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Low-level ops (no autograd), FA2's `flash_attn_varlen_fwd` / `bwd` role: what integrations that run their own
+# backward (diffusers' context parallelism) call. Keyword arguments only after q/k/v, stable across kernel versions
+# with the same API_VERSION.
+
+
+def attention_forward(q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+                      deterministic=False):
+    """Forward of `attention` without autograd.
+
+    Args: as `attention`.
+
+    Shapes:
+        returns (out [B, Sq, H, D] in q's dtype, lse [B, H, Sq] float32, natural log; -inf for rows that see no key).
+    """
+    a = attention_args(
+        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
+        scale=scale, deterministic=deterministic,
+    )
+    with torch.no_grad():
+        return _run(a)
+
+
+def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key_padding_mask=None, causal=False,
+                       window=None, scale=None, deterministic=False, bias_requires_grad=False, grad_lse=None):
+    """Backward of `attention` without autograd, for a given `out` and `lse`.
+
+    `out`/`lse` may be those of a larger attention that these keys are one chunk of (ring attention): the
+    flash-style backward then yields this chunk's share of the gradients.
+
+    Args:
+        grad_out: [B, Sq, H, D], the gradient of `out`.
+        q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic: as the forward.
+        out: [B, Sq, H, D]; lse: [B, H, Sq] float32 (as `attention_forward` returns them).
+        bias_requires_grad: also return dbias (needs `bias`).
+        grad_lse: optional [B, H, Sq] gradient of lse.
+
+    Shapes:
+        returns (dq, dk, dv, dbias): dq/dk/dv shaped as q/k/v; dbias float32 in bias's own shape, or None.
+    """
+    a = attention_args(
+        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
+        scale=scale, deterministic=deterministic,
+    )
+    _check_device(a)
+    want_dbias = bool(bias_requires_grad) and a.bias is not None
+    if grad_lse is not None:
+        grad_lse = torch.where(torch.isfinite(lse), grad_lse.float(), torch.zeros_like(lse)).contiguous()
+    with torch.no_grad():
+        dq, dk, dv, dbias, _ = ops.bwd(
+            grad_out.contiguous(), a.q, a.k, a.v, out.contiguous(), lse.float().contiguous(), a.bias, a.mask,
+            a.key_padding_mask, a.rel_pos_table, a.rel_pos_index, a.scale, a.causal, a.window_left,
+            a.window_right, want_dbias, False, a.deterministic, grad_lse,
+        )
+    return dq, dk, dv, (dbias.reshape(bias.shape) if want_dbias else None)

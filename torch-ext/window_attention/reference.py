@@ -12,6 +12,7 @@ import torch
 from ._args import attention_args, window_attention_args
 
 _REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+BUILD_DEVICE = None  # the reference runs on any device (a compiled build says "cpu" or "cuda")
 
 
 def _tile_batch(t: torch.Tensor, batch: int) -> torch.Tensor:
@@ -100,3 +101,65 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
         allowed_dtypes=_REFERENCE_DTYPES,
     )
     return fwd(*a.as_tuple())[0]
+
+
+def attention_forward(q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+                      deterministic=False):
+    """Reference `window_attention.attention_forward`: (out, lse) without autograd."""
+    a = attention_args(
+        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
+        scale=scale, deterministic=deterministic, allowed_dtypes=_REFERENCE_DTYPES,
+    )
+    with torch.no_grad():
+        return fwd(*a.as_tuple())
+
+
+def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key_padding_mask=None, causal=False,
+                       window=None, scale=None, deterministic=False, bias_requires_grad=False, grad_lse=None):
+    """Reference `window_attention.attention_backward`: the flash-attention backward formulas in float32 (float64
+    for float64 inputs), dS = P * (dP - rowsum(dO * O) + dlse), for the given out/lse (a ring chunk's share when they
+    belong to a larger attention). Returns (dq, dk, dv, dbias)."""
+    a = attention_args(
+        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
+        scale=scale, deterministic=deterministic, allowed_dtypes=_REFERENCE_DTYPES,
+    )
+    B, Sq, H, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    G = H // Hkv
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    with torch.no_grad():
+        qf = q.to(acc).transpose(1, 2)
+        kf = k.to(acc).transpose(1, 2).repeat_interleave(G, dim=1)
+        vf = v.to(acc).transpose(1, 2).repeat_interleave(G, dim=1)
+        s = (qf @ kf.transpose(-1, -2)) * a.scale
+        if a.bias is not None:
+            s = s + _tile_batch(a.bias.to(acc), B)
+        visible = visible_keys(B, Sq, Sk, q.device, a.mask, a.key_padding_mask, a.causal, a.window_left,
+                               a.window_right)
+        lse = lse.to(acc)
+        finite = torch.isfinite(lse)
+        p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1)) * finite.unsqueeze(-1)
+        if a.bias is not None:
+            p = p * ~torch.isneginf(s)
+        if visible is not None:
+            p = p * visible
+        do = grad_out.to(acc).transpose(1, 2)
+        o = out.to(acc).transpose(1, 2)
+        dv = p.transpose(-1, -2) @ do
+        dp = do @ vf.transpose(-1, -2)
+        delta = (do * o).sum(-1, keepdim=True)
+        if grad_lse is not None:
+            delta = delta - torch.where(finite, grad_lse.to(acc), torch.zeros_like(lse)).unsqueeze(-1)
+        ds = p * (dp - delta)
+        dq = (ds @ kf) * a.scale
+        dk = (ds.transpose(-1, -2) @ qf) * a.scale
+        if G > 1:
+            dk = dk.view(B, Hkv, G, Sk, D).sum(2)
+            dv = dv.view(B, Hkv, G, Sk, D).sum(2)
+        dbias = None
+        if bias_requires_grad and bias is not None:
+            view = a.bias  # [P, Hb, Rq, Rk], broadcast dims of size 1: sum dS over them
+            ds_p = ds.reshape(B // view.shape[0], view.shape[0], H, Sq, Sk).sum(0)
+            dims = [i for i in range(4) if view.shape[i] == 1 and ds_p.shape[i] != 1]
+            dbias = (ds_p.sum(dims, keepdim=True) if dims else ds_p).float().reshape(bias.shape)
+    return (dq.transpose(1, 2).to(q.dtype), dk.transpose(1, 2).to(k.dtype), dv.transpose(1, 2).to(v.dtype), dbias)

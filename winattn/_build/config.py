@@ -17,13 +17,13 @@ from ..errors import BuildError
 try:  # Python >= 3.11
     import tomllib as _toml
 
-    def _load_toml(text: str) -> dict:
+    def load_toml(text: str) -> dict:
         return _toml.loads(text)
 
 except ImportError:  # Python 3.10: tomlkit is a dependency of `kernels`
     import tomlkit as _toml
 
-    def _load_toml(text: str) -> dict:
+    def load_toml(text: str) -> dict:
         return _toml.loads(text).unwrap()
 
 
@@ -137,7 +137,7 @@ def load_config(root: Path) -> BuildConfig:
 
     # kernels._rust.Build exposes only general.backends: the rest is read here from the file it just validated.
     try:
-        data = _load_toml(path.read_text())
+        data = load_toml(path.read_text())
     except Exception as e:  # noqa: BLE001 - already validated by Build.open; keep the message anyway
         raise BuildError(f"{path}: {e}") from None
     general = data.get("general", {})

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BuildError
+from ..variant import is_bytecode
 from .config import BuildConfig
 
 OPS_PY = '''\
@@ -40,7 +41,7 @@ def python_files(cfg: BuildConfig) -> dict[str, Path]:
     files = {}
     for p in sorted(cfg.python_dir.rglob("*")):
         rel = p.relative_to(cfg.python_dir)
-        if "__pycache__" in rel.parts or not p.is_file() or not p.name.endswith(suffixes):
+        if is_bytecode(rel.as_posix()) or not p.is_file() or not p.name.endswith(suffixes):
             continue
         if rel.as_posix() == "_ops.py":
             continue  # generated per build
@@ -92,12 +93,12 @@ def remove_stale(variant_dir: Path, keep: set[str]) -> list[str]:
         r = Path(root)
         for name in files + [d for d in dirs if (r / d).is_symlink()]:
             rel = (r / name).relative_to(variant_dir).as_posix()
-            if rel not in keep or "__pycache__" in rel.split("/"):
+            if rel not in keep or is_bytecode(rel):
                 (r / name).unlink()
                 removed.append(rel)
         for d in dirs:
             p = r / d
-            if not p.is_symlink() and p.is_dir() and (d == "__pycache__" or not any(p.iterdir())):
+            if not p.is_symlink() and p.is_dir() and (is_bytecode(d) or not any(p.iterdir())):
                 shutil.rmtree(p)
     return removed
 
@@ -119,17 +120,17 @@ def install_variant(
     _install_text(OPS_PY.format(ops=ops_name), variant_dir / "_ops.py")
     _install_file(so_path, variant_dir / so_name)
 
-    from kernels._rust import Digest, DigestAlgorithm, Metadata
+    from kernels._rust import Metadata
 
-    # The same hashing the loader uses (`kernels verify-signature`): every file but metadata.json(.sigstore) and
-    # __pycache__, base64 sha256.
-    digest = Digest.hash_variant(DigestAlgorithm.SHA256, str(variant_dir))
-    metadata = dict(metadata, digest={"algorithm": "sha256", "files": dict(sorted(digest.files.items()))})
+    from ..variant import check_digest, compute_digest
+
+    # The same hashing the loader checks against: every file but metadata.json(.sigstore) and bytecode.
+    metadata = dict(metadata, digest=compute_digest(variant_dir))
     meta_path = variant_dir / "metadata.json"
     _install_text(json.dumps(metadata, indent=2) + "\n", meta_path)
     try:
-        parsed = Metadata.read_from_file(str(meta_path))
-        parsed.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, str(variant_dir)))
+        Metadata.read_from_file(str(meta_path))
+        check_digest(variant_dir)
     except Exception as e:  # noqa: BLE001 - any failure here is a builder bug, report it as a build error
         raise BuildError(f"{meta_path}: the written metadata does not validate with kernels: {e}") from None
     return variant_dir / so_name, removed
@@ -148,20 +149,18 @@ class AbiReport:
 
 
 def abi_check(so: Path, py_abi: str, manylinux: str) -> AbiReport:
+    from ..variant import abi3_violations
+
     try:
         from kernel_abi_check import ObjectFile
     except ImportError:
         raise BuildError("kernel-abi-check is not installed: pip install kernel-abi-check==0.14.1") from None
     try:
-        obj = ObjectFile(str(so))
-        abi3 = obj.check_python_abi(py_abi)
-        ml = obj.check_manylinux(manylinux)
+        abi3 = abi3_violations(so, py_abi)
+        ml = ObjectFile(str(so)).check_manylinux(manylinux)
     except ValueError as e:
         raise BuildError(f"{so}: kernel-abi-check failed: {e}") from None
-    report = AbiReport()
-    for v in abi3:
-        added = getattr(v, "version_added", None)
-        report.abi3.append(f"{v.name} (added in Python {added})" if added else f"{v.name} (not in the limited API)")
+    report = AbiReport(abi3=abi3)
     for v in ml:
         report.manylinux.append(f"{v.name}@{v.dep}_{v.version}")
     return report

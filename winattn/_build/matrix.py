@@ -402,10 +402,9 @@ def plan(backends: list[str], cuda: list[str], torch_versions: list[str]) -> lis
 
 
 def variant_for(cfg, e: MatrixEntry, cuda: _tc.CudaToolkit | None) -> str:
-    tag = cuda.tag if cuda is not None else "cpu"
-    if e.torch_version:
-        return _tc.torch_variant_name(e.torch_version, tag)
-    return _tc.variant_name(cfg.stable_abi_for(e.backend), tag)
+    from .variant_build import variant_name_for
+
+    return variant_name_for(cfg, e.backend, cuda, e.torch_version or None)
 
 
 def run_matrix(
@@ -420,8 +419,8 @@ def run_matrix(
     obj_root: Path | None = None,
     log=print,
 ) -> list[MatrixRow]:
-    from ..build import build
     from .config import load_config
+    from .variant_build import build
 
     cfg = load_config(Path(repo_root))
     rows = []

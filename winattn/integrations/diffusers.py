@@ -429,7 +429,7 @@ def _make_forward_op(backend: _Backend):
             raise ValueError(_dropout_message(dropout_p))
         module = backend.kernel()
         kwargs = _call_kwargs(query, key, attn_mask, is_causal)
-        out, lse = module.attention(query, key, value, scale=scale, return_lse=True, **kwargs)
+        out, lse = module.attention_forward(query, key, value, scale=scale, **kwargs)  # autograd: backward_op
         lse = lse.permute(0, 2, 1).contiguous()  # [B, Sq, H], diffusers' layout
         if _save_ctx:
             ctx.save_for_backward(query, key, value, out, lse)
@@ -463,55 +463,10 @@ def attention_backward(module, grad_out, q, k, v, out, lse, *, bias=None, mask=N
     """(dq, dk, dv) of `module.attention` for given out [B, Sq, H, D] and lse [B, H, Sq] (float32).
 
     `out`/`lse` may be those of a larger attention that this call's keys are one chunk of (ring attention): the
-    flash-style backward then yields that chunk's share of the gradients. Uses the compiled `bwd` op of a kernel
-    build; the pure-PyTorch reference module gets the same formulas in PyTorch.
+    flash-style backward then yields that chunk's share of the gradients. The kernel's public low-level op
+    (`attention_backward`, in its `__all__`; the pure-PyTorch reference module has the same one).
     """
-    args_mod = getattr(module, "_args", None)
-    if args_mod is None:
-        raise RuntimeError("the kernel module has no `_args`; cannot run the context-parallel backward")
-    a = args_mod.attention_args(q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal,
-                                window=window, scale=scale, allowed_dtypes=(q.dtype,))
-    ops = getattr(getattr(module, "_ops", None), "ops", None)
-    if ops is not None and hasattr(ops, "bwd"):
-        dq, dk, dv, _, _ = ops.bwd(
-            grad_out.contiguous(), a.q, a.k, a.v, out.contiguous(), lse, a.bias, a.mask, a.key_padding_mask,
-            a.rel_pos_table, a.rel_pos_index, a.scale, a.causal, a.window_left, a.window_right, False, False,
-            a.deterministic,
-        )
-        return dq, dk, dv
-    return _torch_backward(module, grad_out, out, lse, a)
-
-
-def _torch_backward(module, grad_out, out, lse, a):
-    """Flash-attention backward in float32 PyTorch (reference module): dS = P * (dP - rowsum(dO * O))."""
-    q, k, v = a.q, a.k, a.v
-    B, Sq, H, D = q.shape
-    Sk, Hkv = k.shape[1], k.shape[2]
-    G = H // Hkv
-    qf = q.float().transpose(1, 2)
-    kf = k.float().transpose(1, 2).repeat_interleave(G, dim=1)
-    vf = v.float().transpose(1, 2).repeat_interleave(G, dim=1)
-    s = (qf @ kf.transpose(-1, -2)) * a.scale
-    if a.bias is not None:
-        bias = a.bias.float()
-        if bias.shape[0] not in (1, B):
-            bias = bias.repeat(B // bias.shape[0], 1, 1, 1)
-        s = s + bias
-    visible = module.reference.visible_keys(B, Sq, Sk, q.device, a.mask, a.key_padding_mask, a.causal,
-                                            a.window_left, a.window_right)
-    finite = torch.isfinite(lse)
-    p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1))
-    p = p * finite.unsqueeze(-1)
-    if visible is not None:
-        p = p * visible
-    do = grad_out.float().transpose(1, 2)
-    o = out.float().transpose(1, 2)
-    dv = p.transpose(-1, -2) @ do
-    dp = do @ vf.transpose(-1, -2)
-    ds = p * (dp - (do * o).sum(-1, keepdim=True))
-    dq = (ds @ kf) * a.scale
-    dk = (ds.transpose(-1, -2) @ qf) * a.scale
-    if G > 1:
-        dk = dk.view(B, Hkv, G, Sk, D).sum(2)
-        dv = dv.view(B, Hkv, G, Sk, D).sum(2)
-    return (dq.transpose(1, 2).to(q.dtype), dk.transpose(1, 2).to(k.dtype), dv.transpose(1, 2).to(v.dtype))
+    dq, dk, dv, _ = module.attention_backward(grad_out, q, k, v, out, lse, bias=bias, mask=mask,
+                                              key_padding_mask=key_padding_mask, causal=causal, window=window,
+                                              scale=scale)
+    return dq, dk, dv

@@ -37,8 +37,8 @@ import torch
 from fastvideo.attention.backends.abstract import (AttentionBackend, AttentionImpl, AttentionMetadata,
                                                    AttentionMetadataBuilder)
 
-from . import FASTVIDEO_AUTOREGISTER_ENV, check_head_dim, head_dim_problem, kernel_device_type, kernel_dtypes
-from . import kernel_mask_args, load_kernel
+from . import check_head_dim, head_dim_problem, kernel_device_type, kernel_dtypes, kernel_mask_args, load_kernel
+from ._fastvideo_hook import FASTVIDEO_AUTOREGISTER_ENV, fastvideo_autoregister_requested
 
 logger = logging.getLogger(__name__)
 
@@ -402,8 +402,6 @@ class WindowAttnHubImpl(AttentionImpl):
 # A process started with WINATTN_FASTVIDEO_AUTOREGISTER (a FastVideo worker of a parent that called register()) that
 # imports this module before FastVideo finished importing registers here (the post-import hook defers to it).
 def _autoregister_at_import() -> None:
-    from . import fastvideo_autoregister_requested
-
     if fastvideo_autoregister_requested() and _STATE.config is None:
         _register_from_env()
 

@@ -4,7 +4,7 @@
 WINATTN_FASTVIDEO_AUTOREGISTER in `os.environ`, so each Python process started from then on (FastVideo's spawned
 workers included) imports this `sitecustomize` at startup. With the variable set it adds one `sys.meta_path`
 entry and imports nothing else: the first time the process imports `fastvideo`, that entry installs winattn's
-post-import hook (`winattn.integrations.install_fastvideo_autoregister`), which registers the WINDOW_ATTN_HUB
+post-import hook (`winattn.integrations._fastvideo_hook.install_fastvideo_autoregister`), which registers the WINDOW_ATTN_HUB
 backend with the parent's settings as soon as FastVideo has finished importing, before any model is built.
 
 Python imports only the first `sitecustomize` on sys.path, so this one then runs the one it shadows, if any.
@@ -28,7 +28,7 @@ class _WinattnFastVideoTrigger:
             sys.meta_path.remove(self)
         except ValueError:
             pass
-        from winattn.integrations import install_fastvideo_autoregister
+        from winattn.integrations._fastvideo_hook import install_fastvideo_autoregister
 
         finder = install_fastvideo_autoregister()
         return None if finder is None else finder.find_spec(fullname, path, target)

@@ -1,0 +1,65 @@
+"""Hub-call failures, mapped once: which exceptions a Hub call raises, one line describing one, and the mapping of a
+failure to winattn's typed errors. The loader, the vendor and the publisher share it (none imports another for it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .errors import DownloadError, KernelNotFoundError, WinattnError
+
+
+def _httpx():
+    try:
+        import httpx2 as httpx  # huggingface_hub 2.x
+    except ImportError:  # huggingface_hub 1.x
+        import httpx
+    return httpx
+
+
+def hub_call_errors() -> tuple:
+    """Exceptions a Hub call raises for HTTP errors and unreachable servers."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    return (HfHubHTTPError, _httpx().HTTPError)
+
+
+def describe_hub_error(e: Exception) -> str:
+    """One line: HTTP status and the server's message, or the connection problem, plus a hint for auth errors."""
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None) if response is not None else None
+    if status is None:
+        return (f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no response'}; is a Hub running "
+                f"there? Start one with `winattn hub serve`, or point --endpoint / HF_ENDPOINT at one")
+    detail = getattr(e, "server_message", None) or str(e).splitlines()[0]
+    hint = " (pass --token or set HF_TOKEN to a token with write access)" if status in (401, 403) else ""
+    return f"HTTP {status}: {' '.join(detail.split())}{hint}"
+
+
+@contextlib.contextmanager
+def network_step(what: str, *, repo_id: str = "", endpoint: str = ""):
+    """Run one step of a load/vendor that talks to the Hub, and map its failure to a typed error naming `what`:
+
+    - repository not found -> `KernelNotFoundError("kernel repo <id> not found at <endpoint> ...")`;
+    - revision not found -> `KernelNotFoundError`;
+    - any other HTTP or transport failure (and OSError) -> `DownloadError` ("nothing was imported; retry").
+
+    winattn's own errors pass through unchanged.
+    """
+    try:
+        yield
+    except WinattnError:
+        raise
+    except (OSError, *hub_call_errors()) as e:
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+        if isinstance(e, RepositoryNotFoundError):
+            where = f" at {endpoint}" if endpoint else ""
+            raise KernelNotFoundError(f"kernel repo {repo_id or '?'} not found{where} (or not accessible with this "
+                                      f"token), while {what}") from e
+        if isinstance(e, RevisionNotFoundError):
+            raise KernelNotFoundError(f"{what}: {e}") from e
+        where = f" (Hub at {endpoint})" if endpoint else ""
+        detail = describe_hub_error(e) if isinstance(e, hub_call_errors()) else f"{type(e).__name__}: {e}"
+        raise DownloadError(f"{what}{where} failed: {detail}. Nothing was imported; retry, or set HF_HUB_OFFLINE=1 "
+                            f"to load a copy verified earlier from the cache.") from e

@@ -1,0 +1,448 @@
+"""Where a variant comes from: the vendored directory, the verified offline cache and the Hub, as one chain.
+
+Each source answers `locate(request)` the way `kernels`' resolvers do (style.md §4):
+
+- a `Found`: the variant this machine would load, pinned to a commit, with where its files are (or will be, once
+  `fetch`ed) and what its verification must hold it to (lock entry, signed statement, receipt origin);
+- a `NoVariant`: the source is the right one, but no variant of it fits this machine (with kernels' reasons);
+- None: not mine (the vendored source without a directory, the offline cache while online), try the next.
+
+`chain(...)` composes them in that order. `winattn.load`, `winattn info`, `winattn verify REPO` and `winattn vendor`
+all locate through it, so what `info` reports is what `load` imports. Nothing here verifies or imports: a `Found` is a
+candidate; `winattn.load` verifies it once (a Hub copy once more after a repairable failure, `Found.refetch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from . import resolve
+from .errors import OfflineError, UntrustedKernelError, VerificationError
+from .hub_errors import network_step
+from .variant import BYTECODE_IGNORE_PATTERNS, LOCK_FILENAME, METADATA_FILENAME, REPO_TYPE
+
+logger = logging.getLogger("winattn")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What is asked for.
+
+    Attributes:
+        repo_id: the repository.
+        version / revision: the pinned revision (`version` already defaulted to 1 when neither was given).
+        requested_version: the version the caller named explicitly (a vendored lock is held only to that one).
+        backend: kernels' `backend=` (None: detected).
+        trust_remote_code: as `winattn.load`.
+        enforce_trust: raise `UntrustedKernelError` before anything is fetched (loads); False records the verdict in
+            `Found.trust_error` instead (`winattn info`/`verify` report it).
+    """
+
+    repo_id: str
+    version: Optional[int]
+    revision: Optional[str]
+    requested_version: Optional[int] = None
+    backend: Optional[str] = None
+    trust_remote_code: Any = False
+    enforce_trust: bool = True
+
+    @property
+    def asked(self) -> str:
+        return f"v{self.version}" if self.version is not None else str(self.revision)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A variant located by a source (not yet verified).
+
+    Attributes:
+        source: "vendored", "offline-cache" or "hub" (`LoadInfo.source`).
+        repo_id, version, revision, commit, variant: what it is.
+        variant_dir: its directory (for the Hub: where `fetch` puts it in the cache).
+        what: a description for messages ("<repo> v1 (commit abc…)"), `where` a suffix (" (local cache, offline)").
+        rejected: [(variant, reason)] of every other variant.
+        accepted: the compatible variants, most preferred first (the chosen one first).
+        trust: why the publisher is trusted, or None when it is decided after verification (offline, from the
+            receipt's origin) or could not be established (`trust_error`).
+        trust_error: why the publisher is not trusted (only with `enforce_trust=False`).
+        lock_entry: the vendor lock's entry for the variant.
+        origin: what a successful verification records in the receipt (publisher verdicts only).
+        expect: what the signed statement must name (`winattn.verify.verify_variant(expect=...)`).
+        variants: every variant name of the listing (compatible or not).
+    """
+
+    source: str
+    repo_id: str
+    version: Optional[int]
+    revision: Optional[str]
+    commit: Optional[str]
+    variant: str
+    variant_dir: Path
+    what: str
+    rejected: tuple = ()
+    accepted: tuple = ()
+    trust: Optional[str] = None
+    trust_error: Optional[str] = None
+    where: str = ""
+    lock_entry: Optional[dict] = None
+    origin: Optional[dict] = None
+    expect: dict = field(default_factory=dict)
+    variants: tuple = ()
+    _hub: Any = field(default=None, repr=False, compare=False)  # (api, pin) of a Hub variant
+    _make: Any = field(default=None, repr=False, compare=False)
+
+    def for_variant(self, name: str) -> "Found":
+        """The same source and commit, another of its variants (`winattn verify REPO --all-variants`)."""
+        return self._make(name)
+
+    @property
+    def label(self) -> str:
+        return f"{self.what}, variant {self.variant}{self.where}"
+
+    def lock(self):
+        """A per-variant file lock around fetch + verify (concurrent processes share one download)."""
+        if self.source == "vendored" or self.commit is None:
+            return contextlib.nullcontext()
+        return _variant_lock(self.repo_id, self.commit, self.variant)
+
+    def fetch(self) -> Path:
+        """The variant's directory, downloaded into the cache first when it is a Hub variant not cached yet."""
+        if self._hub is not None and not (self.variant_dir / METADATA_FILENAME).is_file():
+            return _download(*self._hub, self.variant, force=False)
+        return self.variant_dir
+
+    @property
+    def can_refetch(self) -> bool:
+        return self._hub is not None
+
+    def refetch(self) -> Path:
+        """Remove the cached copy and download it again (Hub variants only: a corrupted cache heals)."""
+        _remove_snapshot_variant(self.variant_dir)  # snapshot links only; blobs are re-fetched by force
+        return _download(*self._hub, self.variant, force=True)
+
+    def after_verification(self) -> None:
+        """Record `refs/<revision>` -> commit in the cache once a Hub variant verified (offline loads resolve it)."""
+        if self._hub is not None and self.revision != self.commit:
+            _write_ref(self._hub[1])
+
+
+@dataclass(frozen=True)
+class NoVariant:
+    """The source holds the kernel, but no variant fits this machine."""
+
+    source: str
+    message: str
+    repo_id: str
+    version: Optional[int]
+    revision: Optional[str]
+    commit: Optional[str]
+    selection: Any
+    _make: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def rejected(self) -> tuple:
+        return tuple(self.selection.rejected)
+
+    @property
+    def variants(self) -> tuple:
+        return _names(self.selection)
+
+    def for_variant(self, name: str) -> Found:
+        return self._make(name)
+
+
+def _names(selection) -> tuple:
+    return tuple(d.variant.variant_str for d in selection.decisions)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Sources
+
+
+def _publisher_verdict(reason) -> bool:
+    return isinstance(reason, str) and reason.startswith("trusted publisher ")
+
+
+@dataclass
+class HubSource:
+    """The Hub: trust (before anything is downloaded), pin the revision to a commit, select on its `build/` listing."""
+
+    endpoint: Optional[str] = None
+    token: Any = None
+
+    def locate(self, request: Request):
+        from .trust import check_trust
+
+        api = resolve.make_api(self.endpoint, self.token)
+        repo_id = request.repo_id
+        trust = trust_error = None
+        with network_step(f"checking publisher trust of '{repo_id}'", repo_id=repo_id, endpoint=api.endpoint):
+            try:
+                trust = check_trust(repo_id, request.trust_remote_code, api=api).reason
+            except UntrustedKernelError as e:
+                if request.enforce_trust:
+                    raise UntrustedKernelError(f"{e} (refused {repo_id} {request.asked} before downloading "
+                                               "anything)") from None
+                trust_error = str(e)
+        pin = resolve.pin(api, repo_id, version=request.version, revision=request.revision)
+        with network_step(f"listing the variants of {pin.describe()}", repo_id=repo_id, endpoint=api.endpoint):
+            selection = resolve.select_hub(api, pin, request.backend)
+        # Only a publisher verdict is recorded for offline loads; an opt-in is the caller's, for this call only.
+        origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust} if _publisher_verdict(trust) else None
+
+        def make(name):
+            return Found(
+                "hub", repo_id, request.version, pin.revision, pin.commit, name,
+                resolve.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
+                rejected=tuple(selection.rejected), accepted=tuple(selection.accepted), trust=trust,
+                trust_error=trust_error, origin=origin, expect={"repo_id": repo_id, "version": request.version},
+                variants=_names(selection), _hub=(api, pin), _make=make,
+            )
+
+        if selection.variant is None:
+            return NoVariant("hub", resolve.not_found_message(pin.describe(), selection, request.backend), repo_id,
+                             request.version, pin.revision, pin.commit, selection, make)
+        return make(selection.variant)
+
+
+@dataclass
+class OfflineCacheSource:
+    """The local cache while `HF_HUB_OFFLINE=1`: the revision from the cache's refs, nothing from the network.
+
+    The publisher is trusted only by an explicit opt-in of this call, or by the verdict an earlier online
+    verification of this same cache entry recorded (decided by `winattn.load` after verification: `trust` None).
+    """
+
+    def locate(self, request: Request):
+        from huggingface_hub import constants
+
+        from .trust import explicit_trust
+
+        if not constants.is_offline_mode():
+            return None
+        repo_id = request.repo_id
+        pin = resolve.pin_offline(repo_id, version=request.version, revision=request.revision)
+        build_dir = resolve.cache_build_dir(repo_id, pin.commit)
+        if not build_dir.is_dir():
+            raise OfflineError(
+                f"{pin.describe()} is not in the local cache ({resolve.cache_dir()}) and the Hub is in offline mode "
+                "(HF_HUB_OFFLINE)"
+            )
+        where = " (local cache, offline)"
+        selection = resolve.select_local(build_dir, request.backend)
+        trust = explicit_trust(repo_id, request.trust_remote_code)
+
+        def make(name):
+            return Found(
+                "offline-cache", repo_id, request.version, pin.revision, pin.commit, name, build_dir / name,
+                pin.describe(), where=where, rejected=tuple(selection.rejected), accepted=tuple(selection.accepted),
+                trust=trust.reason if trust is not None else None,
+                # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not
+                # recorded
+                origin=None, expect={"repo_id": repo_id, "version": request.version}, variants=_names(selection),
+                _make=make,
+            )
+
+        if selection.variant is None:
+            message = resolve.not_found_message(pin.describe() + where, selection, request.backend)
+            return NoVariant("offline-cache", message, repo_id, request.version, pin.revision, pin.commit, selection,
+                             make)
+        return make(selection.variant)
+
+
+@dataclass
+class VendoredSource:
+    """A `winattn vendor` directory: only the variants its lock file lists, checked against the lock, no network."""
+
+    directory: Optional[Path] = None
+
+    def locate(self, request: Request):
+        if self.directory is None:
+            return None
+        directory = Path(self.directory)
+        lock = read_checked_lock(directory)
+        what = vendored_what(lock, directory)
+        problems = []
+        if lock["repo_id"] != request.repo_id:
+            problems.append(f"the lock is for '{lock['repo_id']}', not '{request.repo_id}'")
+        if request.requested_version is not None and lock["version"] != request.requested_version:
+            problems.append(f"the lock pins version {lock['version']}, not {request.requested_version}")
+        if request.revision is not None and request.revision not in (lock["commit"], f"v{lock['version']}"):
+            problems.append(f"the lock pins commit {lock['commit']}, not revision {request.revision}")
+        if problems:
+            raise VerificationError(f"refusing vendored {what}: " + "; ".join(problems),
+                                    checks=[("lock", False, p) for p in problems])
+        selection = resolve.select_local(directory, request.backend)
+        locked = set(lock["variants"])
+        accepted = [v for v in selection.accepted if v in locked]
+        unlocked = [v for v in selection.accepted if v not in locked]
+        if unlocked:
+            logger.warning("vendored %s: ignoring variant directories not in %s: %s", what, LOCK_FILENAME,
+                           ", ".join(unlocked))
+        revision = request.revision or f"v{lock['version']}"
+        rejected = list(selection.rejected) + [(v, f"not in {LOCK_FILENAME}") for v in unlocked]
+
+        def make(name):
+            return Found(
+                "vendored", request.repo_id, lock["version"], revision, lock["commit"], name, directory / name, what,
+                rejected=tuple(rejected), accepted=tuple(accepted), trust="vendored (lock file)",
+                # a variant the lock does not list gets an entry no file can match: it never verifies
+                lock_entry=lock["variants"].get(name, {"metadata_sha256": None, "signature_sha256": None}),
+                origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
+                expect={"repo_id": request.repo_id, "version": lock["version"]}, variants=_names(selection),
+                _make=make,
+            )
+
+        if not accepted:
+            message = resolve.not_found_message(what, selection, request.backend)
+            if unlocked:
+                message += f"\n(not in {LOCK_FILENAME}, so not loadable: {', '.join(unlocked)})"
+            return NoVariant("vendored", message, request.repo_id, request.requested_version, request.revision,
+                             lock["commit"], selection, make)
+        return make(accepted[0])
+
+
+@dataclass
+class Chain:
+    """Sources in order; the first that does not answer "not mine" decides (kernels' `SequentialResolver`)."""
+
+    sources: list
+
+    def locate(self, request: Request):
+        for source in self.sources:
+            found = source.locate(request)
+            if found is not None:
+                return found
+        raise OfflineError(f"no source for {request.repo_id} {request.asked}")  # the Hub always answers
+
+
+def chain(*, vendored=None, endpoint: Optional[str] = None, token=None) -> Chain:
+    """The loader's chain: the vendored directory (when given), the offline cache (when offline), the Hub."""
+    if vendored is not None:
+        return Chain([VendoredSource(Path(vendored))])  # zero network access: nothing after it
+    return Chain([OfflineCacheSource(), HubSource(endpoint, token)])
+
+
+def locate(repo_id: str, *, version=None, revision=None, requested_version=None, backend=None,
+           trust_remote_code=False, enforce_trust=True, vendored=None, endpoint=None, token=None):
+    """`chain(...).locate(Request(...))`: a `Found` or a `NoVariant` (see the module docstring)."""
+    request = Request(repo_id, version, revision, requested_version, backend, trust_remote_code, enforce_trust)
+    return chain(vendored=vendored, endpoint=endpoint, token=token).locate(request)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Vendor locks
+
+
+def read_vendor_lock(directory: Path) -> dict:
+    """The vendor lock of `directory`, normalized to
+    `{"repo_id", "version", "commit", "variants": {name: {"metadata_sha256", "signature_sha256"}}}`."""
+    from .vendor import read_lock
+
+    return normalize_lock(read_lock(directory))
+
+
+def read_checked_lock(directory: Path) -> dict:
+    """`read_vendor_lock`, with a missing directory an `OfflineError` and a missing or unreadable lock a
+    `VerificationError` (a vendored load refuses to guess)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise OfflineError(f"vendored directory {directory} does not exist")
+    if not (directory / LOCK_FILENAME).is_file():
+        raise VerificationError(f"vendored directory {directory} has no {LOCK_FILENAME}; refusing to load it",
+                                checks=[("lock", False, f"{LOCK_FILENAME} missing")])
+    try:
+        return read_vendor_lock(directory)
+    except VerificationError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise VerificationError(f"vendored directory {directory}: unreadable {LOCK_FILENAME}: {e}",
+                                checks=[("lock", False, str(e))]) from e
+
+
+def vendored_what(lock: dict, directory: Path) -> str:
+    return f"{lock['repo_id']} v{lock['version']} @ {str(lock['commit'])[:12]} (vendored in {directory})"
+
+
+def normalize_lock(raw: dict) -> dict:
+    if not isinstance(raw, dict):
+        raise ValueError("the lock is not a JSON object")
+    repo_id = raw.get("repo_id") or raw.get("repo")
+    variants = {}
+    entries = raw.get("variants") or {}
+    if isinstance(entries, list):
+        entries = {e.get("variant") or e.get("name"): e for e in entries}
+    for name, entry in entries.items():
+        entry = entry or {}
+        meta = entry.get("metadata_sha256") or entry.get("metadata.json") or entry.get("metadata")
+        sig = entry.get("signature_sha256") or entry.get("metadata.json.sigstore") or entry.get("signature")
+        variants[name] = {"metadata_sha256": meta, "signature_sha256": sig}
+    version = raw.get("version")
+    return {"repo_id": repo_id, "version": int(version) if version is not None else None,
+            "commit": raw.get("commit"), "variants": variants}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The Hub cache
+
+
+def _variant_lock(repo_id: str, commit: str, variant: str):
+    from filelock import FileLock
+
+    folder = resolve.repo_cache_folder(repo_id)
+    lock_path = Path(resolve.cache_dir()) / ".locks" / folder.name / f"winattn-{commit}-{variant}.lock"
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path.touch(exist_ok=True)
+    except OSError as e:  # read-only cache (offline use): nothing will be written, so nothing to serialize
+        logger.debug("no lock for %s: %s", lock_path, e)
+        return contextlib.nullcontext()
+    return FileLock(str(lock_path))
+
+
+def _download(api, pin, variant: str, *, force: bool) -> Path:
+    with network_step(f"downloading variant {variant} of {pin.describe()}", repo_id=pin.repo_id,
+                      endpoint=api.endpoint):
+        snapshot = api.snapshot_download(
+            pin.repo_id,
+            repo_type=REPO_TYPE,
+            revision=pin.commit,
+            allow_patterns=[f"build/{variant}/*"],
+            ignore_patterns=BYTECODE_IGNORE_PATTERNS,
+            cache_dir=resolve.cache_dir(),
+            force_download=force,
+        )
+    return Path(snapshot) / "build" / variant
+
+
+def _remove_snapshot_variant(variant_dir: Path) -> None:
+    """Remove a cached variant directory without following anything in it (links, FIFOs and all)."""
+    try:
+        shutil.rmtree(variant_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        logger.warning("cannot remove %s before downloading it again: %s", variant_dir, e)
+
+
+def _write_ref(pin) -> None:
+    """Record `refs/<revision>` -> commit in the cache (what `hf_hub_download(revision=<branch>)` writes), so that an
+    offline load (kernels' or ours) can resolve `version=N` to the commit verified here."""
+    ref = resolve.repo_cache_folder(pin.repo_id) / "refs" / pin.revision
+    tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
+    try:
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(pin.commit)
+        os.replace(tmp, ref)
+    except OSError as e:
+        logger.debug("cannot write %s: %s", ref, e)
+
+
+__all__ = ["Request", "Found", "NoVariant", "HubSource", "OfflineCacheSource", "VendoredSource", "Chain", "chain",
+           "locate", "read_vendor_lock", "normalize_lock"]
