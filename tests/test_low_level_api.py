@@ -7,6 +7,13 @@ import torch
 pytestmark = pytest.mark.kernels_ci
 
 
+@pytest.fixture(autouse=True)
+def _cpu_build(kernel):
+    """These cases are fp32 on the CPU build; the CUDA build's low-level API is checked in tests/gpu/test_low_level_api_cuda.py."""
+    if kernel.BUILD_DEVICE != "cpu":
+        pytest.skip("fp32 CPU cases (the CUDA build takes fp16/bf16: tests/gpu/test_low_level_api_cuda.py)")
+
+
 def _qkv(B=2, Sq=24, Sk=40, H=4, Hkv=2, D=32, requires_grad=False, seed=0):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, Sq, H, D, generator=g)
