@@ -83,14 +83,6 @@ __device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float 
   }
 }
 
-template <int NT>
-__device__ __forceinline__ void fence_frag(uint32_t (&f)[NT][4]) {
-#pragma unroll
-  for (int i = 0; i < NT; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(f[i][e])::"memory");
-}
-
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
 // short of): Q | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice).
 template <typename Tr>

@@ -37,24 +37,31 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
+// A 4-D map of 16-bit elements (dims and byte strides innermost first), boxes of {box_cols, box_rows, 1, 1};
+// `what` names the operand in the error.
+inline CUtensorMap encode_4d(const void* base, const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
+                             int box_cols, int box_rows, CUtensorMapSwizzle swizzle, const std::string& what) {
+  CUtensorMap map;
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
+                                       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("window_attention (cuda): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
+                             ") for " + what);
+  return map;
+}
+
 // Map of a 16-bit [B, S, H, D] operand (strides in elements, each a multiple of 8: checked by the planner) read in
 // boxes of 32 columns x box_rows rows.
 inline CUtensorMap make_rows_map(const void* base, int B, int S, int H, int D, int64_t s_b, int64_t s_s, int64_t s_h,
                                  int box_rows) {
-  CUtensorMap map;
   const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(S), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(s_s) * 2, cuuint64_t(s_h) * 2, cuuint64_t(s_b) * 2};  // bytes
-  const cuuint32_t box[4] = {32, cuuint32_t(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
-                                       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                       CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("window_attention (cuda): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
-                             ") for a [" + std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(H) +
-                             ", " + std::to_string(D) + "] operand");
-  return map;
+  return encode_4d(base, dims, strides, 32, box_rows, CU_TENSOR_MAP_SWIZZLE_64B,
+                   "a [" + std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(H) + ", " +
+                       std::to_string(D) + "] operand");
 }
 
 // Map of the additive term [period, heads, rows = Sq, cols = Sk] (16-bit, contiguous columns) read in boxes of
@@ -63,21 +70,11 @@ inline CUtensorMap make_rows_map(const void* base, int B, int S, int H, int D, i
 // [B, H, Sq, Sk] tensor is ever formed. strides: elements; a size-1 dim's stride is ignored.
 inline CUtensorMap make_bias_map(const void* base, int period, int heads, int rows, int cols, int64_t s_b,
                                  int64_t s_h, int64_t s_q, int box_rows) {
-  CUtensorMap map;
   const int64_t plane = s_q * rows;  // a valid stand-in stride for size-1 dims
   const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(period)};
   const cuuint64_t strides[3] = {cuuint64_t(s_q) * 2, cuuint64_t(heads > 1 ? s_h : plane) * 2,
                                  cuuint64_t(period > 1 ? s_b : plane * heads) * 2};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
-                                       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("window_attention (cuda): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) +
-                             ") for the additive term");
-  return map;
+  return encode_4d(base, dims, strides, 64, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, "the additive term");
 }
 
 }  // namespace sm90

@@ -82,6 +82,15 @@ __device__ __forceinline__ void fence_acc(float (&d)[NT][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
+// The same for A fragments read from registers by an asynchronous MMA (P in O += P V): kept alive until the wait.
+template <int NT>
+__device__ __forceinline__ void fence_frag(uint32_t (&f)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(f[i][e])::"memory");
+}
+
 }  // namespace sm90
 }  // namespace cuda
 }  // namespace winattn
