@@ -212,14 +212,14 @@ def variant_files(build: Build, signature: bool = True) -> dict:
 # Child processes
 
 
-def run_child(cases: list, *, timeout: int = 120) -> list:
-    """Run `winattn.load(**case["kwargs"])` (or `kernels.get_kernel`, see _child.py) for each case in ONE fresh
-    interpreter, sequentially, with this process's environment; returns one result dict per case."""
-    env = dict(os.environ)
-    paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    proc = subprocess.run([sys.executable, str(CHILD)], input=json.dumps(cases), capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=REPO_ROOT)
+def run_script(script: Path, payload, *, env: dict | None = None, timeout: int = 120) -> list:
+    """Run `script` in a fresh interpreter with `payload` as JSON on stdin, this process's environment (+ `env`) and
+    the repo on PYTHONPATH; returns the "results" of the last JSON line it prints, each with the child's stderr."""
+    child_env = dict(os.environ, **(env or {}))
+    paths = [str(REPO_ROOT)] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    child_env["PYTHONPATH"] = os.pathsep.join(paths)
+    proc = subprocess.run([sys.executable, str(script)], input=json.dumps(payload), capture_output=True, text=True,
+                          env=child_env, timeout=timeout, cwd=REPO_ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise AssertionError(f"child failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
@@ -227,6 +227,12 @@ def run_child(cases: list, *, timeout: int = 120) -> list:
     for r in results:
         r["stderr"] = proc.stderr
     return results
+
+
+def run_child(cases: list, *, timeout: int = 120) -> list:
+    """Run `winattn.load(**case["kwargs"])` (or `kernels.get_kernel`, see _child.py) for each case in ONE fresh
+    interpreter, sequentially, with this process's environment; returns one result dict per case."""
+    return run_script(CHILD, cases, timeout=timeout)
 
 
 def assert_nothing_imported(result: dict) -> None:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from loader.conftest import (  # noqa: F401  (fixtures and helpers re-exported for the tests)
@@ -32,6 +29,7 @@ from loader.conftest import (  # noqa: F401  (fixtures and helpers re-exported f
     offline,
     publish_build,
     push,
+    run_script,
     start_hub,
     variant_files,
 )
@@ -44,18 +42,8 @@ PAYLOAD = b'\nimport os as _o\nopen(_o.environ.get("WINATTN_PWNED", "/dev/null")
 
 def run_attack(cases: list, *, pwned: Path, setup: str = "", env: dict | None = None, timeout: int = 180) -> list:
     """Run the cases in ONE fresh interpreter (see _loader_child.py) with $WINATTN_PWNED = `pwned`."""
-    child_env = dict(os.environ, WINATTN_PWNED=str(pwned), **(env or {}))
-    paths = [str(REPO_ROOT)] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    child_env["PYTHONPATH"] = os.pathsep.join(paths)
-    proc = subprocess.run([sys.executable, str(CHILD)], input=json.dumps({"setup": setup, "cases": cases}),
-                          capture_output=True, text=True, env=child_env, timeout=timeout, cwd=REPO_ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise AssertionError(f"child failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    results = json.loads(lines[-1])["results"]
-    for r in results:
-        r["stderr"] = proc.stderr
-    return results
+    return run_script(CHILD, {"setup": setup, "cases": cases}, env=dict(env or {}, WINATTN_PWNED=str(pwned)),
+                      timeout=timeout)
 
 
 def b64_sha256(data: bytes) -> str:
