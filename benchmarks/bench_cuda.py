@@ -4,10 +4,13 @@
 
 Workloads (bf16): Swin W7 / W8 (16384 windows, H=4, N=49 / 64, D=32, table + shift mask), Swin W12 (8192
 windows, N=144), Swin W16 (4096 windows, N=256), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias S=16k (B=1) at D=64 / 128 (H=16) and
-D=256 (H=8), key-padding mask at S=4096, D=128 (B=4, H=16) against the same call without it.
+D=256 (H=8), key-padding mask at S=4096, D=128 (B=4, H=16) against the same call without it; T5-style bias
+[1,H,S,S] (B=8, S=1024, H=16, D=64, with its gradient), Flux (S=4608, H=24, D=128) and QwenImage key padding
+(B=2, S=4352, H=24, D=128).
 Peers: SDPA-efficient with the bias materialized (gradient on the bias / table), cuDNN SDPA with bias (no bias
 gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias; and
-`ours_v1`: our kernel with the Hopper kernels disabled (WINATTN_SM90=0), i.e. v1.1, in the same run.
+`ours_v1`: our kernel with the Hopper kernels disabled (WINATTN_SM90=0), i.e. v1.1, in the same run;
+`ours_bwd_v1`: only the backward v3 disabled (WINATTN_BWD_V3=0).
 Timing: CUDA events around each call after warm-up, repetitions queued back to back, median of --reps; backward
 timed alone (retain_graph).
 Prints a table last and writes every number to --out (JSON).
@@ -258,6 +261,9 @@ def bench_dense_bias(kern, reps, results, B=2, H=16, S=4096, D=64):
         return measure(f, autograd_grads([q, k, v, bias]), reps)
 
     run_peer("ours", ours, results, key, reps)
+    run_bwd_v1(ours, results, key, reps)
+    run_peer("ours_bias_nograd", lambda r: measure(lambda: kern.attention(q, k, v, bias=bias.detach()),
+                                                   autograd_grads([q, k, v]), r), results, key, reps)
     run_peer("ours_nobias", ours_nobias, results, key, reps)
     if not SKIP_PEERS:
         run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
@@ -291,7 +297,7 @@ def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
         return run
 
     run_peer("ours", ours, results, key, reps)
-    run_v1(ours, results, key, reps)
+    run_bwd_v1(ours, results, key, reps)
     if not SKIP_PEERS:
         run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
         run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION), results, key, reps)
@@ -315,12 +321,68 @@ def bench_key_padding(kern, reps, results, B=4, H=16, S=4096, D=128):
     del q, k, v
 
 
+def run_bwd_v1(fn, results, key, reps):
+    """Our kernel with only the backward v3 disabled (WINATTN_BWD_V3=0: forward v3, backward v1.1), same run."""
+    os.environ["WINATTN_BWD_V3"] = "0"
+    try:
+        run_peer("ours_bwd_v1", fn, results, key, reps)
+    finally:
+        del os.environ["WINATTN_BWD_V3"]
+
+
+def bench_model_shape(kern, reps, results, key, B, S, H, D, bias=False, pad=0):
+    """Attention shapes of the models the backward issue names: T5-style relative bias [1, H, S, S] with its
+    gradient, Flux (no bias) and QwenImage-style key padding (the last `pad` keys of item 0 are padding; cuDNN gets
+    the same mask as a boolean attn_mask)."""
+    results[key] = {"shape": dict(B=B, H=H, S=S, D=D, bias=[1, H, S, S] if bias else None, pad=pad, dtype="bf16")}
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=BF16).requires_grad_(True) for _ in range(3))
+    b = torch.randn(1, H, S, S, device="cuda", dtype=BF16).requires_grad_(True) if bias else None
+    kpm = None
+    if pad:
+        kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+        kpm[0, S - pad:] = False
+    flops = 4 * B * H * S * S * D
+    results[key]["flops"] = {"fwd": flops, "bwd": 2.5 * flops}
+    leaves = [q, k, v] + ([b] if bias else [])
+
+    def ours(reps):
+        return measure(lambda: kern.attention(q, k, v, bias=b, key_padding_mask=kpm), autograd_grads(leaves), reps)
+
+    def sdpa(backend, bias_grad=True):
+        def run(reps):
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            mask = kpm[:, None, None, :] if kpm is not None else None
+            if bias:
+                mask = b if bias_grad else b.detach()
+            lv = [q, k, v] + ([b] if (bias and bias_grad) else [])
+
+            def f():
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
+
+            return measure(f, autograd_grads(lv), reps)
+
+        return run
+
+    run_peer("ours", ours, results, key, reps)
+    run_bwd_v1(ours, results, key, reps)
+    if not SKIP_PEERS:
+        run_peer("cudnn", sdpa(SDPBackend.CUDNN_ATTENTION, bias_grad=False), results, key, reps)
+        if bias:
+            run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
+        elif kpm is None:
+            run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
+    del q, k, v, b
+
+
 # ------------------------------------------------------------------------------------------------------------------
-TARGETS = {  # v2 (Hopper) targets (ms or TFLOP/s), from the issue; v1's were W7 f+b 2.3 ms, W12 f+b 4 ms,
-    # dense bias 0.58 / 1.4 ms, no-bias D=128 330 / 300 TF/s
-    "swin_w7": {"fwd_ms": 0.35, "bwd_ms": 0.70},
+TARGETS = {  # v3 (Hopper) targets (ms or TFLOP/s) from the forward / backward / Swin issues
+    "swin_w7": {"fwd_ms": 0.26, "bwd_ms": 0.52},
     "dense_bias_d64": {"fwd_ms": 0.45, "bwd_ms": 1.0},
     "nobias_d128_16k": {"fwd_tflops": 600, "bwd_tflops": 520},
+    "nobias_d64_16k": {"bwd_tflops": 450},
+    "nobias_d256_16k": {"bwd_tflops": 360},
+    "t5_bias_d64_1k": {"fb_ms": 0.6},
 }
 
 
@@ -365,7 +427,8 @@ def summarize(results):
     return "\n".join(lines)
 
 
-WORKLOADS = ["swin_w7", "swin_w8", "swin_w12", "swin_w16", "dense", "nobias", "nobias_d64", "nobias_d256", "keypad"]
+WORKLOADS = ["swin_w7", "swin_w8", "swin_w12", "swin_w16", "dense", "nobias", "nobias_d64", "nobias_d256", "keypad",
+             "t5", "flux", "qwen"]
 
 
 def main():
@@ -406,6 +469,12 @@ def main():
         bench_nobias(kern, args.reps, results, H=8, D=256)
     if "keypad" in only:
         bench_key_padding(kern, args.reps, results)
+    if "t5" in only:
+        bench_model_shape(kern, args.reps, results, "t5_bias_d64_1k", B=8, S=1024, H=16, D=64, bias=True)
+    if "flux" in only:
+        bench_model_shape(kern, args.reps, results, "flux_d128", B=1, S=4608, H=24, D=128)
+    if "qwen" in only:
+        bench_model_shape(kern, args.reps, results, "qwen_keypad_d128", B=2, S=4352, H=24, D=128, pad=256)
     table = summarize(results)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))

@@ -92,6 +92,74 @@ __global__ void dq_convert_kernel(Elem* dq, const float* acc, int64_t n2) {
   }
 }
 
+// Backward v3 preprocess (sm90/bwd_pipelined_sm90.h): per (b, h) row padded to sq_pad (whole 64-row query blocks)
+//   delta2[b, h, i] = rowsum(dO * O) - dlse, lse2[b, h, i] = lse * log2(e) (0 where lse = -inf: that row saw no key,
+//   so its P is 0 through the masks anyway), and past Sq delta 0, lse2 +inf (P = 0 for padding rows).
+// 4 lanes per row, 16-byte loads; rows in (b, h, i) order so the writes are contiguous.
+template <typename Elem>
+__global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, int sq_pad, const Elem* dout, int64_t do_sb,
+                                   int64_t do_ss, int64_t do_sh, const Elem* out, int64_t o_sb, int64_t o_ss,
+                                   int64_t o_sh, const float* lse, const float* dlse, int B, int Sq, int H, int D) {
+  const int64_t rows = int64_t(B) * H * sq_pad;
+  const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 4;
+  const int sub = threadIdx.x & 3;
+  const int i = int(row % sq_pad);
+  const int64_t bh = row / sq_pad;
+  const int h = int(bh % H), b = int(bh / H);
+  float acc = 0.f;
+  if (row < rows && i < Sq) {
+    const Elem* a = dout + b * do_sb + i * do_ss + h * do_sh;
+    const Elem* c = out + b * o_sb + i * o_ss + h * o_sh;
+    for (int d = sub * 8; d < D; d += 32) {
+      const uint4 x = *reinterpret_cast<const uint4*>(a + d);
+      const uint4 y = *reinterpret_cast<const uint4*>(c + d);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float2 fx = ElemTraits<Elem>::unpack(xs[u]), fy = ElemTraits<Elem>::unpack(ys[u]);
+        acc = fmaf(fx.x, fy.x, acc);
+        acc = fmaf(fx.y, fy.y, acc);
+      }
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (row < rows && sub == 0) {
+    if (i < Sq) {
+      const int64_t idx = bh * Sq + i;
+      const float l = lse[idx];
+      delta2[row] = dlse != nullptr ? acc - dlse[idx] : acc;
+      lse2[row] = l == -INFINITY ? 0.f : l * kLog2e;
+    } else {
+      delta2[row] = 0.f;
+      lse2[row] = INFINITY;
+    }
+  }
+}
+
+// dq (Elem, contiguous [B, Sq, H, D]) <- scale * the v3 accumulator [B, H, m-blocks, 64 * DK] in the consumers'
+// fragment order: within a 64-row tile, float4 number ((w * 4 + wi) * DK / 16 + nt) * 32 + lane holds rows
+// 16 wi + lane / 4 (+ 8 for elements 2, 3) and columns w * DK / 2 + 8 nt + 2 (lane % 4) (+ 1) (bwd_pipelined_sm90.h).
+template <typename Elem>
+__global__ void dq_frag_convert_kernel(Elem* dq, const float* acc, int B, int Sq, int H, int D, int DK, int mblocks,
+                                       float scale) {
+  const int dtq = DK / 16;
+  const int64_t per_tile = 64 * DK / 4, n = int64_t(B) * H * mblocks * per_tile;
+  for (int64_t f = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; f < n; f += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t tile = f / per_tile;
+    const int q = int(f % per_tile), lane = q % 32, nt = (q / 32) % dtq, wi = (q / (32 * dtq)) % 4;
+    const int w = q / (128 * dtq);
+    const int m = int(tile % mblocks), h = int((tile / mblocks) % H), b = int(tile / (int64_t(mblocks) * H));
+    const int col = w * (DK / 2) + nt * 8 + (lane & 3) * 2, r = m * 64 + wi * 16 + (lane >> 2);
+    if (col >= D) continue;
+    const float4 x = reinterpret_cast<const float4*>(acc)[f];
+    Elem* row = dq + (int64_t(b) * Sq * H + h) * D + col;
+    if (r < Sq) *reinterpret_cast<uint32_t*>(row + int64_t(r) * H * D) = ElemTraits<Elem>::pack(x.x * scale, x.y * scale);
+    if (r + 8 < Sq)
+      *reinterpret_cast<uint32_t*>(row + int64_t(r + 8) * H * D) = ElemTraits<Elem>::pack(x.z * scale, x.w * scale);
+  }
+}
+
 // Window mode: out[pp, hb, ii, jj] (fp32 [P_T, H_T, R_T, C_T], R_T in {1, Sq}, C_T in {1, Sk}) = sum of the
 // per-CTA partial dS tiles of every CTA and element that maps to it. CTA id = ((n * Hx + h) * NR + c * Pg + r);
 // partial tile [Sq][BN]. 32 outputs per block (one per lane), 8 warps split the contributor list in a

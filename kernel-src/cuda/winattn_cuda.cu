@@ -17,6 +17,7 @@
 #include "kernel_params.h"
 #include "kernel_traits.h"
 #include "launch.h"
+#include "sm90/bwd_v3_api.h"
 #include "sm90/kernel_traits_sm90.h"
 #include "winattn_backend.h"
 
@@ -451,6 +452,9 @@ struct BwdPlan {
   int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
   int cfg = 0;  // backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
   bool sm90_windows = false;  // Hopper window-mode kernel (plan_bwd_windows_sm90)
+  bool v3 = false;            // Hopper backward v3 (plan_bwd_v3)
+  BwdV3Buffers v3buf;         // its workspace layout (offsets until bwd() turns them into pointers)
+  int64_t off_lse2 = -1;
   int64_t grid = 0;
   bool window = false, expand = false, dtable = false, dbias_accum = false;
   CombPlan comb;
@@ -478,6 +482,61 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
   pl.smem = smem;
   pl.window = wants_accum;
   pl.sm90_windows = true;
+  return true;
+}
+
+template <typename F>
+void dispatch_bwd_v3_hdim(int dk, F&& f) {
+  if (dk == 64)
+    f(std::integral_constant<int, 64>{});
+  else
+    f(std::integral_constant<int, 128>{});
+}
+
+// Backward v3 (sm90/bwd_pipelined_sm90.h) runs a non-window backward on Hopper when:
+//   * the binary has its sm_90a code for the head dim (64, 128: dK / dV of 64 keys live in registers),
+//     WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
+//   * the score terms are ones it applies: none, key padding, causal / sliding bands, and an additive term that
+//     TMA can stage (input dtype, full rows and columns; bwd_pipelined_sm90_smem). A bool mask, an fp32 or
+//     row / column-broadcast term and the relative-position table gradient still run v1;
+//   * dbias, if asked, is full-size with Sk % 4 == 0 (TMA strides) and, with deterministic=True, has at most two
+//     contributors per element (a two-term fp32 reduce-add is order-independent; more would need ordering).
+bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt) {
+  KParams& p = pl.p;
+  if (dev.cc_major != 9 || !has_bwd_v3(pl.dk) || env_int("WINATTN_SM90", 1) == 0 ||
+      env_int("WINATTN_BWD_V3", 1) == 0 || p.mask.ptr != nullptr || bp.dtable != nullptr)
+    return false;
+  static int ready[2][2] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
+  int& r = ready[dt == 0 ? 0 : 1][pl.dk == 64 ? 0 : 1];
+  if (r == 0) dispatch_bwd_v3_hdim(pl.dk, [&](auto d) { r = bwd_pipelined_sm90_ready<decltype(d)::value>(dt) ? 1 : 2; });
+  if (r != 1) return false;
+  const bool dbias = bp.dbias != nullptr;
+  bool shared = false;
+  if (dbias) {
+    const Broadcast4d& b = bp.bias;
+    if (b.rows != p.Sq || b.cols != p.Sk || p.Sk % 4 != 0) return false;
+    const int64_t contributors = int64_t(ceil_div(p.B, int(b.period))) * (p.H / int(b.heads));
+    if (bp.deterministic && contributors > 2) return false;
+    shared = contributors > 1;
+  }
+  int smem = 0;
+  dispatch_bwd_v3_hdim(pl.dk, [&](auto d) { smem = bwd_pipelined_sm90_smem<decltype(d)::value>(p, dt, dbias, dev.smem_optin); });
+  if (smem == 0) return false;
+
+  pl.v3 = true;
+  pl.smem = smem;
+  const int mblocks = ceil_div(p.Sq, kBwdV3BlockM);
+  BwdV3Buffers& vb = pl.v3buf;
+  vb.sq_pad = mblocks * kBwdV3BlockM;
+  vb.dbias_shared = shared;
+  Carver cv;  // zero-filled: the dQ accumulator and the tickets
+  pl.off_dqacc = cv.take(int64_t(p.B) * p.H * vb.sq_pad * pl.dk * 4);
+  if (bp.deterministic) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * mblocks * 4);
+  pl.zero_bytes = cv.size;
+  pl.off_lse2 = cv.take(int64_t(p.B) * p.H * vb.sq_pad * 4);
+  pl.off_delta = cv.take(int64_t(p.B) * p.H * vb.sq_pad * 4);
+  if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);  // the combined fp16 term, written by bwd()
+  pl.ws_bytes = cv.size;
   return true;
 }
 
@@ -518,8 +577,10 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   // D = 32 kernel, gave up the staged tile for a third CTA per SM that never became resident.
   const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
-  // (the Hopper window kernel sets G, Pg, the grid and the shared memory itself)
-  if (!plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum)) {
+  // (the Hopper window kernel sets G, Pg, the grid and the shared memory itself; v3 its own workspace)
+  const bool sm90_windows = plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum);
+  if (!sm90_windows && plan_bwd_v3(pl, bp, dev, dt)) return pl;
+  if (!sm90_windows) {
     const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
     int tile = 0;
     if (p.bias.ptr) {
@@ -654,6 +715,46 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
 }
 
+// Backward v3: preprocess (delta, lse * log2 e into padded rows), the pipelined kernel (dK, dV, dbias written by it),
+// dQ from its fp32 fragment-order accumulator. The workspace's zero-filled part is cleared by the caller.
+static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStream_t stream) {
+  KParams& p = pl.p;
+  BwdV3Buffers vb = pl.v3buf;
+  vb.dq_acc = reinterpret_cast<float*>(ws + pl.off_dqacc);
+  vb.dq_sems = pl.off_dqsem >= 0 ? reinterpret_cast<int*>(ws + pl.off_dqsem) : nullptr;
+  vb.lse2 = reinterpret_cast<float*>(ws + pl.off_lse2);
+  vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
+  vb.dbias = params.dbias;
+  vb.dbias_period = int(params.bias.period);
+  vb.dbias_heads = int(params.bias.heads);
+  const int dt = dtype_code(params.dtype);
+  const int64_t threads = int64_t(p.B) * p.H * vb.sq_pad * 4;
+  const int blocks = int((threads + 255) / 256);
+  auto prep = [&](auto elem) {
+    using E = decltype(elem);
+    bwd_prep_v3_kernel<E><<<blocks, 256, 0, stream>>>(vb.lse2, vb.delta, vb.sq_pad, static_cast<const E*>(p.dout),
+                                                     p.do_sb, p.do_ss, p.do_sh, static_cast<const E*>(p.o), p.o_sb,
+                                                     p.o_ss, p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
+    check_cuda(cudaGetLastError(), "window_attention bwd v3 preprocess");
+  };
+  if (dt == 0) prep(__half());
+  else prep(__nv_bfloat16());
+  dispatch_bwd_v3_hdim(pl.dk, [&](auto d) {
+    run_bwd_pipelined_sm90<decltype(d)::value>(p, vb, dt, device_info().smem_optin, stream);
+  });
+  const int mblocks = vb.sq_pad / kBwdV3BlockM;
+  const int64_t n4 = int64_t(p.B) * p.H * vb.sq_pad * pl.dk / 4;
+  const int cblocks = int(std::min<int64_t>((n4 + 255) / 256, 65535 * 4));
+  auto convert = [&](auto elem) {
+    using E = decltype(elem);
+    dq_frag_convert_kernel<E><<<cblocks, 256, 0, stream>>>(static_cast<E*>(params.dq), vb.dq_acc, p.B, p.Sq, p.H,
+                                                          p.D, pl.dk, mblocks, p.scale);
+    check_cuda(cudaGetLastError(), "window_attention bwd v3 dq conversion");
+  };
+  if (dt == 0) convert(__half());
+  else convert(__nv_bfloat16());
+}
+
 int64_t bwd_workspace_bytes(const BwdParams& params) {
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0 || params.seqlen_k == 0) return 0;
   return plan_bwd(params).ws_bytes;
@@ -701,6 +802,10 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
 
   const int dt = dtype_code(params.dtype);
+  if (pl.v3) {
+    run_bwd_v3(params, pl, ws, stream);
+    return;
+  }
   if (!pl.sm90_windows) {  // delta = rowsum(dO * O) - dlse
     const int64_t threads = B * Sq * H * 4;
     const int blocks = int((threads + 255) / 256);

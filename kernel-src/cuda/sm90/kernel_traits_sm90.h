@@ -76,6 +76,29 @@ template <> struct FwdPipeTraitsSm90For<256> {
   using wide = narrow;
 };
 
+// Pipelined backward v3 (bwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 keys each
+// (kBlockN = 128 keys resident per CTA), query blocks of kBlockM streaming through kStages TMA stages. Shared memory:
+// K, V | stages of Q, dO (+ lse, delta) | dS^T double buffer | mbarriers; the staged bias tiles and the fp32 dBias
+// staging tile are added at launch when the call has them (kBiasBytes, kDbiasBytes).
+// Registers: dK and dV of 64 keys x D stay in the consumers (2 x D / 2 per thread), so head dims past 128 do not fit.
+template <int kHeadDim_, int kStages_>
+struct BwdPipeTraitsSm90 {
+  static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
+  static constexpr int kBlockM = 64, kBlockN = 128, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kDSBytes = kBlockN * kBlockM * 2;  // one dS^T buffer (bf16 / fp16)
+  static constexpr int kVecBytes = 2 * kBlockM * 4;       // lse and delta of one stage
+  static constexpr int kBiasBytes = kBlockM * kBlockN * 2, kDbiasBytes = kBlockM * kBlockN * 4;
+  // K | V | Q stages | dO stages | dS^T x 2 | lse / delta stages (padded to 1 KB) | 1 KB of mbarriers
+  static constexpr int kBarsOffset =
+      2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDSBytes + (kStages * kVecBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = 1024 + kBarsOffset + 1024;  // + 1 KB of slack to align the base to 1024 bytes
+  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "dQ splits the head dim into two whole 32-column blocks");
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
+};
+template <int D> struct BwdPipeTraitsSm90For { using type = BwdPipeTraitsSm90<D, 2>; };
+
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
 // double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for
 // wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which halves the table (32 KB at

@@ -37,14 +37,15 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// A 4-D map of 16-bit elements (dims and byte strides innermost first), boxes of {box_cols, box_rows, 1, 1};
-// `what` names the operand in the error.
+// A 4-D map of 16-bit (or `type`) elements (dims and byte strides innermost first), boxes of
+// {box_cols, box_rows, 1, 1}; `what` names the operand in the error.
 inline CUtensorMap encode_4d(const void* base, const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
-                             int box_cols, int box_rows, CUtensorMapSwizzle swizzle, const std::string& what) {
+                             int box_cols, int box_rows, CUtensorMapSwizzle swizzle, const std::string& what,
+                             CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT16) {
   CUtensorMap map;
   const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims,
+  const CUresult r = encode_tiled_fn()(&map, type, 4, const_cast<void*>(base), dims,
                                        strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -75,6 +76,17 @@ inline CUtensorMap make_bias_map(const void* base, int period, int heads, int ro
   const cuuint64_t strides[3] = {cuuint64_t(s_q) * 2, cuuint64_t(heads > 1 ? s_h : plane) * 2,
                                  cuuint64_t(period > 1 ? s_b : plane * heads) * 2};
   return encode_4d(base, dims, strides, 64, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, "the additive term");
+}
+
+// Map of the fp32 dbias [period, heads, rows, cols] (contiguous, cols a multiple of 4: TMA strides are whole 16-byte
+// units) written in boxes of 32 columns x box_rows rows with the 128-byte swizzle (dbias_stage_offset in
+// bwd_pipelined_sm90.h writes the staging tile in that order).
+inline CUtensorMap make_dbias_map(float* base, int period, int heads, int rows, int cols, int box_rows) {
+  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(period)};
+  const cuuint64_t row = cuuint64_t(cols) * 4, plane = row * rows;
+  const cuuint64_t strides[3] = {row, plane, plane * heads};
+  return encode_4d(base, dims, strides, 32, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, "the bias gradient",
+                   CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
 }
 
 }  // namespace sm90

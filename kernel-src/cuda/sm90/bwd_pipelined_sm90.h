@@ -1,0 +1,435 @@
+// Hopper backward v3 (sm_90a): the pipelined, warp-specialized kernel for non-window backwards on Hopper.
+//
+// Design (FlashAttention-3's backward, written for this project's score terms):
+//   * KV-outer: one CTA per (batch, KV head, 128-key block). K and V stay in shared memory; for every query head of
+//     the KV head's group and every query block of 64 rows that sees the key block, the producer warpgroup (one
+//     thread, setmaxnreg 24) streams Q, dO, lse and delta (and the bias tile) through kStages TMA stages guarded by
+//     full / empty mbarriers (pipeline_sm90.h).
+//   * two consumer warpgroups own 64 keys each and compute, all on wgmma:
+//       S^T = K Q^T, dP^T = V dO^T            (M = keys, so P^T and dS^T come out in registers in the A-operand
+//                                               layout of the next two GEMMs: no shared-memory transpose)
+//       P^T = exp2(S^T * scale * log2e + bias * log2e - lse * log2e), dS^T = P^T (dP^T - delta)
+//       dV += P^T dO, dK += dS^T Q            (register A operand; accumulated over the whole group: GQA needs no
+//                                               atomics for dK / dV)
+//       dQ[:, half] = dS K[:, half]           (dS^T through a double-buffered shared tile; each warpgroup takes one
+//                                               half of the head dim over all 128 keys)
+//   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
+//     512 contiguous bytes per instruction; bwd_dq_frag_convert_kernel turns it into dQ. deterministic=True adds in
+//     ascending key-block order behind one ticket counter per (batch, head, query block).
+//   * dBias = dS, made exactly once per (b, h, query block, key block): the fp32 tile goes through one shared staging
+//     tile and leaves with TMA, a plain tensor store where the element has one contributor ([B, H, Sq, Sk] bias) and
+//     an fp32 reduce-add (cp.reduce.async.bulk.tensor, at L2) where the bias is broadcast over batch and / or heads.
+//     That is O(bias size) memory and no per-element atomics in the SMs. The CTA order puts the batches that share
+//     a bias tile side by side, so their adds meet in L2. With exactly two contributors the reduce-add is bitwise
+//     deterministic (0 + a + b = 0 + b + a); the planner sends deterministic calls with more to v1.
+//   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
+//     to whole query blocks (+inf past Sq: P = 0 there), so the stage loads are unconditional bulk copies.
+// Key blocks whose keys are all padding (key padding) skip their work; causal / sliding-window bands visit only the
+// query blocks that see the key block (m_block_range).
+#pragma once
+#include <cuda.h>
+
+#include "../block_info.h"
+#include "../gemm.h"
+#include "../kernel_params.h"
+#include "../tile_io.h"
+#include "kernel_traits_sm90.h"
+#include "pipeline_sm90.h"
+#include "tile_sm90.h"
+#include "wgmma_ops.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2 };
+
+struct BwdPipeParams {
+  KParams p;
+  CUtensorMap tq, tdo, tk, tv, tb, tdb;  // tb: the staged bias tile (bias_stage_bytes > 0); tdb: fp32 dbias
+  const float* lse2 = nullptr;           // [B, H, sq_pad]: lse * log2(e), 0 where lse = -inf, +inf past Sq
+  const float* delta = nullptr;          // [B, H, sq_pad]: rowsum(dO * O) - dlse, 0 past Sq
+  float* dq_acc = nullptr;               // [B, H, m-blocks, BM * D] fp32, fragment order (zero-filled)
+  int* dq_sems = nullptr;                // deterministic: [B, H, m-blocks] ticket counters (zero-filled)
+  int sq_pad = 0, bias_stage_bytes = 0, dbias_mode = kDbiasNone;
+  int db_period = 1, db_heads = 1;  // dbias's broadcast dims (batch b -> b % db_period, heads 1 or H)
+};
+
+// Shared memory at compile-time offsets from one base address; the bias stages and the dbias staging tile follow at
+// launch-time sizes.
+template <typename Tr>
+struct BwdSmem {
+  static constexpr int kV = Tr::kKVBytes, kQ = 2 * Tr::kKVBytes, kDO = kQ + Tr::kStages * Tr::kQBytes;
+  static constexpr int kDS = kDO + Tr::kStages * Tr::kQBytes, kVec = kDS + 2 * Tr::kDSBytes;
+  static constexpr int kBars = Tr::kBarsOffset, kBias = kBars + 1024;
+  uint32_t base;
+  __device__ __forceinline__ uint32_t k() const { return base; }
+  __device__ __forceinline__ uint32_t v() const { return base + kV; }
+  __device__ __forceinline__ uint32_t q(int s) const { return base + kQ + s * Tr::kQBytes; }
+  __device__ __forceinline__ uint32_t dout(int s) const { return base + kDO + s * Tr::kQBytes; }
+  __device__ __forceinline__ uint32_t ds(int buf) const { return base + kDS + buf * Tr::kDSBytes; }
+  __device__ __forceinline__ uint32_t lse(int s) const { return base + kVec + s * Tr::kVecBytes; }
+  __device__ __forceinline__ uint32_t delta(int s) const { return lse(s) + Tr::kBlockM * 4; }
+  __device__ __forceinline__ uint32_t kv_full() const { return base + kBars; }
+  __device__ __forceinline__ uint32_t full(int s) const { return base + kBars + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t bias(int s, int bias_bytes) const { return base + kBias + s * bias_bytes; }
+  __device__ __forceinline__ uint32_t dbias(int bias_bytes) const { return base + kBias + Tr::kStages * bias_bytes; }
+};
+
+// One CTA's work: key block n of KV head hkv in batch b, and the query blocks [m_lo, m_hi) that see it.
+struct BwdTile {
+  int b, hkv, n, m_lo, m_hi, m_start;
+  // k-th query block visited: from m_start round the range (ascending from m_lo when m_start = 0)
+  __device__ __forceinline__ int m_at(int k) const {
+    const int c = m_hi - m_lo, x = m_start + k;
+    return m_lo + (x >= c ? x - c : x);
+  }
+};
+// CTA order: the key blocks of one (batch, head) side by side (their Q / dO reads share L2; with causal bands the
+// longest key blocks, n = 0.., come first); with a bias broadcast over the batch, the batches sharing a bias tile are
+// innermost, so their bias reads and dbias adds meet in L2.
+// Without a band and without determinism, each key block starts at a different query block (m_start), so the 128
+// CTAs of a head do not add their dQ into the same tile at the same time.
+template <typename Tr>
+__device__ __forceinline__ BwdTile decode_bwd_tile(const KParams& p, bool deterministic) {
+  const int nblocks = ceil_div(p.Sk, Tr::kBlockN);
+  int idx = blockIdx.x;
+  BwdTile t;
+  if (p.bias.ptr != nullptr && p.bias.period == 1 && p.B > 1) {
+    t.b = idx % p.B;
+    idx /= p.B;
+    t.n = idx % nblocks;
+    t.hkv = idx / nblocks;
+  } else {
+    t.n = idx % nblocks;
+    idx /= nblocks;
+    t.hkv = idx % p.Hkv;
+    t.b = idx / p.Hkv;
+  }
+  m_block_range(p, t.n, Tr::kBlockM, Tr::kBlockN, t.m_lo, t.m_hi);
+  const int cnt = t.m_hi - t.m_lo;
+  t.m_start = (deterministic || p.has_band || cnt <= 0) ? 0 : t.n % cnt;
+  return t;
+}
+
+// Producer (one thread): K and V once, then per (query head of the group, query block) Q, dO, lse, delta and the
+// bias tile into the stage ring.
+template <typename Tr>
+__device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr> sm, const BwdTile& t) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / 32;
+  const KParams& p = P.p;
+  const int bb = P.bias_stage_bytes, bias_b = t.b % p.bias.period;
+  mbar_arrive_expect_tx(sm.kv_full(), 2 * Tr::kKVBytes);
+#pragma unroll
+  for (int c = 0; c < CB; ++c) {
+    tma_load_4d(sm.k() + c * BN * kSwizzleRowBytes, &P.tk, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.b);
+    tma_load_4d(sm.v() + c * BN * kSwizzleRowBytes, &P.tv, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.b);
+  }
+  const int cnt = t.m_hi - t.m_lo;
+  int it = 0;
+  for (int g = 0; g < p.hgroup; ++g) {
+    const int h = t.hkv * p.hgroup + g, bias_h = p.bias.heads > 1 ? h : 0;
+    const int64_t row0 = (int64_t(t.b) * p.H + h) * P.sq_pad;
+    for (int k = 0; k < cnt; ++k, ++it) {
+      const int m = t.m_at(k), s = it % ST, use = it / ST;
+      if (use > 0) mbar_wait(sm.empty(s), (use - 1) & 1);
+      mbar_arrive_expect_tx(sm.full(s), 2 * Tr::kQBytes + Tr::kVecBytes + bb);
+#pragma unroll
+      for (int c = 0; c < CB; ++c) {
+        tma_load_4d(sm.q(s) + c * BM * kSwizzleRowBytes, &P.tq, sm.full(s), c * 32, m * BM, h, t.b);
+        tma_load_4d(sm.dout(s) + c * BM * kSwizzleRowBytes, &P.tdo, sm.full(s), c * 32, m * BM, h, t.b);
+      }
+      bulk_load_1d(sm.lse(s), P.lse2 + row0 + m * BM, BM * 4, sm.full(s));
+      bulk_load_1d(sm.delta(s), P.delta + row0 + m * BM, BM * 4, sm.full(s));
+      if (bb > 0)
+#pragma unroll
+        for (int c = 0; c < BN / 64; ++c)
+          tma_load_4d(sm.bias(s, bb) + c * BM * 128, &P.tb, sm.full(s), t.n * BN + c * 64, m * BM, bias_h, bias_b);
+    }
+  }
+}
+
+// Byte offset of element (row i, column j) of a staged [BM x BN] 16-bit bias tile: BN / 64 boxes of
+// [BM x 128 bytes], 128-byte swizzle (chunk c of row r at c ^ (r & 7)), as the forward stages it.
+template <int BM>
+__device__ __forceinline__ int bias_elem_offset(int i, int j) {
+  const int byte = j * 2;
+  return (byte >> 7) * (BM * 128) + i * 128 + ((((byte >> 4) & 7) ^ (i & 7)) << 4) + (byte & 15);
+}
+// Byte offset of element (row i, column j) in the fp32 [BM x BN] dbias staging tile: BN / 32 boxes of
+// [BM x 128 bytes], 128-byte swizzle (the tensor map's); a warp's writes of one fragment register are conflict-free.
+template <int BM>
+__device__ __forceinline__ int dbias_stage_offset(int i, int j) {
+  return (j >> 5) * (BM * 128) + i * 128 + ((((j & 31) >> 2) ^ (i & 7)) << 4) + (j & 3) * 4;
+}
+
+// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block.
+template <typename Tr, typename Elem, bool kBias>
+__device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr> sm, unsigned char* smem,
+                                            int cw, const BwdTile& t, bool deterministic, int warp, int lane) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
+  constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes;
+  const KParams& p = P.p;
+  const int wi = warp & 3, qr = lane >> 2, qc = (lane & 3) * 2, ctid = threadIdx.x - 128;
+  const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
+  const int j0 = t.n * BN + key_row;
+  const int mblocks = ceil_div(p.Sq, BM);
+  auto generic = [&](uint32_t a) { return smem + (a - sm.base); };
+
+  // this thread's two keys: past the sequence end or hidden by key padding -> P = 0 for every query
+  bool key_ok[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int j = j0 + 8 * hf;
+    key_ok[hf] = j < p.Sk && (p.kp == nullptr || __ldg(reinterpret_cast<const unsigned char*>(p.kp) +
+                                                           int64_t(t.b) * p.kp_sb + int64_t(j) * p.kp_sk) != 0);
+  }
+
+  float acc_dk[DT][4], acc_dv[DT][4];
+#pragma unroll
+  for (int d = 0; d < DT; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[d][e] = acc_dv[d][e] = 0.f;
+
+  const uint32_t ka = sm.k() + cw * 64 * RB, va = sm.v() + cw * 64 * RB;  // this warpgroup's keys: M of S^T, dP^T
+  const uint32_t kb_half = sm.k() + cw * (DK / 64) * (BN * RB);           // B of dQ: head-dim half cw of K
+  const bool issuer = ctid == 0;
+  mbar_wait(sm.kv_full(), 0);
+
+  const int cnt = t.m_hi - t.m_lo;
+  int it = 0;
+  for (int g = 0; g < p.hgroup; ++g) {
+    const int h = t.hkv * p.hgroup + g;
+    for (int k = 0; k < cnt; ++k, ++it) {
+      const int m = t.m_at(k), s = it % ST, buf = it & 1;
+      mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
+
+      // S^T = K Q^T, dP^T = V dO^T (k16 step ks: column block ks / 2, 32-byte half ks % 2)
+      float acc_s[NTQ][4], acc_dp[NTQ][4];
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < DK / 16; ++ks) {
+        const uint32_t on = (ks >> 1) * (BN * RB) + (ks & 1) * 32, om = (ks >> 1) * (BM * RB) + (ks & 1) * 32;
+        wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, make_desc(ka + on, 16, 512), make_desc(sm.q(s) + om, 16, 512),
+                       ks > 0);
+        wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, make_desc(va + on, 16, 512),
+                       make_desc(sm.dout(s) + om, 16, 512), ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(acc_s);
+      fence_acc(acc_dp);
+
+      // P^T and dS^T in registers (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e)
+      const float* lse = reinterpret_cast<const float*>(generic(sm.lse(s)));
+      const float* dlt = reinterpret_cast<const float*>(generic(sm.delta(s)));
+      const unsigned char* sB = generic(sm.bias(s, P.bias_stage_bytes));
+      const bool band = p.has_band && tile_needs_mask(p, m, t.n, BM, BN);
+      int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
+      if (band) {
+        const int64_t base = int64_t(j0) - (int64_t(m) * BM + qc);
+        lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+        hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+      }
+      // the bias element (query nt * 8 + qc + e, key key_row + 8 hf) sits at bias_off[hf][e] + nt * 1024 (a box row
+      // is 128 bytes; nt moves 8 rows, which leaves the swizzle phase i & 7 unchanged)
+      int bias_off[2][2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) bias_off[hf][e] = bias_elem_offset<BM>(qc + e, key_row + 8 * hf);
+#pragma unroll
+      for (int nt = 0; nt < NTQ; ++nt) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse + nt * 8 + qc);
+        const float2 d2 = *reinterpret_cast<const float2*>(dlt + nt * 8 + qc);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
+            float z = -(e ? l2.y : l2.x);
+            if constexpr (kBias)
+              z = fmaf(static_cast<float>(*reinterpret_cast<const Elem*>(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
+            const bool vis = key_ok[hf] && d >= lo && d <= hi;
+            const float pv = vis ? fast_exp2(fmaf(acc_s[nt][x], p.scale_log2, z)) : 0.f;
+            acc_s[nt][x] = pv;
+            acc_dp[nt][x] = pv * (acc_dp[nt][x] - (e ? d2.y : d2.x));
+          }
+      }
+
+      // dBias: the fp32 dS tile -> staging -> TMA (the previous step's TMA read of the staging tile is done first)
+      if (P.dbias_mode != kDbiasNone) {
+        if (it > 0) {
+          if (issuer) bulk_wait_read<0>();
+          named_sync(4, 256);
+        }
+        unsigned char* st = generic(sm.dbias(P.bias_stage_bytes));
+#pragma unroll
+        for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            *reinterpret_cast<float*>(st + dbias_stage_offset<BM>(nt * 8 + qc + (x & 1), key_row + 8 * (x >> 1))) =
+                acc_dp[nt][x];
+      }
+
+      uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
+      {
+        float (&s3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_s);
+        float (&dp3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_dp);
+        uint32_t (&pf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(pf);
+        uint32_t (&dsf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(dsf);
+        acc_to_afrag<Elem, 1, NTQ>(pf3, s3);
+        acc_to_afrag<Elem, 1, NTQ>(dsf3, dp3);
+      }
+      // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
+      unsigned char* sds = generic(sm.ds(buf));
+#pragma unroll
+      for (int ks = 0; ks < NTQ / 2; ++ks)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+          for (int u = 0; u < 2; ++u)  // afrag register (hf, u): rows + 8 hf, query chunk 2 ks + u
+            *reinterpret_cast<uint32_t*>(sds + tile_chunk_offset<BN>(key_row + 8 * hf, 2 * ks + u) + qc * 2) =
+                dsf[ks][2 * u + hf];
+      fence_view_async_shared();
+      named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
+      if (P.dbias_mode != kDbiasNone && issuer) {
+        const uint32_t st = sm.dbias(P.bias_stage_bytes);
+        const int tb = t.b % P.db_period, th = P.db_heads > 1 ? h : 0;
+#pragma unroll
+        for (int c = 0; c < BN / 32; ++c) {
+          if (P.dbias_mode == kDbiasStore)
+            tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+          else
+            tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+        }
+        bulk_commit();
+      }
+
+      // dV += P^T dO, dK += dS^T Q (k16 step ks: queries 16 ks .. 16 ks + 15), then dQ half cw = dS K
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < NTQ / 2; ++ks) {
+        wgmma_rs<1>(Int<DK>(), Elem(), acc_dv, pf[ks], make_desc(sm.dout(s) + ks * 16 * RB, BM * RB, 512), 1);
+        wgmma_rs<1>(Int<DK>(), Elem(), acc_dk, dsf[ks], make_desc(sm.q(s) + ks * 16 * RB, BM * RB, 512), 1);
+      }
+      wgmma_commit();
+      float acc_dq[DTQ][4];
+      const uint32_t dsa = sm.ds(buf);
+#pragma unroll
+      for (int ks = 0; ks < BN / 16; ++ks)
+        wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
+                       make_desc(kb_half + ks * 16 * RB, BN * RB, 512), ks > 0);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_acc(acc_dk);
+      fence_acc(acc_dv);
+      fence_frag(pf);
+      fence_frag(dsf);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
+      wgmma_wait<0>();
+      fence_acc(acc_dq);
+
+      // dQ partial -> the fragment-order fp32 accumulator (ordered by key block when deterministic)
+      const int64_t tile = (int64_t(t.b) * p.H + h) * mblocks + m;
+      float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
+      int* sem = deterministic ? P.dq_sems + tile : nullptr;
+      int rank = 0;
+      if (deterministic) {
+        int lo_n, hi_n;
+        n_block_range(p, m, BM, BN, lo_n, hi_n);
+        rank = t.n - lo_n;
+        if (issuer)
+          while (ld_acquire(sem) != rank) __nanosleep(32);
+        named_sync(5, 256);
+      }
+#pragma unroll
+      for (int nt = 0; nt < DTQ; ++nt)
+        red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
+      if (deterministic) {
+        __threadfence();
+        named_sync(5, 256);
+        if (issuer) st_release(sem, rank + 1);
+      }
+    }
+  }
+  if (P.dbias_mode != kDbiasNone && issuer) bulk_wait<0>();
+
+  // dK = scale * dS^T Q, dV = P^T dO: rows = keys of this warp
+  const int64_t kv_ss = int64_t(p.Hkv) * p.D, kv_sb = int64_t(p.Sk) * kv_ss;
+  const int64_t off = int64_t(t.b) * kv_sb + int64_t(t.n * BN + cw * 64 + wi * 16) * kv_ss + int64_t(t.hkv) * p.D;
+  const int rows = p.Sk - (t.n * BN + cw * 64 + wi * 16);
+  float (&dk3)[1][DT][4] = reinterpret_cast<float (&)[1][DT][4]>(acc_dk);
+  float (&dv3)[1][DT][4] = reinterpret_cast<float (&)[1][DT][4]>(acc_dv);
+  store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dk) + off, kv_ss, dk3, p.scale, rows, p.D, lane);
+  store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dv) + off, kv_ss, dv3, 1.f, rows, p.D, lane);
+}
+
+template <typename Tr, typename Elem, bool kBias>
+__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BN = Tr::kBlockN, ST = Tr::kStages;
+  const KParams& p = P.p;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = align_1024(smem_raw);
+  const BwdSmem<Tr> sm{smem_u32(smem)};
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const bool deterministic = P.dq_sems != nullptr;
+  const BwdTile t = decode_bwd_tile<Tr>(p, deterministic);
+
+  if (tid == 0) {
+    mbar_init(sm.kv_full(), 1);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(sm.full(s), 1);
+      mbar_init(sm.empty(s), Tr::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  // a key block hidden entirely by key padding has no work (its dK, dV are 0); deterministic calls still walk
+  // it, so the dQ tickets of the key blocks after it advance
+  bool any_key = true;
+  if (p.kp != nullptr) {
+    const int j = t.n * BN + tid;
+    any_key = __syncthreads_or(tid < BN && j < p.Sk &&
+                               reinterpret_cast<const unsigned char*>(p.kp)[int64_t(t.b) * p.kp_sb +
+                                                                            int64_t(j) * p.kp_sk] != 0);
+  } else {
+    __syncthreads();
+  }
+  const bool skip = t.m_hi <= t.m_lo || (!any_key && !deterministic);
+
+  if (wg == 0) {
+    regs_dealloc<Tr::kProducerRegs>();
+    if (tid == 0 && !skip) {
+      tma_prefetch_desc(&P.tq);
+      tma_prefetch_desc(&P.tdo);
+      bwd_produce<Tr>(P, sm, t);
+    }
+  } else {
+    regs_alloc<Tr::kConsumerRegs>();
+    if (skip) {  // dK = dV = 0
+      const int cw = wg - 1, wi = warp & 3;
+      const int64_t kv_ss = int64_t(p.Hkv) * p.D;
+      const int r0 = t.n * BN + cw * 64 + wi * 16;
+      for (int idx = lane; idx < 16 * p.D; idx += 32) {
+        const int r = idx / p.D, d = idx % p.D;
+        if (r0 + r < p.Sk) {
+          const int64_t o = int64_t(t.b) * p.Sk * kv_ss + int64_t(r0 + r) * kv_ss + int64_t(t.hkv) * p.D + d;
+          static_cast<Elem*>(p.dk)[o] = Elem(0.f);
+          static_cast<Elem*>(p.dv)[o] = Elem(0.f);
+        }
+      }
+    } else {
+      bwd_consume<Tr, Elem, kBias>(P, sm, smem, wg - 1, t, deterministic, warp, lane);
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_pipelined_sm90_ready)
+#endif
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn

@@ -1,0 +1,155 @@
+"""Hopper backward v3 (sm90/bwd_pipelined_sm90.h): cases that stress its machinery (marked `gpu`).
+
+On compute capability 9.0 the non-window backwards with head dim 64 / 128 run v3, so the whole GPU suite checks it;
+these cases aim at what is new: the KV-outer stage pipeline against short and ragged sequences (one key, S = tile
++- 1, fewer query blocks than stages), dQ through the fragment-order accumulator (ragged head dims: columns past D),
+dbias written by TMA (one contributor: store; broadcast over batch / heads: reduce-add), GQA reduced in the CTA,
+causal and sliding windows with Sq != Sk (key blocks no query sees), key padding that hides whole key blocks, the
+bitwise-deterministic dQ tickets, and which kernel actually ran (profiler).
+"""
+
+import os
+
+import pytest
+import torch
+
+from ._helpers import rand, run_case
+
+pytestmark = pytest.mark.gpu
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    yield
+
+
+def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):
+    Hkv = Hkv or H
+    return dict(q=rand(B, Sq, H, D, dtype=dtype, grad=True), k=rand(B, Sk, Hkv, D, dtype=dtype, grad=True),
+                v=rand(B, Sk, Hkv, D, dtype=dtype, grad=True))
+
+
+@pytest.mark.parametrize("S", [1, 17, 63, 64, 65, 127, 128, 129, 257, 641])
+@pytest.mark.parametrize("D", [64, 128])
+def test_sequence_lengths(kernel, S, D):
+    run_case(kernel, qkv(2, S, S, 2, D), {})
+
+
+@pytest.mark.parametrize("Sq,Sk", [(1, 1000), (130, 700), (700, 130)])
+def test_cross_lengths(kernel, Sq, Sk):
+    run_case(kernel, qkv(2, Sq, Sk, 3, 128, FP16), {})
+
+
+def test_one_key(kernel):
+    # Softmax over a single key: P = 1, so dS = P (dP - delta) and dq are exactly 0. delta = rowsum(dO * O) uses the
+    # rounded O (as FlashAttention's preprocess does), so dq is rounding noise of |dO| |V - O| eps rather than the
+    # fp32-floor the FlashAttention rule allows for exact zeros: dk, dv are checked by the rule, dq by its size.
+    inp = qkv(2, 1000, 1, 3, 128, FP16)
+    inp["q"].requires_grad_(False)
+    run_case(kernel, inp, {})
+    q = inp["q"].detach().clone().requires_grad_(True)
+    out = kernel.attention(q, inp["k"].detach(), inp["v"].detach())
+    out.backward(torch.randn_like(out))
+    assert q.grad.abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("D", [40, 64, 72, 112, 128])
+def test_ragged_head_dims(kernel, D):
+    run_case(kernel, qkv(1, 300, 333, 2, D, FP16 if D % 16 else BF16), {})
+
+
+# dbias: one contributor per element (store), and broadcast over batch / heads / both (reduce-add at L2)
+# (Sk = 264: TMA needs 16-byte bias rows; other widths take v1, covered by test_cuda_kernels.py)
+@pytest.mark.parametrize("shape", [(2, 3, 200, 264), (1, 3, 200, 264), (2, 1, 200, 264), (1, 1, 200, 264),
+                                   (200, 264)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("det", [False, True])
+def test_dbias_broadcasts(kernel, shape, det):
+    inp = qkv(2, 200, 264, 3, 64)
+    inp["bias"] = rand(*shape, dtype=BF16, grad=True)
+    run_case(kernel, inp, {}, deterministic=det)
+
+
+@pytest.mark.parametrize("H,Hkv", [(32, 8), (8, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa(kernel, H, Hkv, causal):
+    run_case(kernel, qkv(1, 333, 333, H, 128, Hkv=Hkv), {"causal": causal})
+
+
+@pytest.mark.parametrize("Sq,Sk", [(300, 700), (700, 300), (128, 1000)])
+@pytest.mark.parametrize("window", [None, (64, 0), (200, 50), (0, 0)])
+def test_causal_and_windows_unequal_lengths(kernel, Sq, Sk, window):
+    kwargs = {"causal": True} if window is None else {"window": window}
+    run_case(kernel, qkv(2, Sq, Sk, 2, 64), kwargs)
+
+
+def test_key_padding_hides_whole_key_blocks(kernel):
+    B, S = 3, 700
+    inp = qkv(B, S, S, 2, 128)
+    kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+    kpm[1, 300:] = False  # key blocks 3.. of item 1 have no key: their CTAs skip, dK = dV = 0 there
+    kpm[2] = False  # no real key at all: every gradient 0
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, {})
+    run_case(kernel, inp, {}, deterministic=True)
+
+
+def test_dense_bias_with_causal_and_padding(kernel):
+    inp = qkv(2, 333, 333, 2, 64)
+    inp["bias"] = rand(1, 2, 333, 333, dtype=BF16, grad=True)
+    kpm = torch.ones(2, 333, dtype=torch.bool, device="cuda")
+    kpm[0, 250:] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, {"causal": True})
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_deterministic_bitwise(kernel, bias):
+    B, S, H, D = 2, 1100, 4, 128
+    t = qkv(B, S, S, H, D)
+    if bias:
+        t["bias"] = rand(1, H, S, S, dtype=BF16, grad=True)  # two contributors per dbias element
+    dout = torch.randn(B, S, H, D, device="cuda", dtype=BF16)
+    runs = []
+    for _ in range(2):
+        leaves = {n: x.detach().clone().requires_grad_(True) for n, x in t.items()}
+        out = kernel.attention(leaves["q"], leaves["k"], leaves["v"], bias=leaves.get("bias"), deterministic=True)
+        out.backward(dout)
+        runs.append([leaves[n].grad for n in leaves])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b), "deterministic=True must give bit-identical gradients"
+
+
+def _kernels_run(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+@pytest.mark.parametrize("case", ["plain128", "dense_bias64", "causal_gqa", "key_padding"])
+def test_v3_is_the_default_on_hopper(kernel, case):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("backward v3 is the Hopper path")
+    D = 64 if case == "dense_bias64" else 128
+    H, Hkv = (8, 2) if case == "causal_gqa" else (4, 4)
+    t = qkv(2, 512, 512, H, D, Hkv=Hkv)
+    kw = {}
+    if case == "dense_bias64":
+        kw["bias"] = rand(1, H, 512, 512, dtype=BF16, grad=True)
+    if case == "causal_gqa":
+        kw["causal"] = True
+    if case == "key_padding":
+        kpm = torch.ones(2, 512, dtype=torch.bool, device="cuda")
+        kpm[0, 400:] = False
+        kw["key_padding_mask"] = kpm
+
+    def step():
+        out = kernel.attention(t["q"], t["k"], t["v"], **kw)
+        out.backward(torch.ones_like(out))
+
+    names = _kernels_run(step)
+    assert any("bwd_pipelined_kernel_sm90" in n for n in names), sorted(names)
+    assert not any("bwd_kernel<" in n for n in names), sorted(names)
