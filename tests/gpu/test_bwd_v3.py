@@ -44,16 +44,17 @@ def test_cross_lengths(kernel, Sq, Sk):
 
 
 def test_one_key(kernel):
-    # Softmax over a single key: P = 1, so dS = P (dP - delta) and dq are exactly 0. delta = rowsum(dO * O) uses the
-    # rounded O (as FlashAttention's preprocess does), so dq is rounding noise of |dO| |V - O| eps rather than the
-    # fp32-floor the FlashAttention rule allows for exact zeros: dk, dv are checked by the rule, dq by its size.
+    # Softmax over a single key: P = 1, so dS = P (dP - delta), dq and dk are exactly 0. delta = rowsum(dO * O) uses
+    # the rounded O (as FlashAttention's preprocess does), so dq, dk are rounding noise of |dO| |V - O| eps rather
+    # than the fp32 floor the FlashAttention rule allows for exact zeros: dv is checked by the rule, dq, dk by size.
     inp = qkv(2, 1000, 1, 3, 128, FP16)
     inp["q"].requires_grad_(False)
+    inp["k"].requires_grad_(False)
     run_case(kernel, inp, {})
-    q = inp["q"].detach().clone().requires_grad_(True)
-    out = kernel.attention(q, inp["k"].detach(), inp["v"].detach())
+    q, k = (inp[n].detach().clone().requires_grad_(True) for n in ("q", "k"))
+    out = kernel.attention(q, k, inp["v"].detach())
     out.backward(torch.randn_like(out))
-    assert q.grad.abs().max().item() <= 1e-4
+    assert q.grad.abs().max().item() <= 1e-4 and k.grad.abs().max().item() <= 1e-3
 
 
 @pytest.mark.parametrize("D", [40, 64, 72, 112, 128])
@@ -96,13 +97,18 @@ def test_key_padding_hides_whole_key_blocks(kernel):
     run_case(kernel, inp, {}, deterministic=True)
 
 
-def test_dense_bias_with_causal_and_padding(kernel):
-    inp = qkv(2, 333, 333, 2, 64)
-    inp["bias"] = rand(1, 2, 333, 333, dtype=BF16, grad=True)
-    kpm = torch.ones(2, 333, dtype=torch.bool, device="cuda")
+@pytest.mark.parametrize("pair", ["1", "0"])
+def test_dense_bias_with_causal_and_padding(kernel, pair, monkeypatch):
+    # [1, H, S, S] with B = 2: pair mode (one CTA owns both batches, dS summed on chip, plain store) and the
+    # reduce-add it replaces (WINATTN_BWD_PAIR=0)
+    monkeypatch.setenv("WINATTN_BWD_PAIR", pair)
+    inp = qkv(2, 336, 336, 2, 64)
+    inp["bias"] = rand(1, 2, 336, 336, dtype=BF16, grad=True)
+    kpm = torch.ones(2, 336, dtype=torch.bool, device="cuda")
     kpm[0, 250:] = False
     inp["key_padding_mask"] = kpm
     run_case(kernel, inp, {"causal": True})
+    run_case(kernel, inp, {}, deterministic=True)
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -22,6 +22,11 @@
 //     That is O(bias size) memory and no per-element atomics in the SMs. The CTA order puts the batches that share
 //     a bias tile side by side, so their adds meet in L2. With exactly two contributors the reduce-add is bitwise
 //     deterministic (0 + a + b = 0 + b + a); the planner sends deterministic calls with more to v1.
+//   * pair mode (kPair, head dim 64): when exactly two batches share each dbias element (a [B / 2, H, S, S] bias,
+//     e.g. [1, H, S, S] with B = 2), one CTA owns both: K / V of both batches resident, dK / dV of both in registers
+//     (2 x 2 x 32 per thread), the two dS tiles summed in the staging tile and stored once with a plain TMA store.
+//     The reduce-add's DRAM read of the zero-filled dbias and its second pass go away (H200, dense bias B = 2:
+//     1.1 ms of the 2.25 ms backward was the reduce-add).
 //   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
 //     to whole query blocks (+inf past Sq: P = 0 there), so the stage loads are unconditional bulk copies.
 // Key blocks whose keys are all padding (key padding) skip their work; causal / sliding-window bands visit only the
@@ -53,18 +58,19 @@ struct BwdPipeParams {
   int* dq_sems = nullptr;                // deterministic: [B, H, m-blocks] ticket counters (zero-filled)
   int sq_pad = 0, bias_stage_bytes = 0, dbias_mode = kDbiasNone;
   int db_period = 1, db_heads = 1;  // dbias's broadcast dims (batch b -> b % db_period, heads 1 or H)
+  int dbias_bufs = 1;               // fp32 staging tiles (2 where the shared memory allows: no barrier per step)
 };
 
-// Shared memory at compile-time offsets from one base address; the bias stages and the dbias staging tile follow at
-// launch-time sizes.
-template <typename Tr>
+// Shared memory at compile-time offsets from one base address (KV sets of K / V: 2 in pair mode); the bias stages
+// and the dbias staging tiles follow at launch-time sizes.
+template <typename Tr, int KV>
 struct BwdSmem {
-  static constexpr int kV = Tr::kKVBytes, kQ = 2 * Tr::kKVBytes, kDO = kQ + Tr::kStages * Tr::kQBytes;
+  static constexpr int kQ = 2 * KV * Tr::kKVBytes, kDO = kQ + Tr::kStages * Tr::kQBytes;
   static constexpr int kDS = kDO + Tr::kStages * Tr::kQBytes, kVec = kDS + 2 * Tr::kDSBytes;
-  static constexpr int kBars = Tr::kBarsOffset, kBias = kBars + 1024;
+  static constexpr int kBars = Tr::kBarsOffset + 2 * (KV - 1) * Tr::kKVBytes, kBias = kBars + 1024;
   uint32_t base;
-  __device__ __forceinline__ uint32_t k() const { return base; }
-  __device__ __forceinline__ uint32_t v() const { return base + kV; }
+  __device__ __forceinline__ uint32_t k(int set) const { return base + 2 * set * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t v(int set) const { return k(set) + Tr::kKVBytes; }
   __device__ __forceinline__ uint32_t q(int s) const { return base + kQ + s * Tr::kQBytes; }
   __device__ __forceinline__ uint32_t dout(int s) const { return base + kDO + s * Tr::kQBytes; }
   __device__ __forceinline__ uint32_t ds(int buf) const { return base + kDS + buf * Tr::kDSBytes; }
@@ -74,29 +80,40 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t full(int s) const { return base + kBars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
   __device__ __forceinline__ uint32_t bias(int s, int bias_bytes) const { return base + kBias + s * bias_bytes; }
-  __device__ __forceinline__ uint32_t dbias(int bias_bytes) const { return base + kBias + Tr::kStages * bias_bytes; }
+  __device__ __forceinline__ uint32_t dbias(int bias_bytes, int buf) const {
+    return base + kBias + Tr::kStages * bias_bytes + buf * Tr::kDbiasBytes;
+  }
 };
 
-// One CTA's work: key block n of KV head hkv in batch b, and the query blocks [m_lo, m_hi) that see it.
+// One CTA's work: key block n of KV head hkv in batch b (and b + pair_stride in pair mode), and the query blocks
+// [m_lo, m_hi) that see it.
 struct BwdTile {
-  int b, hkv, n, m_lo, m_hi, m_start;
+  int b, b2, hkv, n, m_lo, m_hi, m_start;
   // k-th query block visited: from m_start round the range (ascending from m_lo when m_start = 0)
   __device__ __forceinline__ int m_at(int k) const {
     const int c = m_hi - m_lo, x = m_start + k;
     return m_lo + (x >= c ? x - c : x);
   }
+  __device__ __forceinline__ int batch(int bi) const { return bi ? b2 : b; }
 };
 // CTA order: the key blocks of one (batch, head) side by side (their Q / dO reads share L2; with causal bands the
 // longest key blocks, n = 0.., come first); with a bias broadcast over the batch, the batches sharing a bias tile are
-// innermost, so their bias reads and dbias adds meet in L2.
+// innermost, so their bias reads and dbias adds meet in L2. Pair mode: batches r and r + db_period (r < db_period).
 // Without a band and without determinism, each key block starts at a different query block (m_start), so the 128
 // CTAs of a head do not add their dQ into the same tile at the same time.
-template <typename Tr>
-__device__ __forceinline__ BwdTile decode_bwd_tile(const KParams& p, bool deterministic) {
+template <typename Tr, bool kPair>
+__device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool deterministic) {
+  const KParams& p = P.p;
   const int nblocks = ceil_div(p.Sk, Tr::kBlockN);
   int idx = blockIdx.x;
   BwdTile t;
-  if (p.bias.ptr != nullptr && p.bias.period == 1 && p.B > 1) {
+  if (kPair) {
+    t.n = idx % nblocks;
+    idx /= nblocks;
+    t.hkv = idx % p.Hkv;
+    t.b = idx / p.Hkv;
+    t.b2 = t.b + P.db_period;
+  } else if (p.bias.ptr != nullptr && p.bias.period == 1 && p.B > 1) {
     t.b = idx % p.B;
     idx /= p.B;
     t.n = idx % nblocks;
@@ -107,45 +124,51 @@ __device__ __forceinline__ BwdTile decode_bwd_tile(const KParams& p, bool determ
     t.hkv = idx % p.Hkv;
     t.b = idx / p.Hkv;
   }
+  if (!kPair) t.b2 = t.b;
   m_block_range(p, t.n, Tr::kBlockM, Tr::kBlockN, t.m_lo, t.m_hi);
   const int cnt = t.m_hi - t.m_lo;
   t.m_start = (deterministic || p.has_band || cnt <= 0) ? 0 : t.n % cnt;
   return t;
 }
 
-// Producer (one thread): K and V once, then per (query head of the group, query block) Q, dO, lse, delta and the
-// bias tile into the stage ring.
-template <typename Tr>
-__device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr> sm, const BwdTile& t) {
+// Producer (one thread): K and V once (both batches in pair mode), then per (query head of the group, query block,
+// batch of the pair) Q, dO, lse, delta and the bias tile into the stage ring.
+template <typename Tr, int KV>
+__device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, const BwdTile& t) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / 32;
   const KParams& p = P.p;
   const int bb = P.bias_stage_bytes, bias_b = t.b % p.bias.period;
-  mbar_arrive_expect_tx(sm.kv_full(), 2 * Tr::kKVBytes);
+  mbar_arrive_expect_tx(sm.kv_full(), 2 * KV * Tr::kKVBytes);
 #pragma unroll
-  for (int c = 0; c < CB; ++c) {
-    tma_load_4d(sm.k() + c * BN * kSwizzleRowBytes, &P.tk, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.b);
-    tma_load_4d(sm.v() + c * BN * kSwizzleRowBytes, &P.tv, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.b);
-  }
+  for (int bi = 0; bi < KV; ++bi)
+#pragma unroll
+    for (int c = 0; c < CB; ++c) {
+      tma_load_4d(sm.k(bi) + c * BN * kSwizzleRowBytes, &P.tk, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.batch(bi));
+      tma_load_4d(sm.v(bi) + c * BN * kSwizzleRowBytes, &P.tv, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.batch(bi));
+    }
   const int cnt = t.m_hi - t.m_lo;
   int it = 0;
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g, bias_h = p.bias.heads > 1 ? h : 0;
-    const int64_t row0 = (int64_t(t.b) * p.H + h) * P.sq_pad;
-    for (int k = 0; k < cnt; ++k, ++it) {
-      const int m = t.m_at(k), s = it % ST, use = it / ST;
-      if (use > 0) mbar_wait(sm.empty(s), (use - 1) & 1);
-      mbar_arrive_expect_tx(sm.full(s), 2 * Tr::kQBytes + Tr::kVecBytes + bb);
+    for (int k = 0; k < cnt; ++k) {
+      const int m = t.m_at(k);
+      for (int bi = 0; bi < KV; ++bi, ++it) {
+        const int s = it % ST, use = it / ST, b = t.batch(bi);
+        const int64_t row0 = (int64_t(b) * p.H + h) * P.sq_pad;
+        if (use > 0) mbar_wait(sm.empty(s), (use - 1) & 1);
+        mbar_arrive_expect_tx(sm.full(s), 2 * Tr::kQBytes + Tr::kVecBytes + bb);
 #pragma unroll
-      for (int c = 0; c < CB; ++c) {
-        tma_load_4d(sm.q(s) + c * BM * kSwizzleRowBytes, &P.tq, sm.full(s), c * 32, m * BM, h, t.b);
-        tma_load_4d(sm.dout(s) + c * BM * kSwizzleRowBytes, &P.tdo, sm.full(s), c * 32, m * BM, h, t.b);
+        for (int c = 0; c < CB; ++c) {
+          tma_load_4d(sm.q(s) + c * BM * kSwizzleRowBytes, &P.tq, sm.full(s), c * 32, m * BM, h, b);
+          tma_load_4d(sm.dout(s) + c * BM * kSwizzleRowBytes, &P.tdo, sm.full(s), c * 32, m * BM, h, b);
+        }
+        bulk_load_1d(sm.lse(s), P.lse2 + row0 + m * BM, BM * 4, sm.full(s));
+        bulk_load_1d(sm.delta(s), P.delta + row0 + m * BM, BM * 4, sm.full(s));
+        if (bb > 0)
+#pragma unroll
+          for (int c = 0; c < BN / 64; ++c)
+            tma_load_4d(sm.bias(s, bb) + c * BM * 128, &P.tb, sm.full(s), t.n * BN + c * 64, m * BM, bias_h, bias_b);
       }
-      bulk_load_1d(sm.lse(s), P.lse2 + row0 + m * BM, BM * 4, sm.full(s));
-      bulk_load_1d(sm.delta(s), P.delta + row0 + m * BM, BM * 4, sm.full(s));
-      if (bb > 0)
-#pragma unroll
-        for (int c = 0; c < BN / 64; ++c)
-          tma_load_4d(sm.bias(s, bb) + c * BM * 128, &P.tb, sm.full(s), t.n * BN + c * 64, m * BM, bias_h, bias_b);
     }
   }
 }
@@ -164,10 +187,15 @@ __device__ __forceinline__ int dbias_stage_offset(int i, int j) {
   return (j >> 5) * (BM * 128) + i * 128 + ((((j & 31) >> 2) ^ (i & 7)) << 4) + (j & 3) * 4;
 }
 
-// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block.
-template <typename Tr, typename Elem, bool kBias>
-__device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr> sm, unsigned char* smem,
-                                            int cw, const BwdTile& t, bool deterministic, int warp, int lane) {
+template <typename Elem>
+__device__ __forceinline__ float half_to_float(uint16_t x) {
+  return static_cast<float>(*reinterpret_cast<const Elem*>(&x));
+}
+
+// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode).
+template <typename Tr, typename Elem, bool kBias, int KV>
+__device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
+                                            const BwdTile& t, bool deterministic, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes;
   const KParams& p = P.p;
@@ -175,209 +203,237 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
   const int j0 = t.n * BN + key_row;
   const int mblocks = ceil_div(p.Sq, BM);
-  auto generic = [&](uint32_t a) { return smem + (a - sm.base); };
+  const bool dbias = P.dbias_mode != kDbiasNone;
 
-  // this thread's two keys: past the sequence end or hidden by key padding -> P = 0 for every query
-  bool key_ok[2];
+  // this thread's two keys per batch: past the sequence end or hidden by key padding -> P = 0 for every query
+  bool key_ok[KV][2];
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int j = j0 + 8 * hf;
-    key_ok[hf] = j < p.Sk && (p.kp == nullptr || __ldg(reinterpret_cast<const unsigned char*>(p.kp) +
-                                                           int64_t(t.b) * p.kp_sb + int64_t(j) * p.kp_sk) != 0);
-  }
+  for (int bi = 0; bi < KV; ++bi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int j = j0 + 8 * hf;
+      key_ok[bi][hf] = j < p.Sk && (p.kp == nullptr || __ldg(reinterpret_cast<const unsigned char*>(p.kp) +
+                                                                 int64_t(t.batch(bi)) * p.kp_sb +
+                                                                 int64_t(j) * p.kp_sk) != 0);
+    }
 
-  float acc_dk[DT][4], acc_dv[DT][4];
+  float acc_dk[KV][DT][4], acc_dv[KV][DT][4];
 #pragma unroll
-  for (int d = 0; d < DT; ++d)
+  for (int bi = 0; bi < KV; ++bi)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[d][e] = acc_dv[d][e] = 0.f;
+    for (int d = 0; d < DT; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[bi][d][e] = acc_dv[bi][d][e] = 0.f;
 
-  const uint32_t ka = sm.k() + cw * 64 * RB, va = sm.v() + cw * 64 * RB;  // this warpgroup's keys: M of S^T, dP^T
-  const uint32_t kb_half = sm.k() + cw * (DK / 64) * (BN * RB);           // B of dQ: head-dim half cw of K
+  // the bias element (query nt * 8 + qc + e, key key_row + 8 hf) sits at bias_off[hf][e] + nt * 1024 of its tile
+  // (a box row is 128 bytes; nt moves 8 rows, which leaves the swizzle phase i & 7 unchanged); the same for the
+  // fp32 staging tile (stage_off)
+  int bias_off[2][2], stage_off[2][2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      bias_off[hf][e] = bias_elem_offset<BM>(qc + e, key_row + 8 * hf);
+      stage_off[hf][e] = dbias_stage_offset<BM>(qc + e, key_row + 8 * hf);
+    }
   const bool issuer = ctid == 0;
   mbar_wait(sm.kv_full(), 0);
 
   const int cnt = t.m_hi - t.m_lo;
-  int it = 0;
+  int it = 0, unit = 0;  // sub-steps (stages) and dbias tiles done
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g;
-    for (int k = 0; k < cnt; ++k, ++it) {
-      const int m = t.m_at(k), s = it % ST, buf = it & 1;
-      mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
+    for (int k = 0; k < cnt; ++k, ++unit) {
+      const int m = t.m_at(k);
+      const int sbuf = P.dbias_bufs == 2 ? (unit & 1) : 0;
+      const uint32_t st = sm.dbias(P.bias_stage_bytes, sbuf);
+#pragma unroll
+      for (int bi = 0; bi < KV; ++bi, ++it) {
+        const int s = it % ST, buf = it & 1, b = t.batch(bi);
+        const uint32_t ka = sm.k(bi) + cw * 64 * RB, va = sm.v(bi) + cw * 64 * RB;  // M of S^T, dP^T: our keys
+        const uint32_t kb_half = sm.k(bi) + cw * (DK / 64) * (BN * RB);              // B of dQ: head-dim half cw
+        mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
 
-      // S^T = K Q^T, dP^T = V dO^T (k16 step ks: column block ks / 2, 32-byte half ks % 2)
-      float acc_s[NTQ][4], acc_dp[NTQ][4];
-      wgmma_fence();
+        // S^T = K Q^T, then dP^T = V dO^T in a second group: P is computed while dP is on the tensor cores
+        // (k16 step ks: column block ks / 2, 32-byte half ks % 2)
+        float acc_s[NTQ][4], acc_dp[NTQ][4];
+        wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < DK / 16; ++ks) {
-        const uint32_t on = (ks >> 1) * (BN * RB) + (ks & 1) * 32, om = (ks >> 1) * (BM * RB) + (ks & 1) * 32;
-        wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, make_desc(ka + on, 16, 512), make_desc(sm.q(s) + om, 16, 512),
-                       ks > 0);
-        wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, make_desc(va + on, 16, 512),
-                       make_desc(sm.dout(s) + om, 16, 512), ks > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_acc(acc_s);
-      fence_acc(acc_dp);
+        for (int ks = 0; ks < DK / 16; ++ks) {
+          const uint32_t on = (ks >> 1) * (BN * RB) + (ks & 1) * 32, om = (ks >> 1) * (BM * RB) + (ks & 1) * 32;
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, make_desc(ka + on, 16, 512), make_desc(sm.q(s) + om, 16, 512),
+                         ks > 0);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int ks = 0; ks < DK / 16; ++ks) {
+          const uint32_t on = (ks >> 1) * (BN * RB) + (ks & 1) * 32, om = (ks >> 1) * (BM * RB) + (ks & 1) * 32;
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, make_desc(va + on, 16, 512),
+                         make_desc(sm.dout(s) + om, 16, 512), ks > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_acc(acc_s);
 
-      // P^T and dS^T in registers (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e)
-      const float* lse = reinterpret_cast<const float*>(generic(sm.lse(s)));
-      const float* dlt = reinterpret_cast<const float*>(generic(sm.delta(s)));
-      const unsigned char* sB = generic(sm.bias(s, P.bias_stage_bytes));
-      const bool band = p.has_band && tile_needs_mask(p, m, t.n, BM, BN);
-      int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
-      if (band) {
-        const int64_t base = int64_t(j0) - (int64_t(m) * BM + qc);
-        lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
-        hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
-      }
-      // the bias element (query nt * 8 + qc + e, key key_row + 8 hf) sits at bias_off[hf][e] + nt * 1024 (a box row
-      // is 128 bytes; nt moves 8 rows, which leaves the swizzle phase i & 7 unchanged)
-      int bias_off[2][2];
+        // P^T (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e)
+        const uint32_t sB = sm.bias(s, P.bias_stage_bytes);
+        const bool band = p.has_band && tile_needs_mask(p, m, t.n, BM, BN);
+        int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
+        if (band) {
+          const int64_t base = int64_t(j0) - (int64_t(m) * BM + qc);
+          lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+          hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+        }
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
+        for (int nt = 0; nt < NTQ; ++nt) {
+          const float2 l2 = lds_f32x2(sm.lse(s) + (nt * 8 + qc) * 4);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) bias_off[hf][e] = bias_elem_offset<BM>(qc + e, key_row + 8 * hf);
+          for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-      for (int nt = 0; nt < NTQ; ++nt) {
-        const float2 l2 = *reinterpret_cast<const float2*>(lse + nt * 8 + qc);
-        const float2 d2 = *reinterpret_cast<const float2*>(dlt + nt * 8 + qc);
+            for (int e = 0; e < 2; ++e) {
+              const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
+              float z = -(e ? l2.y : l2.x);
+              if constexpr (kBias) z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
+              const bool vis = key_ok[bi][hf] && d >= lo && d <= hi;
+              acc_s[nt][x] = vis ? fast_exp2(fmaf(acc_s[nt][x], p.scale_log2, z)) : 0.f;
+            }
+        }
+        // dS^T = P^T (dP^T - delta)
+        wgmma_wait<0>();
+        fence_acc(acc_dp);
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
+        for (int nt = 0; nt < NTQ; ++nt) {
+          const float2 d2 = lds_f32x2(sm.delta(s) + (nt * 8 + qc) * 4);
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
-            float z = -(e ? l2.y : l2.x);
-            if constexpr (kBias)
-              z = fmaf(static_cast<float>(*reinterpret_cast<const Elem*>(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
-            const bool vis = key_ok[hf] && d >= lo && d <= hi;
-            const float pv = vis ? fast_exp2(fmaf(acc_s[nt][x], p.scale_log2, z)) : 0.f;
-            acc_s[nt][x] = pv;
-            acc_dp[nt][x] = pv * (acc_dp[nt][x] - (e ? d2.y : d2.x));
+          for (int x = 0; x < 4; ++x) acc_dp[nt][x] = acc_s[nt][x] * (acc_dp[nt][x] - ((x & 1) ? d2.y : d2.x));
+        }
+
+        // dBias: the fp32 dS tile -> staging buffer sbuf (pair mode: the second batch adds to the first's) -> TMA
+        // after the last batch. With one buffer the previous tile's TMA read of it must be done first (one more
+        // barrier); with two, the issuer waited for it before the first dS barrier of this tile.
+        if (dbias) {
+          if (bi == 0 && unit > 0 && P.dbias_bufs == 1) {
+            if (issuer) bulk_wait_read<0>();
+            named_sync(4, 256);
           }
-      }
-
-      // dBias: the fp32 dS tile -> staging -> TMA (the previous step's TMA read of the staging tile is done first)
-      if (P.dbias_mode != kDbiasNone) {
-        if (it > 0) {
-          if (issuer) bulk_wait_read<0>();
-          named_sync(4, 256);
+#pragma unroll
+          for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              const uint32_t a = st + stage_off[x >> 1][x & 1] + nt * 1024;
+              sts_f32(a, bi == 0 ? acc_dp[nt][x] : lds_f32(a) + acc_dp[nt][x]);
+            }
         }
-        unsigned char* st = generic(sm.dbias(P.bias_stage_bytes));
-#pragma unroll
-        for (int nt = 0; nt < NTQ; ++nt)
-#pragma unroll
-          for (int x = 0; x < 4; ++x)
-            *reinterpret_cast<float*>(st + dbias_stage_offset<BM>(nt * 8 + qc + (x & 1), key_row + 8 * (x >> 1))) =
-                acc_dp[nt][x];
-      }
 
-      uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
-      {
-        float (&s3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_s);
-        float (&dp3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_dp);
-        uint32_t (&pf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(pf);
-        uint32_t (&dsf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(dsf);
-        acc_to_afrag<Elem, 1, NTQ>(pf3, s3);
-        acc_to_afrag<Elem, 1, NTQ>(dsf3, dp3);
-      }
-      // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
-      unsigned char* sds = generic(sm.ds(buf));
-#pragma unroll
-      for (int ks = 0; ks < NTQ / 2; ++ks)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int u = 0; u < 2; ++u)  // afrag register (hf, u): rows + 8 hf, query chunk 2 ks + u
-            *reinterpret_cast<uint32_t*>(sds + tile_chunk_offset<BN>(key_row + 8 * hf, 2 * ks + u) + qc * 2) =
-                dsf[ks][2 * u + hf];
-      fence_view_async_shared();
-      named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
-      if (P.dbias_mode != kDbiasNone && issuer) {
-        const uint32_t st = sm.dbias(P.bias_stage_bytes);
-        const int tb = t.b % P.db_period, th = P.db_heads > 1 ? h : 0;
-#pragma unroll
-        for (int c = 0; c < BN / 32; ++c) {
-          if (P.dbias_mode == kDbiasStore)
-            tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
-          else
-            tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+        uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
+        {
+          float (&s3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_s);
+          float (&dp3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_dp);
+          uint32_t (&pf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(pf);
+          uint32_t (&dsf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(dsf);
+          acc_to_afrag<Elem, 1, NTQ>(pf3, s3);
+          acc_to_afrag<Elem, 1, NTQ>(dsf3, dp3);
         }
-        bulk_commit();
-      }
+        // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
+        const uint32_t sds = sm.ds(buf);
+#pragma unroll
+        for (int ks = 0; ks < NTQ / 2; ++ks)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+            for (int u = 0; u < 2; ++u)  // afrag register (hf, u): rows + 8 hf, query chunk 2 ks + u
+              sts_u32(sds + tile_chunk_offset<BN>(key_row + 8 * hf, 2 * ks + u) + qc * 2, dsf[ks][2 * u + hf]);
+        fence_view_async_shared();
+        // two staging buffers: the TMA issued for the previous tile has read the one the next tile writes
+        if (dbias && bi == 0 && P.dbias_bufs == 2 && issuer) bulk_wait_read<0>();
+        named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
+        if (dbias && bi == KV - 1 && issuer) {
+          const int tb = b % P.db_period, th = P.db_heads > 1 ? h : 0;
+#pragma unroll
+          for (int c = 0; c < BN / 32; ++c) {
+            if (P.dbias_mode == kDbiasStore)
+              tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+            else
+              tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+          }
+          bulk_commit();
+        }
 
-      // dV += P^T dO, dK += dS^T Q (k16 step ks: queries 16 ks .. 16 ks + 15), then dQ half cw = dS K
-      wgmma_fence();
+        // dV += P^T dO, dK += dS^T Q (k16 step ks: queries 16 ks .. 16 ks + 15), then dQ half cw = dS K
+        wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < NTQ / 2; ++ks) {
-        wgmma_rs<1>(Int<DK>(), Elem(), acc_dv, pf[ks], make_desc(sm.dout(s) + ks * 16 * RB, BM * RB, 512), 1);
-        wgmma_rs<1>(Int<DK>(), Elem(), acc_dk, dsf[ks], make_desc(sm.q(s) + ks * 16 * RB, BM * RB, 512), 1);
-      }
-      wgmma_commit();
-      float acc_dq[DTQ][4];
-      const uint32_t dsa = sm.ds(buf);
+        for (int ks = 0; ks < NTQ / 2; ++ks) {
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], make_desc(sm.dout(s) + ks * 16 * RB, BM * RB, 512), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], make_desc(sm.q(s) + ks * 16 * RB, BM * RB, 512), 1);
+        }
+        wgmma_commit();
+        float acc_dq[DTQ][4];
+        const uint32_t dsa = sm.ds(buf);
 #pragma unroll
-      for (int ks = 0; ks < BN / 16; ++ks)
-        wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
-                       make_desc(kb_half + ks * 16 * RB, BN * RB, 512), ks > 0);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_acc(acc_dk);
-      fence_acc(acc_dv);
-      fence_frag(pf);
-      fence_frag(dsf);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
-      wgmma_wait<0>();
-      fence_acc(acc_dq);
+        for (int ks = 0; ks < BN / 16; ++ks)
+          wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
+                         make_desc(kb_half + ks * 16 * RB, BN * RB, 512), ks > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_acc(acc_dk[bi]);
+        fence_acc(acc_dv[bi]);
+        fence_frag(pf);
+        fence_frag(dsf);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
+        wgmma_wait<0>();
+        fence_acc(acc_dq);
 
-      // dQ partial -> the fragment-order fp32 accumulator (ordered by key block when deterministic)
-      const int64_t tile = (int64_t(t.b) * p.H + h) * mblocks + m;
-      float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
-      int* sem = deterministic ? P.dq_sems + tile : nullptr;
-      int rank = 0;
-      if (deterministic) {
-        int lo_n, hi_n;
-        n_block_range(p, m, BM, BN, lo_n, hi_n);
-        rank = t.n - lo_n;
-        if (issuer)
-          while (ld_acquire(sem) != rank) __nanosleep(32);
-        named_sync(5, 256);
-      }
+        // dQ partial -> the fragment-order fp32 accumulator (ordered by key block when deterministic)
+        const int64_t tile = (int64_t(b) * p.H + h) * mblocks + m;
+        float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
+        int* sem = deterministic ? P.dq_sems + tile : nullptr;
+        int rank = 0;
+        if (deterministic) {
+          int lo_n, hi_n;
+          n_block_range(p, m, BM, BN, lo_n, hi_n);
+          rank = t.n - lo_n;
+          if (issuer)
+            while (ld_acquire(sem) != rank) __nanosleep(32);
+          named_sync(5, 256);
+        }
 #pragma unroll
-      for (int nt = 0; nt < DTQ; ++nt)
-        red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
-      if (deterministic) {
-        __threadfence();
-        named_sync(5, 256);
-        if (issuer) st_release(sem, rank + 1);
+        for (int nt = 0; nt < DTQ; ++nt)
+          red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
+        if (deterministic) {
+          __threadfence();
+          named_sync(5, 256);
+          if (issuer) st_release(sem, rank + 1);
+        }
       }
     }
   }
-  if (P.dbias_mode != kDbiasNone && issuer) bulk_wait<0>();
+  if (dbias && issuer) bulk_wait<0>();
 
   // dK = scale * dS^T Q, dV = P^T dO: rows = keys of this warp
   const int64_t kv_ss = int64_t(p.Hkv) * p.D, kv_sb = int64_t(p.Sk) * kv_ss;
-  const int64_t off = int64_t(t.b) * kv_sb + int64_t(t.n * BN + cw * 64 + wi * 16) * kv_ss + int64_t(t.hkv) * p.D;
   const int rows = p.Sk - (t.n * BN + cw * 64 + wi * 16);
-  float (&dk3)[1][DT][4] = reinterpret_cast<float (&)[1][DT][4]>(acc_dk);
-  float (&dv3)[1][DT][4] = reinterpret_cast<float (&)[1][DT][4]>(acc_dv);
-  store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dk) + off, kv_ss, dk3, p.scale, rows, p.D, lane);
-  store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dv) + off, kv_ss, dv3, 1.f, rows, p.D, lane);
+#pragma unroll
+  for (int bi = 0; bi < KV; ++bi) {
+    const int64_t off =
+        int64_t(t.batch(bi)) * kv_sb + int64_t(t.n * BN + cw * 64 + wi * 16) * kv_ss + int64_t(t.hkv) * p.D;
+    float (&dk3)[1][DT][4] = reinterpret_cast<float (&)[1][DT][4]>(acc_dk[bi]);
+    float (&dv3)[1][DT][4] = reinterpret_cast<float (&)[1][DT][4]>(acc_dv[bi]);
+    store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dk) + off, kv_ss, dk3, p.scale, rows, p.D, lane);
+    store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dv) + off, kv_ss, dv3, 1.f, rows, p.D, lane);
+  }
 }
 
-template <typename Tr, typename Elem, bool kBias>
+template <typename Tr, typename Elem, bool kBias, bool kPair>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BN = Tr::kBlockN, ST = Tr::kStages;
+  constexpr int BN = Tr::kBlockN, ST = Tr::kStages, KV = kPair ? 2 : 1;
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = align_1024(smem_raw);
-  const BwdSmem<Tr> sm{smem_u32(smem)};
+  const BwdSmem<Tr, KV> sm{smem_u32(align_1024(smem_raw))};
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const bool deterministic = P.dq_sems != nullptr;
-  const BwdTile t = decode_bwd_tile<Tr>(p, deterministic);
+  const BwdTile t = decode_bwd_tile<Tr, kPair>(P, deterministic);
 
   if (tid == 0) {
     mbar_init(sm.kv_full(), 1);
@@ -391,10 +447,10 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
   // it, so the dQ tickets of the key blocks after it advance
   bool any_key = true;
   if (p.kp != nullptr) {
-    const int j = t.n * BN + tid;
-    any_key = __syncthreads_or(tid < BN && j < p.Sk &&
-                               reinterpret_cast<const unsigned char*>(p.kp)[int64_t(t.b) * p.kp_sb +
-                                                                            int64_t(j) * p.kp_sk] != 0);
+    const int j = t.n * BN + (tid & (BN - 1)), bi = tid >= BN ? 1 : 0;
+    const unsigned char* kp = reinterpret_cast<const unsigned char*>(p.kp);
+    any_key = __syncthreads_or(tid < KV * BN && j < p.Sk &&
+                               kp[int64_t(t.batch(bi)) * p.kp_sb + int64_t(j) * p.kp_sk] != 0);
   } else {
     __syncthreads();
   }
@@ -405,7 +461,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
     if (tid == 0 && !skip) {
       tma_prefetch_desc(&P.tq);
       tma_prefetch_desc(&P.tdo);
-      bwd_produce<Tr>(P, sm, t);
+      bwd_produce<Tr, KV>(P, sm, t);
     }
   } else {
     regs_alloc<Tr::kConsumerRegs>();
@@ -413,16 +469,18 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
       const int cw = wg - 1, wi = warp & 3;
       const int64_t kv_ss = int64_t(p.Hkv) * p.D;
       const int r0 = t.n * BN + cw * 64 + wi * 16;
-      for (int idx = lane; idx < 16 * p.D; idx += 32) {
-        const int r = idx / p.D, d = idx % p.D;
-        if (r0 + r < p.Sk) {
-          const int64_t o = int64_t(t.b) * p.Sk * kv_ss + int64_t(r0 + r) * kv_ss + int64_t(t.hkv) * p.D + d;
-          static_cast<Elem*>(p.dk)[o] = Elem(0.f);
-          static_cast<Elem*>(p.dv)[o] = Elem(0.f);
+      for (int bi = 0; bi < KV; ++bi)
+        for (int idx = lane; idx < 16 * p.D; idx += 32) {
+          const int r = idx / p.D, d = idx % p.D;
+          if (r0 + r < p.Sk) {
+            const int64_t o =
+                int64_t(t.batch(bi)) * p.Sk * kv_ss + int64_t(r0 + r) * kv_ss + int64_t(t.hkv) * p.D + d;
+            static_cast<Elem*>(p.dk)[o] = Elem(0.f);
+            static_cast<Elem*>(p.dv)[o] = Elem(0.f);
+          }
         }
-      }
     } else {
-      bwd_consume<Tr, Elem, kBias>(P, sm, smem, wg - 1, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kBias, KV>(P, sm, wg - 1, t, deterministic, warp, lane);
     }
   }
 #else

@@ -1,6 +1,8 @@
 // Definitions of the backward v3 entry points (bwd_v3_api.h): readiness, the call's shared memory, tensor maps and
 // the launch. Included only by instantiations/bwd_v3_sm90_hdim*.cu (sm_90a).
 #pragma once
+#include <cstdlib>
+
 #include "../launch_template.h"
 #include "bwd_pipelined_sm90.h"
 #include "bwd_v3_api.h"
@@ -13,11 +15,15 @@ template <int D>
 struct BwdPipelinedSm90 {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   using Fn = void (*)(sm90::BwdPipeParams);
-  static Fn pick(int dtype, bool bias) {
-    if (dtype == 0)
-      return bias ? sm90::bwd_pipelined_kernel_sm90<Tr, __half, true> : sm90::bwd_pipelined_kernel_sm90<Tr, __half, false>;
-    return bias ? sm90::bwd_pipelined_kernel_sm90<Tr, __nv_bfloat16, true>
-                : sm90::bwd_pipelined_kernel_sm90<Tr, __nv_bfloat16, false>;
+  template <typename Elem, bool kBias>
+  static Fn pick_pair(bool pair) {
+    if constexpr (D == 64)  // pair mode: dK / dV of two batches fit the registers at head dim 64 only
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<Tr, Elem, kBias, true>;
+    return sm90::bwd_pipelined_kernel_sm90<Tr, Elem, kBias, false>;
+  }
+  static Fn pick(int dtype, bool bias, bool pair) {
+    if (dtype == 0) return bias ? pick_pair<__half, true>(pair) : pick_pair<__half, false>(pair);
+    return bias ? pick_pair<__nv_bfloat16, true>(pair) : pick_pair<__nv_bfloat16, false>(pair);
   }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
@@ -25,7 +31,7 @@ struct BwdPipelinedSm90 {
 template <int D>
 bool bwd_pipelined_sm90_ready(int dtype) {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, false)) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, false, false)) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -43,11 +49,32 @@ bool bwd_bias_stageable(const KParams& p, int dtype) {
          (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
 }
 
+// Shared memory with `dbias_bufs` fp32 dbias staging tiles (and a second K / V set in pair mode).
+template <typename Tr>
+int bwd_smem_bytes(const KParams& p, bool dbias, int dbias_bufs, bool pair = false) {
+  return Tr::kSmemBytes + (pair ? 2 * Tr::kKVBytes : 0) + (p.bias.ptr ? Tr::kStages * Tr::kBiasBytes : 0) +
+         (dbias ? dbias_bufs * Tr::kDbiasBytes : 0);
+}
+// Staging tiles for dbias: two when they fit, else one.
+template <typename Tr>
+int bwd_dbias_bufs(const KParams& p, bool dbias, int smem_optin, bool pair = false) {
+  return dbias && bwd_smem_bytes<Tr>(p, true, 2, pair) <= smem_optin ? 2 : 1;
+}
+// Pair mode (bwd_pipelined_sm90.h): exactly two batches share each dbias element and no heads do, head dim 64,
+// and it fits; WINATTN_BWD_PAIR=0 turns it off (A/B).
+template <int D>
+bool bwd_use_pair(const KParams& p, const BwdV3Buffers& buf, int smem_optin) {
+  using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
+  const char* env = std::getenv("WINATTN_BWD_PAIR");
+  return D == 64 && buf.dbias != nullptr && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H &&
+         bwd_smem_bytes<Tr>(p, true, 1, true) <= smem_optin && !(env != nullptr && env[0] == '0');
+}
+
 template <int D>
 int bwd_pipelined_sm90_smem(const KParams& p, int dtype, bool dbias, int smem_optin) {
   using Tr = typename BwdPipelinedSm90<D>::Tr;
   if (!bwd_bias_stageable<Tr>(p, dtype)) return 0;
-  const int smem = Tr::kSmemBytes + (p.bias.ptr ? Tr::kStages * Tr::kBiasBytes : 0) + (dbias ? Tr::kDbiasBytes : 0);
+  const int smem = bwd_smem_bytes<Tr>(p, dbias, bwd_dbias_bufs<Tr>(p, dbias, smem_optin));
   return smem <= smem_optin ? smem : 0;
 }
 
@@ -72,16 +99,19 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
   }
-  if (buf.dbias != nullptr) {
-    P.dbias_mode = buf.dbias_shared ? sm90::kDbiasReduce : sm90::kDbiasStore;
+  const bool pair = bwd_use_pair<D>(p, buf, smem_optin);
+  if (buf.dbias != nullptr) {  // pair mode sums the two contributors itself: a plain store
+    P.dbias_mode = buf.dbias_shared && !pair ? sm90::kDbiasReduce : sm90::kDbiasStore;
+    P.dbias_bufs = bwd_dbias_bufs<Tr>(p, true, smem_optin, pair);
     P.db_period = buf.dbias_period;
     P.db_heads = buf.dbias_heads;
     P.tdb = sm90::make_dbias_map(buf.dbias, P.db_period, P.db_heads, p.Sq, p.Sk, Tr::kBlockM);
   }
-  const int smem = bwd_pipelined_sm90_smem<D>(p, dtype, buf.dbias != nullptr, smem_optin);
-  if (smem == 0) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot stage");
-  const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * p.B;
-  auto kernel = K::pick(dtype, p.bias.ptr != nullptr);
+  if (bwd_pipelined_sm90_smem<D>(p, dtype, buf.dbias != nullptr, smem_optin) == 0)
+    throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot stage");
+  const int smem = bwd_smem_bytes<Tr>(p, buf.dbias != nullptr, P.dbias_bufs, pair);
+  const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
+  auto kernel = K::pick(dtype, p.bias.ptr != nullptr, pair);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);

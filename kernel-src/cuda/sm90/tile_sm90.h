@@ -60,6 +60,31 @@ __device__ __forceinline__ void load_tile_async(unsigned char* s, const Elem* g,
   }
 }
 
+// Shared-memory accesses by 32-bit shared-window address (smem_u32): the kernels address their tiles from one
+// aligned base, which the compiler no longer knows to be shared memory, and generic loads of it wait on the long
+// scoreboard (ncu: the backward's top stall before these).
+__device__ __forceinline__ float2 lds_f32x2(uint32_t a) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ float lds_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint16_t lds_u16(uint32_t a) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts_f32(uint32_t a, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
+}
+__device__ __forceinline__ void sts_u32(uint32_t a, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+}
+
 // Shared memory written through the generic proxy (cp.async, st.shared) becomes visible to wgmma (async proxy)
 // after this fence in the writing threads, followed by a barrier.
 __device__ __forceinline__ void fence_view_async_shared() {
