@@ -67,6 +67,15 @@ def main():
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False))
         q = r(1, 128 * 40, 8, 64, grad=False)  # 320 tiles
         kern.attention(q, q, q)
+    # 7. backward v3 (Hopper): 3-stage raw path with key padding + causal + GQA, the staged bias with dbias by TMA
+    #    reduce-add (broadcast over heads), pair mode ([1, H, S, S] with B = 2: plain store), deterministic tickets
+    for D in (64, 128):
+        q, k, v = r(2, 300, 4, D), r(2, 424, 2, D), r(2, 424, 2, D)
+        kp = torch.rand(2, 424, device=dev) > 0.2
+        kern.attention(q, k, v, key_padding_mask=kp, causal=True).sum().backward()
+        q, k, v = r(2, 300, 2, D), r(2, 424, 2, D), r(2, 424, 2, D)
+        for bias, det in ((r(2, 1, 300, 424), False), (r(1, 2, 300, 424), False), (r(1, 2, 300, 424), True)):
+            kern.attention(q, k, v, bias=bias, deterministic=det).sum().backward()
     torch.cuda.synchronize()
     print("sanitize cases done")
 

@@ -28,7 +28,7 @@
 //     The reduce-add's DRAM read of the zero-filled dbias and its second pass go away (H200, dense bias B = 2:
 //     1.1 ms of the 2.25 ms backward was the reduce-add).
 //   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
-//     to whole query blocks (+inf past Sq: P = 0 there), so the stage loads are unconditional bulk copies.
+//     to whole query blocks (+inf past Sq: P = 0 there), loaded per stage by TMA like the tiles.
 // Key blocks whose keys are all padding (key padding) skip their work; causal / sliding-window bands visit only the
 // query blocks that see the key block (m_block_range).
 #pragma once
@@ -52,6 +52,7 @@ enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2 };
 struct BwdPipeParams {
   KParams p;
   CUtensorMap tq, tdo, tk, tv, tb, tdb;  // tb: the staged bias tile (bias_stage_bytes > 0); tdb: fp32 dbias
+  CUtensorMap tlse, tdelta;              // lse2 / delta rows in boxes of BM (TMA like the tiles: one mbarrier protocol)
   const float* lse2 = nullptr;           // [B, H, sq_pad]: lse * log2(e), 0 where lse = -inf, +inf past Sq
   const float* delta = nullptr;          // [B, H, sq_pad]: rowsum(dO * O) - dlse, 0 past Sq
   float* dq_acc = nullptr;               // [B, H, m-blocks, BM * D] fp32, fragment order (zero-filled)
@@ -154,7 +155,6 @@ __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSme
       const int m = t.m_at(k);
       for (int bi = 0; bi < KV; ++bi, ++it) {
         const int s = it % ST, use = it / ST, b = t.batch(bi);
-        const int64_t row0 = (int64_t(b) * p.H + h) * P.sq_pad;
         if (use > 0) mbar_wait(sm.empty(s), (use - 1) & 1);
         mbar_arrive_expect_tx(sm.full(s), 2 * Tr::kQBytes + Tr::kVecBytes + bb);
 #pragma unroll
@@ -162,8 +162,8 @@ __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSme
           tma_load_4d(sm.q(s) + c * BM * kSwizzleRowBytes, &P.tq, sm.full(s), c * 32, m * BM, h, b);
           tma_load_4d(sm.dout(s) + c * BM * kSwizzleRowBytes, &P.tdo, sm.full(s), c * 32, m * BM, h, b);
         }
-        bulk_load_1d(sm.lse(s), P.lse2 + row0 + m * BM, BM * 4, sm.full(s));
-        bulk_load_1d(sm.delta(s), P.delta + row0 + m * BM, BM * 4, sm.full(s));
+        tma_load_4d(sm.lse(s), &P.tlse, sm.full(s), m * BM, h, b, 0);
+        tma_load_4d(sm.delta(s), &P.tdelta, sm.full(s), m * BM, h, b, 0);
         if (bb > 0)
 #pragma unroll
           for (int c = 0; c < BN / 64; ++c)

@@ -97,7 +97,12 @@ struct BwdPipeTraitsSm90 {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "dQ splits the head dim into two whole 32-column blocks");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
-template <int D> struct BwdPipeTraitsSm90For { using type = BwdPipeTraitsSm90<D, 2>; };
+// `type`: two stages (room for the staged bias tiles and the dbias staging next to them); `deep`: three, for calls
+// without an additive term (a query block's loads get two steps of lead instead of one).
+template <int D> struct BwdPipeTraitsSm90For {
+  using type = BwdPipeTraitsSm90<D, 2>;
+  using deep = BwdPipeTraitsSm90<D, 3>;
+};
 
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
 // double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for

@@ -14,16 +14,22 @@ namespace cuda {
 template <int D>
 struct BwdPipelinedSm90 {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
+  using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
   using Fn = void (*)(sm90::BwdPipeParams);
-  template <typename Elem, bool kBias>
+  template <typename T, typename Elem, bool kBias>
   static Fn pick_pair(bool pair) {
     if constexpr (D == 64)  // pair mode: dK / dV of two batches fit the registers at head dim 64 only
-      if (pair) return sm90::bwd_pipelined_kernel_sm90<Tr, Elem, kBias, true>;
-    return sm90::bwd_pipelined_kernel_sm90<Tr, Elem, kBias, false>;
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kBias, true>;
+    return sm90::bwd_pipelined_kernel_sm90<T, Elem, kBias, false>;
   }
   static Fn pick(int dtype, bool bias, bool pair) {
-    if (dtype == 0) return bias ? pick_pair<__half, true>(pair) : pick_pair<__half, false>(pair);
-    return bias ? pick_pair<__nv_bfloat16, true>(pair) : pick_pair<__nv_bfloat16, false>(pair);
+    if (dtype == 0) return bias ? pick_pair<Tr, __half, true>(pair) : pick_pair<Tr, __half, false>(pair);
+    return bias ? pick_pair<Tr, __nv_bfloat16, true>(pair) : pick_pair<Tr, __nv_bfloat16, false>(pair);
+  }
+  // no additive term: three stages (WINATTN_BWD_STAGES=2 keeps two, for A/B runs)
+  static Fn pick_deep(int dtype) {
+    return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, false, false>
+                      : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, false, false>;
   }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
@@ -78,6 +84,15 @@ int bwd_pipelined_sm90_smem(const KParams& p, int dtype, bool dbias, int smem_op
   return smem <= smem_optin ? smem : 0;
 }
 
+// Map of a padded fp32 [B, H, sq_pad] row vector of the preprocess (lse2, delta), read in boxes of `box` entries.
+inline CUtensorMap make_vec_map(const float* base, int B, int H, int sq_pad, int box, const char* what) {
+  const cuuint64_t row = cuuint64_t(sq_pad) * 4;
+  const cuuint64_t dims[4] = {cuuint64_t(sq_pad), cuuint64_t(H), cuuint64_t(B), 1};
+  const cuuint64_t strides[3] = {row, row * H, row * H * B};
+  return sm90::encode_4d(base, dims, strides, box, 1, CU_TENSOR_MAP_SWIZZLE_NONE, what,
+                         CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+}
+
 template <int D>
 void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype, int smem_optin,
                             cudaStream_t stream) {
@@ -94,6 +109,8 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   P.tdo = sm90::make_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, Tr::kBlockM);
   P.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
   P.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
+  P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's lse rows");
+  P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's delta rows");
   if (p.bias.ptr != nullptr) {
     P.bias_stage_bytes = Tr::kBiasBytes;
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
@@ -109,9 +126,12 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   }
   if (bwd_pipelined_sm90_smem<D>(p, dtype, buf.dbias != nullptr, smem_optin) == 0)
     throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot stage");
-  const int smem = bwd_smem_bytes<Tr>(p, buf.dbias != nullptr, P.dbias_bufs, pair);
+  const char* stages_env = std::getenv("WINATTN_BWD_STAGES");
+  const bool deep = p.bias.ptr == nullptr && !(stages_env != nullptr && stages_env[0] == '2') &&
+                    K::Deep::kSmemBytes <= smem_optin;
+  const int smem = deep ? K::Deep::kSmemBytes : bwd_smem_bytes<Tr>(p, buf.dbias != nullptr, P.dbias_bufs, pair);
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = K::pick(dtype, p.bias.ptr != nullptr, pair);
+  auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, p.bias.ptr != nullptr, pair);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);

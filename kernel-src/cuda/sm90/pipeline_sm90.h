@@ -56,14 +56,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint
       "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory, completing on
-// bar. No bounds: the caller keeps the source inside its allocation (the backward's padded lse / delta rows).
-__device__ __forceinline__ void bulk_load_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // Shared -> global tile writes through a tensor map (the box of the map; parts past the tensor's extent are
 // dropped): a plain store, or an fp32 add into what is there (performed at L2, atomically per element).
 // They join the issuing thread's bulk group: bulk_commit(), then bulk_wait_read<0>() before the shared source is
