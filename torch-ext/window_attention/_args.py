@@ -148,14 +148,14 @@ def _remember(key, plan):
     _plans[key] = plan
 
 
-def _cacheable(scale) -> bool:
+def _cacheable(scale, compiling) -> bool:
     """A scale hashed by value (not a 0-d tensor, hashed by identity), outside torch.compile tracing (fake tensors,
     and a global dict that the traced function must not mutate)."""
-    return (scale is None or type(scale) is float or type(scale) is int) and not torch.compiler.is_compiling()
+    return (scale is None or type(scale) is float or type(scale) is int) and not compiling
 
 
-def _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check):
-    if not _cacheable(scale):
+def _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check, compiling):
+    if not _cacheable(scale, compiling):
         return None
     if window is not None and not (
         type(window) is tuple and len(window) == 2
@@ -216,13 +216,17 @@ def _check_attention(q, k, v, bias, mask, key_padding_mask, window, scale, allow
 
 def attention_op_args(
     q, k, v, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
-    deterministic=False, allowed_dtypes=_KERNEL_DTYPES, device_check=None,
+    deterministic=False, allowed_dtypes=_KERNEL_DTYPES, device_check=None, compiling=None,
 ) -> tuple:
     """`fwd`'s positional arguments (schema order) for an `attention` call; raises on bad input.
 
     device_check(q), if given, is the build's own device / dtype check (run with the others; cached with them).
+    compiling: torch.compiler.is_compiling() if the caller has read it already (None: read here).
     """
-    key = _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check)
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
+    key = _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check,
+                         compiling)
     plan = None if key is None else _plans.get(key)
     if plan is None:
         plan = _check_attention(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check)
@@ -246,8 +250,8 @@ def attention_args(
                                      allowed_dtypes))
 
 
-def _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check):
-    if not _cacheable(scale):
+def _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check, compiling):
+    if not _cacheable(scale, compiling):
         return None
     try:
         key = (
@@ -324,14 +328,17 @@ def _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allo
 
 def window_attention_op_args(
     q, k, v, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None, deterministic=False,
-    allowed_dtypes=_KERNEL_DTYPES, device_check=None,
+    allowed_dtypes=_KERNEL_DTYPES, device_check=None, compiling=None,
 ) -> tuple:
     """`fwd`'s positional arguments (schema order) for a `window_attention` call; raises on bad input.
 
     Metadata checks are cached (see above); the rel_pos_index range is checked on every call, before any kernel
     runs, by check_rel_pos_index (skipped while torch.compile traces: interface.py puts it in the graph instead).
     """
-    key = _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check)
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
+    key = _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check,
+                      compiling)
     plan = None if key is None else _plans.get(key)
     if plan is None:
         plan = _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check)
@@ -341,7 +348,7 @@ def window_attention_op_args(
     if rows is not None:
         # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
         # otherwise be a new tensor every call).
-        if not torch.compiler.is_compiling():
+        if not compiling:
             check_rel_pos_index(rel_pos_index, rows)
         if cast_table:
             rel_pos_table = rel_pos_table.float()

@@ -93,9 +93,10 @@ def attention(
     Shapes:
         returns [B, Sq, H, D] (and [B, H, Sq] with return_lse).
     """
+    compiling = torch.compiler.is_compiling()
     args = attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
-                             device_check=_check_device)
-    out, lse = _autograd.run_fwd(args, bool(return_lse))
+                             device_check=_check_device, compiling=compiling)
+    out, lse = _autograd.run_fwd(args, bool(return_lse), compiling)
     return (out, lse) if return_lse else out
 
 
@@ -114,12 +115,13 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
     Shapes:
         returns [B * nW, N, H, D].
     """
+    compiling = torch.compiler.is_compiling()
     args = window_attention_op_args(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale,
-                                    device_check=_check_device)
-    if rel_pos_index is not None and torch.compiler.is_compiling():
+                                    device_check=_check_device, compiling=compiling)
+    if rel_pos_index is not None and compiling:
         # the caller's tensor, not the op's index: an int32 index becomes a new int64 tensor on every call
         _check_rel_pos_index(rel_pos_index, rel_pos_table.shape[0])
-    return _autograd.run_fwd(args, False)[0]
+    return _autograd.run_fwd(args, False, compiling)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -137,10 +139,11 @@ def attention_forward(q, k, v, *, bias=None, mask=None, key_padding_mask=None, c
     Shapes:
         returns (out [B, Sq, H, D] in q's dtype, lse [B, H, Sq] float32, natural log; -inf for rows that see no key).
     """
+    compiling = torch.compiler.is_compiling()
     args = attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
-                             device_check=_check_device)
+                             device_check=_check_device, compiling=compiling)
     with torch.no_grad():
-        return _autograd.run_fwd(args, True)
+        return _autograd.run_fwd(args, True, compiling)
 
 
 def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key_padding_mask=None, causal=False,
