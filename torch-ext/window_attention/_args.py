@@ -142,10 +142,26 @@ _MAX_PLANS = 1024  # distinct call signatures kept; the dict is cleared past it 
 _plans: dict = {}
 
 
+def _cached(key):
+    """The plan cached under `key`, or None: no key, not seen yet, or unhashable (SymInt shapes of fake tensors
+    traced with dynamic shapes outside torch.compile)."""
+    if key is None:
+        return None
+    try:
+        return _plans.get(key)
+    except TypeError:
+        return None
+
+
 def _remember(key, plan):
+    if key is None:
+        return
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
-    _plans[key] = plan
+    try:
+        _plans[key] = plan
+    except TypeError:
+        pass
 
 
 def _cacheable(scale, compiling) -> bool:
@@ -173,8 +189,7 @@ def _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed
             None if key_padding_mask is None else (type(key_padding_mask), key_padding_mask.shape,
                                                    key_padding_mask.dtype, key_padding_mask.device),
         )
-        hash(key)  # SymInt shapes (tracing with dynamic shapes) are unhashable: no caching then
-    except (AttributeError, TypeError):
+    except AttributeError:  # not a tensor: the checks say so
         return None
     return key
 
@@ -227,11 +242,10 @@ def attention_op_args(
         compiling = torch.compiler.is_compiling()
     key = _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check,
                          compiling)
-    plan = None if key is None else _plans.get(key)
+    plan = _cached(key)
     if plan is None:
         plan = _check_attention(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check)
-        if key is not None:
-            _remember(key, plan)
+        _remember(key, plan)
     scale, left, right, bias_shape, bias_cast, mask_shape = plan
     if bias_shape is not None:
         bias = bias.reshape(bias_shape)
@@ -266,8 +280,7 @@ def _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowe
             None if bias is None else (type(bias), bias.shape, bias.dtype, bias.device),
             None if mask is None else (type(mask), mask.shape, mask.dtype, mask.device),
         )
-        hash(key)
-    except (AttributeError, TypeError):
+    except AttributeError:
         return None
     return key
 
@@ -339,11 +352,10 @@ def window_attention_op_args(
         compiling = torch.compiler.is_compiling()
     key = _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check,
                       compiling)
-    plan = None if key is None else _plans.get(key)
+    plan = _cached(key)
     if plan is None:
         plan = _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check)
-        if key is not None:
-            _remember(key, plan)
+        _remember(key, plan)
     scale, rows, cast_table, cast_index, bias_shape, mask_repeat, additive_cast = plan
     if rows is not None:
         # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
