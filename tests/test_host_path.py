@@ -163,6 +163,21 @@ def test_plans_are_bounded(kernel, monkeypatch):
     assert len(args._plans) >= 1
 
 
+def test_the_cache_keeps_no_tensor_alive(kernel):
+    """Keys and plans hold metadata only (shapes, dtypes, devices), never a tensor or a view of one."""
+    import gc
+    import weakref
+
+    q, k, v, table = _window_inputs()
+    index, mask, bias = _swin_index(), _shift_mask(2), torch.randn(1, H, N, N)
+    kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask, bias=bias[0])
+    kernel.attention(q, k, v, bias=bias[0, 0], mask=mask[0] > 0)
+    refs = [weakref.ref(t) for t in (q, k, v, table, index, mask, bias)]
+    del q, k, v, table, index, mask, bias
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
 def test_uncacheable_arguments_are_still_checked(kernel):
     """A window given as a list or a 0-d tensor scale is not a cache key; both still go through every check."""
     q, k, v = (torch.randn(1, 16, H, 32) for _ in range(3))
