@@ -149,7 +149,8 @@ def run_cpu(kern, args):
 def run_cuda(kern, args):
     bf16 = torch.bfloat16
     rows = []
-    sleep = int(args.sleep_ms * 1e-3 * torch.cuda.get_device_properties(0).clock_rate * 1e3)
+    khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 2_000_000)  # SM clock in kHz (H200: ~1.98 GHz)
+    sleep = int(args.sleep_ms * 1e-3 * khz * 1e3)  # an idle GPU clocks lower: the sleep only gets longer
 
     def rnd(fn, calls):
         return cuda_round(fn, calls, sleep)
