@@ -89,20 +89,32 @@ winattn::Broadcast4d broadcast4d(const std::optional<Tensor>& t, const char* nam
 #ifndef CUDA_KERNEL
 // Every rel_index entry must be a row of the table: the forward gathers and the backward scatters (dtable)
 // through it without bounds checks. On CPU the index is host memory, so this runs on every call (Sq * Sk reads,
-// ~1 us for a 7x7 window, no sync) and also guards direct torch.ops calls and compiled graphs. On CUDA reading
+// ~0.4 us for a 7x7 window, no sync) and also guards direct torch.ops calls and compiled graphs. On CUDA reading
 // it would cost a device -> host sync per call; the Python layer checks it once per index tensor instead
 // (window_attention/_index_bounds.py).
 void check_index_range(const winattn::FwdParams& p) {
-  // Viewed as unsigned, a negative entry wraps to a huge one: the largest unsigned value covers both ends, and
-  // the branch-free max vectorizes. The offending entry is located only on the error path.
+  // x lies in [0, rows) iff neither x nor (rows - 1 - x) has its sign bit set, so OR-ing both over all entries
+  // (in uint64: no signed overflow for x = INT64_MIN) leaves the sign bit clear iff every entry is in range. OR and
+  // subtract vectorize on 64-bit lanes with baseline SSE2, unlike the unsigned max this replaced (1.3 -> 0.4 us for
+  // a 7x7 window). The offending entry is located only on the error path.
   const auto rows = static_cast<uint64_t>(p.table_rows);
-  uint64_t worst = 0;
+  const uint64_t top = rows - 1;  // rows = 0: wraps to the largest value, every entry fails
+  uint64_t acc = 0;
   for (int64_t i = 0; i < p.seqlen_q; ++i) {
     const int64_t* row = p.rel_index + i * p.index_stride_q;
-    for (int64_t j = 0; j < p.seqlen_k; ++j)
-      worst = std::max(worst, static_cast<uint64_t>(row[j * p.index_stride_k]));
+    if (p.index_stride_k == 1) {
+      for (int64_t j = 0; j < p.seqlen_k; ++j) {
+        const auto x = static_cast<uint64_t>(row[j]);
+        acc |= x | (top - x);
+      }
+    } else {
+      for (int64_t j = 0; j < p.seqlen_k; ++j) {
+        const auto x = static_cast<uint64_t>(row[j * p.index_stride_k]);
+        acc |= x | (top - x);
+      }
+    }
   }
-  if (worst < rows) return;
+  if ((acc >> 63) == 0) return;
   for (int64_t i = 0; i < p.seqlen_q; ++i)
     for (int64_t j = 0; j < p.seqlen_k; ++j) {
       const int64_t x = p.rel_index[i * p.index_stride_q + j * p.index_stride_k];
@@ -209,8 +221,20 @@ void* current_stream(const Tensor& q) {
 #endif
 }
 
-Tensor workspace(const Tensor& like, int64_t bytes) {
-  return torch::stable::new_empty(like, {bytes > 0 ? bytes : 1}, ScalarType::Byte);
+// Scratch memory for the kernels. A zero-byte request (the CPU forward; a CUDA forward without a table) gets no
+// allocation and a null pointer: on one small window the allocator call was ~1 us of a ~15 us call.
+struct Workspace {
+  std::optional<Tensor> tensor;  // keeps the memory alive until the kernels are queued
+  void* ptr = nullptr;
+};
+
+Workspace workspace(const Tensor& like, int64_t bytes) {
+  Workspace ws;
+  if (bytes > 0) {
+    ws.tensor = torch::stable::new_empty(like, {bytes}, ScalarType::Byte);
+    ws.ptr = ws.tensor->mutable_data_ptr();
+  }
+  return ws;
 }
 
 }  // namespace
@@ -232,8 +256,8 @@ std::tuple<Tensor, Tensor> winattn_fwd(Tensor q, Tensor k, Tensor v, std::option
   p.out = out.mutable_data_ptr();
   p.lse = static_cast<float*>(lse.mutable_data_ptr());
   p.o_stride_b = out.stride(0); p.o_stride_s = out.stride(1); p.o_stride_h = out.stride(2);
-  Tensor ws = workspace(q, winattn::fwd_workspace_bytes(p));
-  winattn::fwd(p, ws.mutable_data_ptr(), current_stream(q));
+  Workspace ws = workspace(q, winattn::fwd_workspace_bytes(p));
+  winattn::fwd(p, ws.ptr, current_stream(q));
   return {out, lse};
 }
 
@@ -289,8 +313,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
     p.dtable = static_cast<float*>(dtable.mutable_data_ptr());
   }
 
-  Tensor ws = workspace(q, winattn::bwd_workspace_bytes(p));
-  winattn::bwd(p, ws.mutable_data_ptr(), current_stream(q));
+  Workspace ws = workspace(q, winattn::bwd_workspace_bytes(p));
+  winattn::bwd(p, ws.ptr, current_stream(q));
 
   return {dq, dk, dv, dbias32, dtable};
 }

@@ -129,20 +129,84 @@ def _window(window, seqlen_q: int, seqlen_k: int) -> Tuple[int, int]:
     return min(left, cap), min(right, cap)
 
 
-def attention_args(
-    q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
-    deterministic=False, allowed_dtypes=_KERNEL_DTYPES,
-) -> OpArgs:
+# ---- Validation, cached per call signature --------------------------------------------------------------------
+# Why: for a small call (one 7x7 window) the Python checks cost as much as the kernel. Every check below reads only
+# metadata (types, shapes, strides, dtypes, devices, the scale and window values), so its outcome is a pure function
+# of a key made of exactly that metadata: a key seen before passed every check and maps to the derived plan
+# (scale, window sides, reshape / cast decisions). Checks that depend on values or tensor identity are not cached
+# here: the rel_pos_index range goes through check_rel_pos_index on every call (its own identity + version cache).
+# Uncacheable arguments (a window given as a list or 0-d tensor, a tensor scale, SymInt shapes while tracing)
+# take the uncached path, which runs the same checks.
+
+_MAX_PLANS = 1024  # distinct call signatures kept; the dict is cleared past it (dynamic shapes must not grow it)
+_plans: dict = {}
+
+
+def _cached(key):
+    """The plan cached under `key`, or None: no key, not seen yet, or unhashable (SymInt shapes of fake tensors
+    traced with dynamic shapes outside torch.compile)."""
+    if key is None:
+        return None
+    try:
+        return _plans.get(key)
+    except TypeError:
+        return None
+
+
+def _remember(key, plan):
+    if key is None:
+        return
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    try:
+        _plans[key] = plan
+    except TypeError:
+        pass
+
+
+def _cacheable(scale, compiling) -> bool:
+    """A scale hashed by value (not a 0-d tensor, hashed by identity), outside torch.compile tracing (fake tensors,
+    and a global dict that the traced function must not mutate)."""
+    return (scale is None or type(scale) is float or type(scale) is int) and not compiling
+
+
+def _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check, compiling):
+    if not _cacheable(scale, compiling):
+        return None
+    if window is not None and not (
+        type(window) is tuple and len(window) == 2
+        and (window[0] is None or type(window[0]) is int) and (window[1] is None or type(window[1]) is int)
+    ):
+        return None
+    try:
+        key = (
+            device_check, allowed_dtypes, window, scale,
+            type(q), q.shape, q.stride(), q.dtype, q.device,
+            type(k), k.shape, k.stride(), k.dtype, k.device,
+            type(v), v.shape, v.stride(), v.dtype, v.device,
+            None if bias is None else (type(bias), bias.shape, bias.dtype, bias.device),
+            None if mask is None else (type(mask), mask.shape, mask.dtype, mask.device),
+            None if key_padding_mask is None else (type(key_padding_mask), key_padding_mask.shape,
+                                                   key_padding_mask.dtype, key_padding_mask.device),
+        )
+    except AttributeError:  # not a tensor: the checks say so
+        return None
+    return key
+
+
+def _check_attention(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check):
+    """All checks of `attention`; returns the plan (scale, left, right, bias_shape4, bias_cast, mask_shape4)."""
     _check_qkv(q, k, v, allowed_dtypes)
     B, Sq, H, D = q.shape
     Sk = k.shape[1]
+    bias_shape = bias_cast = mask_shape = None
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
             raise ValueError(f"bias must be a floating-point tensor, got {getattr(bias, 'dtype', type(bias))}")
         _check_same_device(bias, "bias", q.device)
-        bias = _broadcast_view(bias, "bias", B, H, Sq, Sk)
-        if bias.dtype not in (q.dtype, torch.float32):
-            bias = bias.to(q.dtype)
+        view = _broadcast_view(bias, "bias", B, H, Sq, Sk)
+        bias_shape = None if view is bias else tuple(view.shape)
+        bias_cast = None if bias.dtype in (q.dtype, torch.float32) else q.dtype
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise ValueError(
@@ -150,7 +214,8 @@ def attention_args(
                 "pass additive float masks as bias="
             )
         _check_same_device(mask, "mask", q.device)
-        mask = _broadcast_view(mask, "mask", B, H, Sq, Sk)
+        view = _broadcast_view(mask, "mask", B, H, Sq, Sk)
+        mask_shape = None if view is mask else tuple(view.shape)
     if key_padding_mask is not None:
         if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
             raise ValueError("key_padding_mask must be a bool tensor [B, Sk] (True = real token)")
@@ -158,22 +223,79 @@ def attention_args(
         if tuple(key_padding_mask.shape) != (B, Sk):
             raise ValueError(f"key_padding_mask must be [B, Sk] = [{B}, {Sk}], got {tuple(key_padding_mask.shape)}")
     left, right = _window(window, Sq, Sk)
-    return OpArgs(
-        q, k, v, bias, mask, key_padding_mask, None, None, _scale(scale, D), bool(causal), left, right,
-        bool(deterministic),
-    )
+    scale = _scale(scale, D)
+    if device_check is not None:
+        device_check(q)
+    return scale, left, right, bias_shape, bias_cast, mask_shape
 
 
-def window_attention_args(
-    q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None, deterministic=False,
-    allowed_dtypes=_KERNEL_DTYPES,
+def attention_op_args(
+    q, k, v, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+    deterministic=False, allowed_dtypes=_KERNEL_DTYPES, device_check=None, compiling=None,
+) -> tuple:
+    """`fwd`'s positional arguments (schema order) for an `attention` call; raises on bad input.
+
+    device_check(q), if given, is the build's own device / dtype check (run with the others; cached with them).
+    compiling: torch.compiler.is_compiling() if the caller has read it already (None: read here).
+    """
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
+    key = _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check,
+                         compiling)
+    plan = _cached(key)
+    if plan is None:
+        plan = _check_attention(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check)
+        _remember(key, plan)
+    scale, left, right, bias_shape, bias_cast, mask_shape = plan
+    if bias_shape is not None:
+        bias = bias.reshape(bias_shape)
+    if bias_cast is not None:
+        bias = bias.to(bias_cast)
+    if mask_shape is not None:
+        mask = mask.reshape(mask_shape)
+    return (q, k, v, bias, mask, key_padding_mask, None, None, scale, bool(causal), left, right, bool(deterministic))
+
+
+def attention_args(
+    q, k, v, *, bias=None, mask=None, key_padding_mask=None, causal=False, window=None, scale=None,
+    deterministic=False, allowed_dtypes=_KERNEL_DTYPES,
 ) -> OpArgs:
+    return OpArgs(*attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
+                                     allowed_dtypes))
+
+
+def _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check, compiling):
+    if not _cacheable(scale, compiling):
+        return None
+    try:
+        key = (
+            device_check, allowed_dtypes, scale,
+            type(q), q.shape, q.stride(), q.dtype, q.device,
+            type(k), k.shape, k.stride(), k.dtype, k.device,
+            type(v), v.shape, v.stride(), v.dtype, v.device,
+            None if rel_pos_table is None else (type(rel_pos_table), rel_pos_table.shape, rel_pos_table.dtype,
+                                                rel_pos_table.device),
+            None if rel_pos_index is None else (type(rel_pos_index), rel_pos_index.shape, rel_pos_index.dtype,
+                                                rel_pos_index.device),
+            None if bias is None else (type(bias), bias.shape, bias.dtype, bias.device),
+            None if mask is None else (type(mask), mask.shape, mask.dtype, mask.device),
+        )
+    except AttributeError:
+        return None
+    return key
+
+
+def _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check):
+    """All metadata checks of `window_attention`; returns the plan
+    (scale, table_rows, cast_table, cast_index, bias_shape4, mask_repeat, additive_cast)."""
     _check_qkv(q, k, v, allowed_dtypes)
     BW, N, H, D = q.shape
     if k.shape[1] != N:
         raise ValueError(f"window attention needs equal q and k lengths (the window area N), got {N} and {k.shape[1]}")
     if (rel_pos_table is None) != (rel_pos_index is None):
         raise ValueError("rel_pos_table and rel_pos_index must be given together")
+    rows = None
+    cast_table = cast_index = False
     if rel_pos_table is not None:
         _check_same_device(rel_pos_table, "rel_pos_table", q.device)
         _check_same_device(rel_pos_index, "rel_pos_index", q.device)
@@ -183,15 +305,13 @@ def window_attention_args(
         if tuple(rel_pos_index.shape) != (N, N) or rel_pos_index.is_floating_point() or rel_pos_index.dtype == torch.bool:
             raise ValueError(f"rel_pos_index must be an integer [N, N] = [{N}, {N}] tensor, got "
                              f"{tuple(rel_pos_index.shape)} {rel_pos_index.dtype}")
-        # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
-        # otherwise be a new tensor every call). Skipped while torch.compile traces (no data; interface.py puts
-        # the check in the graph instead).
-        if not torch.compiler.is_compiling():
-            check_rel_pos_index(rel_pos_index, rel_pos_table.shape[0])
+        rows = rel_pos_table.shape[0]
         # float32 table (Swin keeps it fp32 under AMP) and int64 index at the op level: both are tiny.
-        rel_pos_table = rel_pos_table.float()
-        rel_pos_index = rel_pos_index.long()
-    additive = None
+        cast_table = rel_pos_table.dtype != torch.float32
+        cast_index = rel_pos_index.dtype != torch.int64
+    additive_dtype = None
+    bias_shape = mask_repeat = None
+    nw = None
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or not mask.is_floating_point() or mask.dim() != 3 or mask.shape[1:] != (N, N):
             raise ValueError(f"mask must be an additive float [nW, N, N] tensor (Swin shift mask), got "
@@ -200,26 +320,77 @@ def window_attention_args(
         nw = mask.shape[0]
         if nw < 1 or BW % nw != 0:
             raise ValueError(f"the window count of mask ({nw}) must divide the batch dim of q ({BW} = B * nW)")
-        additive = mask.unsqueeze(1)  # [nW, 1, N, N]: window index = batch index mod nW
+        additive_dtype = mask.dtype
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
             raise ValueError("bias must be a floating-point tensor")
         _check_same_device(bias, "bias", q.device)
-        bias = _broadcast_view(bias, "bias", BW, H, N, N)
+        view = _broadcast_view(bias, "bias", BW, H, N, N)
+        bias_shape = None if view is bias else tuple(view.shape)
+        if nw is not None and view.shape[0] not in (1, nw):
+            mask_repeat = view.shape[0] // nw
+        additive_dtype = bias.dtype  # bias + mask.to(bias.dtype), or the bias alone
+    additive_cast = None
+    if additive_dtype is not None and additive_dtype not in (q.dtype, torch.float32):
+        additive_cast = q.dtype
+    scale = _scale(scale, D)
+    if device_check is not None:
+        device_check(q)
+    return scale, rows, cast_table, cast_index, bias_shape, mask_repeat, additive_cast
+
+
+def window_attention_op_args(
+    q, k, v, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None, deterministic=False,
+    allowed_dtypes=_KERNEL_DTYPES, device_check=None, compiling=None,
+) -> tuple:
+    """`fwd`'s positional arguments (schema order) for a `window_attention` call; raises on bad input.
+
+    Metadata checks are cached (see above); the rel_pos_index range is checked on every call, before any kernel
+    runs, by check_rel_pos_index (skipped while torch.compile traces: interface.py puts it in the graph instead).
+    """
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
+    key = _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check,
+                      compiling)
+    plan = _cached(key)
+    if plan is None:
+        plan = _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check)
+        _remember(key, plan)
+    scale, rows, cast_table, cast_index, bias_shape, mask_repeat, additive_cast = plan
+    if rows is not None:
+        # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
+        # otherwise be a new tensor every call).
+        if not compiling:
+            check_rel_pos_index(rel_pos_index, rows)
+        if cast_table:
+            rel_pos_table = rel_pos_table.float()
+        if cast_index:
+            rel_pos_index = rel_pos_index.long()
+    additive = None
+    if mask is not None:
+        additive = mask.unsqueeze(1)  # [nW, 1, N, N]: window index = batch index mod nW
+    if bias is not None:
+        if bias_shape is not None:
+            bias = bias.reshape(bias_shape)
         if additive is not None:
             # Both present: sum them (size nW*H*N^2 or B*nW*H*N^2, bounded by the bias itself); autograd reduces
             # the gradient back to bias's shape.
-            if bias.shape[0] not in (1, additive.shape[0]):
-                additive = additive.repeat(bias.shape[0] // additive.shape[0], 1, 1, 1)
+            if mask_repeat is not None:
+                additive = additive.repeat(mask_repeat, 1, 1, 1)
             additive = bias + additive.to(bias.dtype)
         else:
             additive = bias
-    if additive is not None and additive.dtype not in (q.dtype, torch.float32):
-        additive = additive.to(q.dtype)
-    return OpArgs(
-        q, k, v, additive, None, None, rel_pos_table, rel_pos_index, _scale(scale, D), False, -1, -1,
-        bool(deterministic),
-    )
+    if additive_cast is not None:
+        additive = additive.to(additive_cast)
+    return (q, k, v, additive, None, None, rel_pos_table, rel_pos_index, scale, False, -1, -1, bool(deterministic))
+
+
+def window_attention_args(
+    q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None, deterministic=False,
+    allowed_dtypes=_KERNEL_DTYPES,
+) -> OpArgs:
+    return OpArgs(*window_attention_op_args(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, deterministic,
+                                            allowed_dtypes))
 
 
 def _scale(scale, head_dim: int) -> float:

@@ -15,7 +15,9 @@ Not cacheable, so checked on every call: inference tensors (no version counter; 
 meta-device initialization); the compiled graph checks through the `check_rel_pos_index` op instead
 (interface.py), and the CPU op also checks every call in torch_binding.cpp (host memory: no sync needed).
 Writes that bypass torch's version counter (a NumPy view or DLPack export of the index modified in place) are not
-seen; re-pass a fresh tensor after such writes.
+seen; re-pass a fresh tensor after such writes. CUDA graphs: a replay runs no host code, so no check runs; an index
+changed in place after capture is read as it is (keep it constant, as Swin's buffer is). First sight inside a
+capture raises RuntimeError asking for a warm-up call (the range read would be a sync, which capture forbids).
 """
 
 import weakref
@@ -63,6 +65,15 @@ def check_rel_pos_index(index: torch.Tensor, rows: int) -> None:
         lo, hi = entry[2], entry[3]
     elif index.numel() == 0 or not _has_data(index):
         return
+    elif index.is_cuda and torch.cuda.is_current_stream_capturing():
+        # The range read below is a device -> host sync, which CUDA graph capture forbids (it would invalidate the
+        # capture with a generic CUDA error): say what to do instead.
+        raise RuntimeError(
+            "window_attention: rel_pos_index is seen for the first time (or was changed in place) while a CUDA "
+            "graph is being captured; its range check needs a device -> host sync, which capture forbids. Run the "
+            "call once with this index tensor before capturing (the warm-up torch.cuda.graphs asks for anyway); "
+            "inference-mode index tensors are checked on every call and cannot be captured"
+        )
     elif index.is_inference():
         lo, hi = _range(index)
     else:

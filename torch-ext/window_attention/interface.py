@@ -2,13 +2,16 @@
 
 `fwd`/`bwd` are defined in torch-ext/torch_binding.cpp. Autograd and fake kernels are registered through
 `torch.library` with `add_op_namespace_prefix`, so each build keeps its own namespace (two builds can be loaded side
-by side) and `torch.compile(fullgraph=True)` traces the ops without graph breaks.
+by side) and `torch.compile(fullgraph=True)` traces the ops without graph breaks. Eager calls of the functions
+below skip the registered Python autograd kernel and enter the op directly (_autograd.run_fwd: same formula, a
+fraction of the host time); their argument checks are cached per call signature (_args.py).
 """
 
 import torch
 import torch.fx.node
 
-from ._args import attention_args, window_attention_args
+from . import _autograd
+from ._args import OpArgs, attention_op_args, window_attention_op_args
 from ._index_bounds import check_rel_pos_index
 from ._ops import add_op_namespace_prefix, ops
 
@@ -31,39 +34,11 @@ def _bwd_fake(grad_out, q, k, v, out, lse, bias, mask, key_padding_mask, rel_pos
     return (q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape), dbias, dtable)
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, bias, mask, kpm, table, index, scale, causal, left, right, deterministic = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, bias, mask, kpm, table, index)
-    ctx.options = (scale, causal, left, right, deterministic)
-    ctx.bias_dtype = None if bias is None else bias.dtype
-    ctx.table_dtype = None if table is None else table.dtype
-    # An unused output's gradient arrives as None instead of a zero tensor: lse is rarely differentiated, and its
-    # materialized zeros cost seven small kernels (fill, isfinite, where) per backward for nothing.
-    ctx.set_materialize_grads(False)
-
-
-def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, bias, mask, kpm, table, index = ctx.saved_tensors
-    scale, causal, left, right, deterministic = ctx.options
-    bias_grad = bias is not None and ctx.needs_input_grad[3]
-    table_grad = table is not None and ctx.needs_input_grad[6]
-    if grad_out is None:  # only lse was differentiated
-        grad_out = torch.zeros_like(out)
-    if grad_lse is not None:
-        # Enters through delta (see BwdParams::dlse). Rows with lse = -inf have P = 0: zero their gradient so a NaN
-        # coming from -inf arithmetic downstream cannot leak into dS.
-        grad_lse = torch.where(torch.isfinite(lse), grad_lse.float(), torch.zeros_like(lse)).contiguous()
-    dq, dk, dv, dbias, dtable = ops.bwd(
-        grad_out.contiguous(), q, k, v, out, lse, bias, mask, kpm, table, index, scale, causal, left, right,
-        bias_grad, table_grad, deterministic, grad_lse,
-    )
-    dbias = dbias.to(ctx.bias_dtype) if bias_grad else None
-    dtable = dtable.to(ctx.table_dtype) if table_grad else None
-    return dq, dk, dv, dbias, None, None, dtable, None, None, None, None, None, None
-
-
-torch.library.register_autograd(add_op_namespace_prefix("fwd"), _backward, setup_context=_setup_context)
+# The formula for torch.ops callers and torch.compile; eager calls of the API below take _autograd.run_fwd (same
+# formula, no Python autograd kernel in the way: see _autograd.py).
+torch.library.register_autograd(
+    add_op_namespace_prefix("fwd"), _autograd.backward, setup_context=_autograd.setup_context
+)
 
 
 # The rel_pos_index range check as a graph op. While torch.compile traces, the index is a fake tensor and the
@@ -84,19 +59,15 @@ def _check_rel_pos_index_fake(index, rows):
 torch.fx.node.has_side_effect(_check_rel_pos_index._opoverload)
 
 
-def _check_device(a):
-    if a.q.device.type != BUILD_DEVICE:
+def _check_device(q):
+    """This build's device and dtype (run with the argument checks, and cached with them: see _args.py)."""
+    if q.device.type != BUILD_DEVICE:
         raise ValueError(
-            f"this window-attention build runs on {BUILD_DEVICE} tensors, got {a.q.device}; load the "
-            f"variant for {a.q.device.type} or use window_attention.reference"
+            f"this window-attention build runs on {BUILD_DEVICE} tensors, got {q.device}; load the "
+            f"variant for {q.device.type} or use window_attention.reference"
         )
-    if a.q.dtype == torch.float32 and BUILD_DEVICE == "cuda":
+    if q.dtype == torch.float32 and BUILD_DEVICE == "cuda":
         raise ValueError("the CUDA kernels take float16 or bfloat16 q/k/v, got float32")
-
-
-def _run(a):
-    _check_device(a)
-    return ops.fwd(*a.as_tuple())
 
 
 def attention(
@@ -124,11 +95,10 @@ def attention(
     Shapes:
         returns [B, Sq, H, D] (and [B, H, Sq] with return_lse).
     """
-    a = attention_args(
-        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
-        scale=scale, deterministic=deterministic,
-    )
-    out, lse = _run(a)
+    compiling = torch.compiler.is_compiling()
+    args = attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
+                             device_check=_check_device, compiling=compiling)
+    out, lse = _autograd.run_fwd(args, bool(return_lse), compiling)
     return (out, lse) if return_lse else out
 
 
@@ -147,13 +117,13 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
     Shapes:
         returns [B * nW, N, H, D].
     """
-    a = window_attention_args(
-        q, k, v, rel_pos_table=rel_pos_table, rel_pos_index=rel_pos_index, bias=bias, mask=mask, scale=scale
-    )
-    if rel_pos_index is not None and torch.compiler.is_compiling():
-        # the caller's tensor, not a.rel_pos_index: an int32 index becomes a new int64 tensor on every call
-        _check_rel_pos_index(rel_pos_index, a.rel_pos_table.shape[0])
-    return _run(a)[0]
+    compiling = torch.compiler.is_compiling()
+    args = window_attention_op_args(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale,
+                                    device_check=_check_device, compiling=compiling)
+    if rel_pos_index is not None and compiling:
+        # the caller's tensor, not the op's index: an int32 index becomes a new int64 tensor on every call
+        _check_rel_pos_index(rel_pos_index, rel_pos_table.shape[0])
+    return _autograd.run_fwd(args, False, compiling)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -171,12 +141,11 @@ def attention_forward(q, k, v, *, bias=None, mask=None, key_padding_mask=None, c
     Shapes:
         returns (out [B, Sq, H, D] in q's dtype, lse [B, H, Sq] float32, natural log; -inf for rows that see no key).
     """
-    a = attention_args(
-        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
-        scale=scale, deterministic=deterministic,
-    )
+    compiling = torch.compiler.is_compiling()
+    args = attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
+                             device_check=_check_device, compiling=compiling)
     with torch.no_grad():
-        return _run(a)
+        return _autograd.run_fwd(args, True, compiling)
 
 
 def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key_padding_mask=None, causal=False,
@@ -196,11 +165,8 @@ def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key
     Shapes:
         returns (dq, dk, dv, dbias): dq/dk/dv shaped as q/k/v; dbias float32 in bias's own shape, or None.
     """
-    a = attention_args(
-        q, k, v, bias=bias, mask=mask, key_padding_mask=key_padding_mask, causal=causal, window=window,
-        scale=scale, deterministic=deterministic,
-    )
-    _check_device(a)
+    a = OpArgs(*attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
+                                  device_check=_check_device))
     want_dbias = bool(bias_requires_grad) and a.bias is not None
     if grad_lse is not None:
         grad_lse = torch.where(torch.isfinite(lse), grad_lse.float(), torch.zeros_like(lse)).contiguous()
