@@ -53,7 +53,12 @@ def raw_request(url: str, method: str, path: str, body: bytes | None = None, hea
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     chunked = body is not None and not isinstance(body, (bytes, bytearray))
     try:
-        conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+        try:
+            conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+        except (BrokenPipeError, ConnectionResetError):
+            # a server that answers early (413 on the Content-Length) may close before the body is sent; its
+            # answer is still in the socket's receive buffer
+            pass
         resp = conn.getresponse()
         return resp.status, resp.headers, resp.read()
     finally:
