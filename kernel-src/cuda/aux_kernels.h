@@ -46,6 +46,25 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
   }
 }
 
+// Lane `sub` (0..3) of a row's 4 lanes: its part of sum_d a[d] * c[d] (16-byte loads, columns 8 sub + 32 k); the
+// caller adds the 4 parts with two xor-shuffles.
+template <typename Elem>
+__device__ __forceinline__ float row_dot_part(const Elem* a, const Elem* c, int D, int sub) {
+  float acc = 0.f;
+  for (int d = sub * 8; d < D; d += 32) {
+    const uint4 x = *reinterpret_cast<const uint4*>(a + d);
+    const uint4 y = *reinterpret_cast<const uint4*>(c + d);
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 fx = ElemTraits<Elem>::unpack(xs[u]), fy = ElemTraits<Elem>::unpack(ys[u]);
+      acc = fmaf(fx.x, fy.x, acc);
+      acc = fmaf(fx.y, fy.y, acc);
+    }
+  }
+  return acc;
+}
+
 // delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d] - dlse[b, h, i]; 4 lanes per row, 16-byte loads.
 // (d lse_i / d s_ij = P_ij, so a gradient flowing into lse enters dS = P * (dP - delta) through delta.)
 template <typename Elem>
@@ -63,17 +82,7 @@ __global__ void bwd_delta_kernel(float* delta, const Elem* dout, int64_t do_sb, 
     b = int(row / (int64_t(H) * Sq));
     const Elem* a = dout + b * do_sb + i * do_ss + h * do_sh;
     const Elem* c = out + b * o_sb + i * o_ss + h * o_sh;
-    for (int d = sub * 8; d < D; d += 32) {
-      const uint4 x = *reinterpret_cast<const uint4*>(a + d);
-      const uint4 y = *reinterpret_cast<const uint4*>(c + d);
-      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float2 fx = ElemTraits<Elem>::unpack(xs[u]), fy = ElemTraits<Elem>::unpack(ys[u]);
-        acc = fmaf(fx.x, fy.x, acc);
-        acc = fmaf(fx.y, fy.y, acc);
-      }
-    }
+    acc = row_dot_part(a, c, D, sub);
   }
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
@@ -110,17 +119,7 @@ __global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, int sq_pad, const
   if (row < rows && i < Sq) {
     const Elem* a = dout + b * do_sb + i * do_ss + h * do_sh;
     const Elem* c = out + b * o_sb + i * o_ss + h * o_sh;
-    for (int d = sub * 8; d < D; d += 32) {
-      const uint4 x = *reinterpret_cast<const uint4*>(a + d);
-      const uint4 y = *reinterpret_cast<const uint4*>(c + d);
-      const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float2 fx = ElemTraits<Elem>::unpack(xs[u]), fy = ElemTraits<Elem>::unpack(ys[u]);
-        acc = fmaf(fx.x, fy.x, acc);
-        acc = fmaf(fx.y, fy.y, acc);
-      }
-    }
+    acc = row_dot_part(a, c, D, sub);
   }
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);

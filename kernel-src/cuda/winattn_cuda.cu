@@ -453,7 +453,7 @@ struct BwdPlan {
   int cfg = 0;  // backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
   bool sm90_windows = false;  // Hopper window-mode kernel (plan_bwd_windows_sm90)
   bool v3 = false;            // Hopper backward v3 (plan_bwd_v3)
-  BwdV3Buffers v3buf;         // its workspace layout (offsets until bwd() turns them into pointers)
+  BwdV3Buffers v3buf;         // its padded row count and dbias mode (run_bwd_v3 adds the workspace pointers)
   int64_t off_lse2 = -1;
   int64_t grid = 0;
   bool window = false, expand = false, dtable = false, dbias_accum = false;
@@ -519,12 +519,11 @@ bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt
     if (bp.deterministic && contributors > 2) return false;
     shared = contributors > 1;
   }
-  int smem = 0;
+  int smem = 0;  // (the launch sizes it again with its own choices: pair mode, stages)
   dispatch_bwd_v3_hdim(pl.dk, [&](auto d) { smem = bwd_pipelined_sm90_smem<decltype(d)::value>(p, dt, dbias, dev.smem_optin); });
   if (smem == 0) return false;
 
   pl.v3 = true;
-  pl.smem = smem;
   const int mblocks = ceil_div(p.Sq, kBwdV3BlockM);
   BwdV3Buffers& vb = pl.v3buf;
   vb.sq_pad = mblocks * kBwdV3BlockM;

@@ -28,6 +28,13 @@ def rand(*shape, dtype, device="cuda", scale=1.0, grad=False):
     return t.requires_grad_(grad)
 
 
+def qkv(B, Sq, Sk, H, D, dtype=torch.bfloat16, Hkv=None, grad=False):
+    """Fresh q [B, Sq, H, D], k and v [B, Sk, Hkv, D] (Hkv defaults to H), as run_case's `inputs`."""
+    Hkv = Hkv or H
+    return dict(q=rand(B, Sq, H, D, dtype=dtype, grad=grad), k=rand(B, Sk, Hkv, D, dtype=dtype, grad=grad),
+                v=rand(B, Sk, Hkv, D, dtype=dtype, grad=grad))
+
+
 def leaf(t, dtype=None):
     if t is None:
         return None

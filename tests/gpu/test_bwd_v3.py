@@ -13,6 +13,7 @@ import os
 import pytest
 import torch
 
+from ._helpers import qkv as make_qkv
 from ._helpers import rand, run_case
 
 pytestmark = pytest.mark.gpu
@@ -27,9 +28,7 @@ def _seed():
 
 
 def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):
-    Hkv = Hkv or H
-    return dict(q=rand(B, Sq, H, D, dtype=dtype, grad=True), k=rand(B, Sk, Hkv, D, dtype=dtype, grad=True),
-                v=rand(B, Sk, Hkv, D, dtype=dtype, grad=True))
+    return make_qkv(B, Sq, Sk, H, D, dtype=dtype, Hkv=Hkv, grad=True)
 
 
 @pytest.mark.parametrize("S", [1, 17, 63, 64, 65, 127, 128, 129, 257, 641])

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from ._helpers import rand, run_case
+from ._helpers import qkv, rand, run_case
 
 pytestmark = pytest.mark.gpu
 
@@ -23,11 +23,6 @@ BF16, FP16 = torch.bfloat16, torch.float16
 def _seed():
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
     yield
-
-
-def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):
-    Hkv = Hkv or H
-    return dict(q=rand(B, Sq, H, D, dtype=dtype), k=rand(B, Sk, Hkv, D, dtype=dtype), v=rand(B, Sk, Hkv, D, dtype=dtype))
 
 
 def fwd(kernel, inp, **kwargs):

@@ -46,8 +46,7 @@ bool bwd_pipelined_sm90_ready(int dtype) {
 
 // The additive term is staged when it is a full-rows / full-columns tile of the input dtype with contiguous,
 // 16-byte aligned rows (TMA); other terms (fp32, row / column broadcasts) are left to v1.
-template <typename Tr>
-bool bwd_bias_stageable(const KParams& p, int dtype) {
+inline bool bwd_bias_stageable(const KParams& p, int dtype) {
   const Operand4d& t = p.bias;
   if (t.ptr == nullptr) return true;
   if (t.dtype != dtype || t.rows != p.Sq || t.cols != p.Sk || t.sk != 1) return false;
@@ -79,7 +78,7 @@ bool bwd_use_pair(const KParams& p, const BwdV3Buffers& buf, int smem_optin) {
 template <int D>
 int bwd_pipelined_sm90_smem(const KParams& p, int dtype, bool dbias, int smem_optin) {
   using Tr = typename BwdPipelinedSm90<D>::Tr;
-  if (!bwd_bias_stageable<Tr>(p, dtype)) return 0;
+  if (!bwd_bias_stageable(p, dtype)) return 0;
   const int smem = bwd_smem_bytes<Tr>(p, dbias, bwd_dbias_bufs<Tr>(p, dbias, smem_optin));
   return smem <= smem_optin ? smem : 0;
 }
