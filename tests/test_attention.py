@@ -23,6 +23,8 @@ import math
 import pytest
 import torch
 
+from swin_index import swin_relative_index
+
 pytestmark = pytest.mark.kernels_ci  # the kernel's own correctness: kernel-builder's ci-test subset (~6 s on CPU)
 
 # --------------------------------------------------------------------------------------------------------------
@@ -367,12 +369,6 @@ def test_everything_masked(kernel, device):
 
 # --------------------------------------------------------------------------------------------------------------
 # Swin window attention: relative-position table gathered in the kernel + shift mask [nW, N, N]
-
-
-def swin_relative_index(ws: int, device) -> torch.Tensor:
-    coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij")).flatten(1)  # [2, N]
-    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (ws - 1)  # [N, N, 2]
-    return (rel[..., 0] * (2 * ws - 1) + rel[..., 1]).to(device)
 
 
 def swin_shift_mask(nw: int, n: int, device) -> torch.Tensor:

@@ -14,6 +14,7 @@ On replay no host code runs, so no argument check runs either: the graph keeps r
 
 import pytest
 import torch
+from swin_index import swin_relative_index
 
 from ._helpers import rand
 
@@ -30,9 +31,7 @@ def _seed():
 
 
 def _swin_index():
-    coords = torch.stack(torch.meshgrid(torch.arange(WS), torch.arange(WS), indexing="ij")).flatten(1)
-    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (WS - 1)
-    return (rel[..., 0] * (2 * WS - 1) + rel[..., 1]).cuda()
+    return swin_relative_index(WS, "cuda")
 
 
 def _shift_mask():

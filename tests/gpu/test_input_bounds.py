@@ -9,6 +9,7 @@ sync when an index tensor is first seen and none after (asserted with torch.cuda
 
 import pytest
 import torch
+from swin_index import swin_relative_index
 
 from ._helpers import rand, run_case
 
@@ -28,9 +29,7 @@ def _seed():
 
 
 def _index():
-    coords = torch.stack(torch.meshgrid(torch.arange(WS), torch.arange(WS), indexing="ij")).flatten(1)
-    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (WS - 1)
-    return (rel[..., 0] * (2 * WS - 1) + rel[..., 1]).cuda()
+    return swin_relative_index(WS, "cuda")
 
 
 def _inputs(index, grad=True):

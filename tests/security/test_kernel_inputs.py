@@ -13,6 +13,7 @@ Expected values come from `kernel.reference` in float64 (the comparisons of test
 
 import pytest
 import torch
+from swin_index import swin_relative_index
 
 WS = 7
 N = WS * WS
@@ -26,9 +27,7 @@ def _seed():
 
 
 def _swin_index():
-    coords = torch.stack(torch.meshgrid(torch.arange(WS), torch.arange(WS), indexing="ij")).flatten(1)
-    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (WS - 1)
-    return rel[..., 0] * (2 * WS - 1) + rel[..., 1]
+    return swin_relative_index(WS)
 
 
 def _window_inputs(dtype=torch.float32, grad=False):
