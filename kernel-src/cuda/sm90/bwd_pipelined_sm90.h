@@ -14,10 +14,10 @@
 //       dQ[:, half] = dS K[:, half]           (dS^T through a double-buffered shared tile; each warpgroup takes one
 //                                               half of the head dim over all 128 keys)
 //   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
-//     512 contiguous bytes per instruction; bwd_dq_frag_convert_kernel turns it into dQ. deterministic=True adds in
+//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. deterministic=True adds in
 //     ascending key-block order behind one ticket counter per (batch, head, query block).
-//   * dBias = dS, made exactly once per (b, h, query block, key block): the fp32 tile goes through one shared staging
-//     tile and leaves with TMA, a plain tensor store where the element has one contributor ([B, H, Sq, Sk] bias) and
+//   * dBias = dS, made exactly once per (b, h, query block, key block): the fp32 tile goes through a shared staging
+//     tile (two, alternating, where they fit) and leaves with TMA, a plain tensor store where the element has one contributor ([B, H, Sq, Sk] bias) and
 //     an fp32 reduce-add (cp.reduce.async.bulk.tensor, at L2) where the bias is broadcast over batch and / or heads.
 //     That is O(bias size) memory and no per-element atomics in the SMs. The CTA order puts the batches that share
 //     a bias tile side by side, so their adds meet in L2. With exactly two contributors the reduce-add is bitwise
@@ -25,8 +25,8 @@
 //   * pair mode (kPair, head dim 64): when exactly two batches share each dbias element (a [B / 2, H, S, S] bias,
 //     e.g. [1, H, S, S] with B = 2), one CTA owns both: K / V of both batches resident, dK / dV of both in registers
 //     (2 x 2 x 32 per thread), the two dS tiles summed in the staging tile and stored once with a plain TMA store.
-//     The reduce-add's DRAM read of the zero-filled dbias and its second pass go away (H200, dense bias B = 2:
-//     1.1 ms of the 2.25 ms backward was the reduce-add).
+//     The reduce-add's read of the zero-filled dbias and its second pass go away (H200, dense bias [1, 16, 4096,
+//     4096] with B = 2: backward 2.23 -> 2.06 ms; the rest of the dBias cost is outside the kernel, RESULTS.md).
 //   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
 //     to whole query blocks (+inf past Sq: P = 0 there), loaded per stage by TMA like the tiles.
 // Key blocks whose keys are all padding (key padding) skip their work; causal / sliding-window bands visit only the
