@@ -70,9 +70,12 @@ struct BwdParams : FwdParams {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
-  // dbias: nullptr when not requested, else float32 contiguous [bias.period, bias.heads, bias.rows, bias.cols],
-  // zero-filled by the caller; the backend adds every score gradient into its broadcast slot.
-  float* dbias = nullptr;
+  // dbias: nullptr when not requested, else contiguous [bias.period, bias.heads, bias.rows, bias.cols] allocated as
+  // the backend's bwd_dbias_layout() asked (winattn_backend.h): float32 and zero-filled (the default: the backend
+  // adds every score gradient into its broadcast slot), or, with dbias_in_bias_dtype, in bias.dtype and written
+  // whole by the backend (zero-filled only if the layout said so).
+  void* dbias = nullptr;
+  bool dbias_in_bias_dtype = false;
   // dtable: nullptr when not requested, else float32 contiguous [T, H], zero-filled by the caller.
   float* dtable = nullptr;
   bool deterministic = false;  // same inputs -> bit-identical gradients

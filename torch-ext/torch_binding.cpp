@@ -299,12 +299,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
   p.dk = dk.mutable_data_ptr();
   p.dv = dv.mutable_data_ptr();
 
-  Tensor dbias32 = torch::stable::new_empty(q, {0}, ScalarType::Float);
+  // dbias leaves in the bias's dtype (the op's fake says so too). The kernel writes it either directly (a layout
+  // the backend asks for where each element is written once) or into a zero-filled float32 buffer, cast here.
+  Tensor dbias = torch::stable::new_empty(q, {0}, ScalarType::Float);
+  Tensor dbias32 = dbias;
   if (bias_requires_grad) {
     WINATTN_CHECK(bias.has_value(), "bias_requires_grad without a bias");
-    dbias32 = torch::stable::new_zeros(q, {p.bias.period, p.bias.heads, p.bias.rows, p.bias.cols},
-                                       ScalarType::Float);
-    p.dbias = static_cast<float*>(dbias32.mutable_data_ptr());
+    const winattn::DbiasLayout layout = winattn::bwd_dbias_layout(p);
+    const std::vector<int64_t> shape = {p.bias.period, p.bias.heads, p.bias.rows, p.bias.cols};
+    const ScalarType dt = layout.in_bias_dtype ? bias->scalar_type() : ScalarType::Float;
+    dbias32 = layout.zero_fill ? torch::stable::new_zeros(q, shape, dt) : torch::stable::new_empty(q, shape, dt);
+    p.dbias = dbias32.mutable_data_ptr();
+    p.dbias_in_bias_dtype = layout.in_bias_dtype;
+    dbias = bias->scalar_type() == dt ? dbias32 : torch::stable::new_empty(q, shape, bias->scalar_type());
   }
   Tensor dtable = torch::stable::new_empty(q, {0}, ScalarType::Float);
   if (table_requires_grad) {
@@ -315,8 +322,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
 
   Workspace ws = workspace(q, winattn::bwd_workspace_bytes(p));
   winattn::bwd(p, ws.ptr, current_stream(q));
+  if (bias_requires_grad && dbias.scalar_type() != dbias32.scalar_type()) torch::stable::copy_(dbias, dbias32);
 
-  return {dq, dk, dv, dbias32, dtable};
+  return {dq, dk, dv, dbias, dtable};
 }
 
 STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {

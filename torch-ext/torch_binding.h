@@ -18,7 +18,8 @@ std::tuple<Tensor, Tensor> winattn_fwd(
     int64_t window_right, bool deterministic);
 
 // Backward. Returns (dq, dk, dv, dbias, dtable); dbias/dtable are empty tensors when not requested, else
-// float32 tensors shaped like bias (4-D, as passed) and rel_pos_table (the Python layer casts them back).
+// tensors shaped like bias (4-D, as passed; in the bias's dtype) and rel_pos_table (float32: the Python layer casts
+// it back).
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> winattn_bwd(
     Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, std::optional<Tensor> bias,
     std::optional<Tensor> mask, std::optional<Tensor> key_padding_mask, std::optional<Tensor> rel_pos_table,

@@ -245,7 +245,7 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
     });
   }
 #endif
-  const DsSink bias_shape{p.dbias, p.bias.period, p.bias.heads, p.bias.rows, p.bias.cols};
+  const DsSink bias_shape{static_cast<float*>(p.dbias), p.bias.period, p.bias.heads, p.bias.rows, p.bias.cols};
   const DsSink table_shape{p.dtable ? ws + pl.off_dtable : nullptr, 1, H, Sq, Sk};
   if (table_shape.base && !pl.dtable_private) std::memset(table_shape.base, 0, sizeof(float) * table_shape.size());
 
@@ -326,9 +326,9 @@ inline void run_bwd(const BwdParams& p, const BwdPlan& pl, float* ws) {
     const float* bufs = ws + pl.off_dbias;
     torch::stable::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
       for (int64_t e = begin; e < end; ++e) {
-        float acc = p.dbias[e];
+        float acc = bias_shape.base[e];
         for (int64_t ch = 0; ch < pl.nchunks; ++ch) acc += bufs[ch * stride + e];
-        p.dbias[e] = acc;
+        bias_shape.base[e] = acc;
       }
     });
   }

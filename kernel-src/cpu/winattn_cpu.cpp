@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "cpu/cpu_common.h"
@@ -146,6 +147,9 @@ cpu::BwdPlan bwd_plan(const BwdParams& params) {
 }
 }  // namespace
 
+// The CPU kernel adds dS tiles into dbias from several threads' chunks: the default float32, zero-filled layout.
+DbiasLayout bwd_dbias_layout(const BwdParams&) { return {}; }
+
 int64_t bwd_workspace_bytes(const BwdParams& params) {
   return bwd_plan(params).total_floats * static_cast<int64_t>(sizeof(float)) + 64;
 }
@@ -153,6 +157,8 @@ int64_t bwd_workspace_bytes(const BwdParams& params) {
 void bwd(const BwdParams& params, void* workspace, void*) {
   // Same thread count and code path as in bwd_workspace_bytes (called just before on this thread), hence the
   // same plan and workspace layout.
+  if (params.dbias_in_bias_dtype)
+    throw std::invalid_argument("window_attention (cpu): dbias must be float32 (bwd_dbias_layout's default)");
   const cpu::BwdPlan plan = bwd_plan(params);
   auto addr = reinterpret_cast<uintptr_t>(workspace);
   float* ws = reinterpret_cast<float*>((addr + 63) & ~static_cast<uintptr_t>(63));

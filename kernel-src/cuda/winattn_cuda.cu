@@ -494,40 +494,47 @@ void dispatch_bwd_v3_hdim(int dk, F&& f) {
 }
 
 // Backward v3 (sm90/bwd_pipelined_sm90.h) runs a non-window backward on Hopper when:
-//   * the binary has its sm_90a code for the head dim (64, 128: dK / dV of 64 keys live in registers),
-//     WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
+//   * the binary has its sm_90a code for the head dim (bwd_v3_head_dim: 64 or 128, the columns past D zero-filled
+//     by TMA), WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
 //   * the score terms are ones it applies: none, key padding, causal / sliding bands, and an additive term that
-//     TMA can stage (input dtype, full rows and columns; bwd_pipelined_sm90_smem). A bool mask, an fp32 or
+//     TMA can stage (input dtype, full rows and columns; bwd_pipelined_sm90_configure). A bool mask, an fp32 or
 //     row / column-broadcast term and the relative-position table gradient still run v1;
 //   * dbias, if asked, is full-size with Sk % 4 == 0 (TMA strides) and, with deterministic=True, has at most two
 //     contributors per element (a two-term fp32 reduce-add is order-independent; more would need ordering).
 bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt) {
   KParams& p = pl.p;
-  if (dev.cc_major != 9 || !has_bwd_v3(pl.dk) || env_int("WINATTN_SM90", 1) == 0 ||
-      env_int("WINATTN_BWD_V3", 1) == 0 || p.mask.ptr != nullptr || bp.dtable != nullptr)
+  const int dk = bwd_v3_head_dim(p.D);
+  if (dev.cc_major != 9 || dk == 0 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_BWD_V3", 1) == 0 ||
+      p.mask.ptr != nullptr || bp.dtable != nullptr)
     return false;
   static int ready[2][2] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
-  int& r = ready[dt == 0 ? 0 : 1][pl.dk == 64 ? 0 : 1];
-  if (r == 0) dispatch_bwd_v3_hdim(pl.dk, [&](auto d) { r = bwd_pipelined_sm90_ready<decltype(d)::value>(dt) ? 1 : 2; });
+  int& r = ready[dt == 0 ? 0 : 1][dk == 64 ? 0 : 1];
+  if (r == 0) dispatch_bwd_v3_hdim(dk, [&](auto d) { r = bwd_pipelined_sm90_ready<decltype(d)::value>(dt) ? 1 : 2; });
   if (r != 1) return false;
   const bool dbias = bp.dbias != nullptr;
-  bool shared = false;
+  BwdV3Buffers& vb = pl.v3buf;
   if (dbias) {
     const Broadcast4d& b = bp.bias;
     if (b.rows != p.Sq || b.cols != p.Sk || p.Sk % 4 != 0) return false;
     const int64_t contributors = int64_t(ceil_div(p.B, int(b.period))) * (p.H / int(b.heads));
     if (bp.deterministic && contributors > 2) return false;
-    shared = contributors > 1;
+    vb.dbias_mode = contributors > 1 ? kDbiasReduce : kDbiasStore;
+    vb.dbias_period = int(b.period);
+    vb.dbias_heads = int(b.heads);
   }
-  int smem = 0;  // (the launch sizes it again with its own choices: pair mode, stages)
-  dispatch_bwd_v3_hdim(pl.dk, [&](auto d) { smem = bwd_pipelined_sm90_smem<decltype(d)::value>(p, dt, dbias, dev.smem_optin); });
+  // the 16-bit dbias store: dbias allocated in the bias dtype (bwd_dbias_layout), which is the input dtype, with
+  // rows of whole 16-byte units (TMA)
+  const bool dbias16_ok = dbias && bp.dbias_in_bias_dtype && bp.bias.dtype == bp.dtype && p.Sk % 8 == 0;
+  int smem = 0;  // (the launch sizes it again: three stages without a term)
+  dispatch_bwd_v3_hdim(dk, [&](auto d) {
+    smem = bwd_pipelined_sm90_configure<decltype(d)::value>(p, dt, dbias16_ok, vb, dev.smem_optin);
+  });
   if (smem == 0) return false;
 
   pl.v3 = true;
+  pl.dk = dk;
   const int mblocks = ceil_div(p.Sq, kBwdV3BlockM);
-  BwdV3Buffers& vb = pl.v3buf;
   vb.sq_pad = mblocks * kBwdV3BlockM;
-  vb.dbias_shared = shared;
   Carver cv;  // zero-filled: the dQ accumulator and the tickets
   pl.off_dqacc = cv.take(int64_t(p.B) * p.H * vb.sq_pad * pl.dk * 4);
   if (bp.deterministic) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * mblocks * 4);
@@ -724,8 +731,6 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   vb.lse2 = reinterpret_cast<float*>(ws + pl.off_lse2);
   vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
   vb.dbias = params.dbias;
-  vb.dbias_period = int(params.bias.period);
-  vb.dbias_heads = int(params.bias.heads);
   const int dt = dtype_code(params.dtype);
   const int64_t threads = int64_t(p.B) * p.H * vb.sq_pad * 4;
   const int blocks = int((threads + 255) / 256);
@@ -754,6 +759,24 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   else convert(__nv_bfloat16());
 }
 
+// The 16-bit dbias layout where v3 stores each element once (pair mode or one contributor) in the bias's dtype; it
+// skips the zero-fill too unless tiles can go unvisited (a band, key padding).
+DbiasLayout bwd_dbias_layout(const BwdParams& params) {
+  DbiasLayout layout;
+  if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0 || params.seqlen_k == 0 ||
+      params.bias.ptr == nullptr)
+    return layout;
+  BwdParams probe = params;  // "if dbias were in the bias dtype": planning only, the pointer is never dereferenced
+  probe.dbias = reinterpret_cast<void*>(uintptr_t(256));
+  probe.dbias_in_bias_dtype = true;
+  const BwdPlan pl = plan_bwd(probe);
+  if (pl.v3 && pl.v3buf.dbias_mode == kDbiasStore16) {
+    layout.in_bias_dtype = true;
+    layout.zero_fill = pl.p.has_band || pl.p.kp != nullptr;
+  }
+  return layout;
+}
+
 int64_t bwd_workspace_bytes(const BwdParams& params) {
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0 || params.seqlen_k == 0) return 0;
   return plan_bwd(params).ws_bytes;
@@ -772,6 +795,9 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
   BwdPlan pl = plan_bwd(params);
   KParams& p = pl.p;
+  if (params.dbias_in_bias_dtype && !(pl.v3 && pl.v3buf.dbias_mode == kDbiasStore16))
+    throw std::logic_error("window_attention (cuda): dbias came in the bias dtype, but this call adds it in fp32 "
+                           "(allocate it as bwd_dbias_layout says)");
   char* ws = static_cast<char*>(workspace);
   auto at = [&](int64_t off) -> void* { return off >= 0 ? ws + off : nullptr; };
   if (pl.zero_bytes > 0) check_cuda(cudaMemsetAsync(ws, 0, pl.zero_bytes, stream), "workspace memset");
@@ -786,8 +812,9 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   p.dlse = pl.sm90_windows ? params.dlse : nullptr;
   p.partials = static_cast<float*>(at(pl.off_partials));
   float* dtb = static_cast<float*>(at(pl.off_dtb));
+  float* dbias32 = static_cast<float*>(params.dbias);  // v1 paths: float32 (bwd_dbias_layout's default)
   if (p.t_bias.mode != TargetMode::kNone) {
-    p.t_bias.ptr = pl.expand ? static_cast<float*>(at(pl.off_inter)) : params.dbias;
+    p.t_bias.ptr = pl.expand ? static_cast<float*>(at(pl.off_inter)) : dbias32;
     p.t_bias.sems = static_cast<int*>(at(pl.off_sem_bias));
   }
   if (p.t_tb.mode != TargetMode::kNone) {
@@ -847,12 +874,12 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     check_cuda(cudaGetLastError(), "window_attention dbias reduction");
   };
   if (pl.window && pl.dbias_accum)
-    reduce_partials(params.dbias, int(bias.period), int(bias.heads), int(bias.rows), int(bias.cols));
+    reduce_partials(dbias32, int(bias.period), int(bias.heads), int(bias.rows), int(bias.cols));
   if (pl.window && pl.dtable) reduce_partials(dtb, 1, p.H, p.Sq, p.Sk);
   if (pl.expand) {
     const int64_t nout = bias.period * bias.heads * bias.rows * bias.cols;
     const int blocks = int(std::min<int64_t>((nout + 255) / 256, 65535));
-    reduce_expanded_kernel<<<blocks, 256, 0, stream>>>(params.dbias, static_cast<const float*>(at(pl.off_inter)),
+    reduce_expanded_kernel<<<blocks, 256, 0, stream>>>(dbias32, static_cast<const float*>(at(pl.off_inter)),
                                                        int(bias.period), int(bias.heads), int(bias.rows),
                                                        int(bias.cols), p.Sq, p.Sk);
     check_cuda(cudaGetLastError(), "window_attention dbias reduction");

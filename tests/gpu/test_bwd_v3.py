@@ -3,7 +3,8 @@
 On compute capability 9.0 the non-window backwards with head dim 64 / 128 run v3, so the whole GPU suite checks it;
 these cases aim at what is new: the KV-outer stage pipeline against short and ragged sequences (one key, S = tile
 +- 1, fewer query blocks than stages), dQ through the fragment-order accumulator (ragged head dims: columns past D),
-dbias written by TMA (one contributor: store; broadcast over batch / heads: reduce-add), GQA reduced in the CTA,
+dbias written by TMA (one writer: a store in the bias dtype; broadcast over batch / heads: an fp32 reduce-add),
+head dims padded to the 64 / 128 kernels, GQA reduced in the CTA,
 causal and sliding windows with Sq != Sk (key blocks no query sees), key padding that hides whole key blocks, the
 bitwise-deterministic dQ tickets, and which kernel actually ran (profiler).
 """
@@ -56,7 +57,7 @@ def test_one_key(kernel):
     assert q.grad.abs().max().item() <= 1e-4 and k.grad.abs().max().item() <= 1e-3
 
 
-@pytest.mark.parametrize("D", [40, 64, 72, 112, 128])
+@pytest.mark.parametrize("D", [24, 32, 40, 64, 72, 96, 112, 128])  # 24..64 on the 64 kernel, 72..128 on 128
 def test_ragged_head_dims(kernel, D):
     run_case(kernel, qkv(1, 300, 333, 2, D, FP16 if D % 16 else BF16), {})
 
@@ -70,6 +71,23 @@ def test_dbias_broadcasts(kernel, shape, det):
     inp = qkv(2, 200, 264, 3, 64)
     inp["bias"] = rand(*shape, dtype=BF16, grad=True)
     run_case(kernel, inp, {}, deterministic=det)
+
+
+# dbias in the bias's own dtype, written once per element by TMA (no zero-fill, no fp32 pass): one contributor, and
+# pair mode ([1, H, S, S] with B = 2); Sk % 8 != 0 keeps the fp32 store (16-bit rows must be whole 16-byte units)
+@pytest.mark.parametrize("B,bshape,D", [(2, (2, 3, 200, 264), 128), (2, (1, 3, 200, 264), 64),
+                                        (2, (2, 3, 200, 332), 64), (3, (3, 2, 130, 136), 96)],
+                         ids=["store128", "pair64", "fp32_store_sk332", "store_d96"])
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_dbias_in_bias_dtype(kernel, B, bshape, D, dtype):
+    Sq, Sk = bshape[2], bshape[3]
+    inp = qkv(B, Sq, Sk, bshape[1], D, dtype)
+    inp["bias"] = rand(*bshape, dtype=dtype, grad=True)
+    run_case(kernel, inp, {})
+    bias = inp["bias"].detach().clone().requires_grad_(True)
+    out = kernel.attention(inp["q"].detach(), inp["k"].detach(), inp["v"].detach(), bias=bias)
+    out.backward(torch.randn_like(out))
+    assert bias.grad.dtype == dtype and bias.grad.shape == bias.shape and torch.isfinite(bias.grad).all()
 
 
 @pytest.mark.parametrize("H,Hkv", [(32, 8), (8, 1)])

@@ -29,7 +29,7 @@ def _fwd_fake(q, k, v, bias, mask, key_padding_mask, rel_pos_table, rel_pos_inde
 @torch.library.register_fake(add_op_namespace_prefix("bwd"))
 def _bwd_fake(grad_out, q, k, v, out, lse, bias, mask, key_padding_mask, rel_pos_table, rel_pos_index, scale, causal,
               window_left, window_right, bias_requires_grad, table_requires_grad, deterministic, grad_lse=None):
-    dbias = q.new_empty(bias.shape if bias_requires_grad else (0,), dtype=torch.float32)
+    dbias = q.new_empty(bias.shape, dtype=bias.dtype) if bias_requires_grad else q.new_empty((0,), dtype=torch.float32)
     dtable = q.new_empty(rel_pos_table.shape if table_requires_grad else (0,), dtype=torch.float32)
     return (q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape), dbias, dtable)
 
@@ -176,4 +176,5 @@ def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key
             a.key_padding_mask, a.rel_pos_table, a.rel_pos_index, a.scale, a.causal, a.window_left,
             a.window_right, want_dbias, False, a.deterministic, grad_lse,
         )
-    return dq, dk, dv, (dbias.reshape(bias.shape) if want_dbias else None)
+    # float32 as documented (the op returns it in the bias's dtype)
+    return dq, dk, dv, (dbias.reshape(bias.shape).float() if want_dbias else None)

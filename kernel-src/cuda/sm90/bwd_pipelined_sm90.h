@@ -16,15 +16,17 @@
 //   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
 //     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. deterministic=True adds in
 //     ascending key-block order behind one ticket counter per (batch, head, query block).
-//   * dBias = dS, made exactly once per (b, h, query block, key block): the fp32 tile goes through a shared staging
-//     tile (two, alternating, where they fit) and leaves with TMA, a plain tensor store where the element has one contributor ([B, H, Sq, Sk] bias) and
-//     an fp32 reduce-add (cp.reduce.async.bulk.tensor, at L2) where the bias is broadcast over batch and / or heads.
+//   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging
+//     tile (two, alternating, where they fit) and leaves with TMA: a plain tensor store where the element has one
+//     writer ([B, H, Sq, Sk] bias, or pair mode below), in the bias's own 16-bit dtype when it is the input dtype
+//     (no zero-fill of dbias, no fp32 -> bf16 pass after: 0.55 ms of the dense-bias backward before), and an fp32
+//     reduce-add (cp.reduce.async.bulk.tensor, at L2) where the bias is broadcast over batch and / or heads.
 //     That is O(bias size) memory and no per-element atomics in the SMs. The CTA order puts the batches that share
 //     a bias tile side by side, so their adds meet in L2. With exactly two contributors the reduce-add is bitwise
 //     deterministic (0 + a + b = 0 + b + a); the planner sends deterministic calls with more to v1.
 //   * pair mode (kPair, head dim 64): when exactly two batches share each dbias element (a [B / 2, H, S, S] bias,
 //     e.g. [1, H, S, S] with B = 2), one CTA owns both: K / V of both batches resident, dK / dV of both in registers
-//     (2 x 2 x 32 per thread), the two dS tiles summed in the staging tile and stored once with a plain TMA store.
+//     (2 x 2 x 32 per thread), the two dS tiles summed in fp32 on chip and stored once with a plain TMA store.
 //     The reduce-add's read of the zero-filled dbias and its second pass go away (H200, dense bias [1, 16, 4096,
 //     4096] with B = 2: backward 2.23 -> 2.06 ms; the rest of the dBias cost is outside the kernel, RESULTS.md).
 //   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
@@ -38,6 +40,7 @@
 #include "../gemm.h"
 #include "../kernel_params.h"
 #include "../tile_io.h"
+#include "bwd_v3_api.h"
 #include "kernel_traits_sm90.h"
 #include "pipeline_sm90.h"
 #include "tile_sm90.h"
@@ -47,11 +50,9 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2 };
-
 struct BwdPipeParams {
   KParams p;
-  CUtensorMap tq, tdo, tk, tv, tb, tdb;  // tb: the staged bias tile (bias_stage_bytes > 0); tdb: fp32 dbias
+  CUtensorMap tq, tdo, tk, tv, tb, tdb;  // tb: the staged bias tile (bias_stage_bytes > 0); tdb: dbias
   CUtensorMap tlse, tdelta;              // lse2 / delta rows in boxes of BM (TMA like the tiles: one mbarrier protocol)
   const float* lse2 = nullptr;           // [B, H, sq_pad]: lse * log2(e), 0 where lse = -inf, +inf past Sq
   const float* delta = nullptr;          // [B, H, sq_pad]: rowsum(dO * O) - dlse, 0 past Sq
@@ -59,7 +60,8 @@ struct BwdPipeParams {
   int* dq_sems = nullptr;                // deterministic: [B, H, m-blocks] ticket counters (zero-filled)
   int sq_pad = 0, bias_stage_bytes = 0, dbias_mode = kDbiasNone;
   int db_period = 1, db_heads = 1;  // dbias's broadcast dims (batch b -> b % db_period, heads 1 or H)
-  int dbias_bufs = 1;               // fp32 staging tiles (2 where the shared memory allows: no barrier per step)
+  int dbias_bufs = 1;               // staging tiles (2 where the shared memory allows: no barrier per step)
+  int dbias_tile_bytes = 0;         // one staging tile: BM x BN fp32, or 16-bit (kDbiasStore16)
 };
 
 // Shared memory at compile-time offsets from one base address (KV sets of K / V: 2 in pair mode); the bias stages
@@ -81,8 +83,9 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t full(int s) const { return base + kBars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
   __device__ __forceinline__ uint32_t bias(int s, int bias_bytes) const { return base + kBias + s * bias_bytes; }
-  __device__ __forceinline__ uint32_t dbias(int bias_bytes, int buf) const {
-    return base + kBias + Tr::kStages * bias_bytes + buf * Tr::kDbiasBytes;
+  // staging tile buf; buf = dbias_bufs is pair mode's fp32 sum of the first batch's dS (kDbiasStore16)
+  __device__ __forceinline__ uint32_t dbias(int bias_bytes, int buf, int tile_bytes) const {
+    return base + kBias + Tr::kStages * bias_bytes + buf * tile_bytes;
   }
 };
 
@@ -203,7 +206,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
   const int j0 = t.n * BN + key_row;
   const int mblocks = ceil_div(p.Sq, BM);
-  const bool dbias = P.dbias_mode != kDbiasNone;
+  const bool dbias = P.dbias_mode != kDbiasNone, db16 = P.dbias_mode == kDbiasStore16;
+  const uint32_t pair_sum = sm.dbias(P.bias_stage_bytes, P.dbias_bufs, P.dbias_tile_bytes);  // (db16, KV = 2)
 
   // this thread's two keys per batch: past the sequence end or hidden by key padding -> P = 0 for every query
   bool key_ok[KV][2];
@@ -246,7 +250,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     for (int k = 0; k < cnt; ++k, ++unit) {
       const int m = t.m_at(k);
       const int sbuf = P.dbias_bufs == 2 ? (unit & 1) : 0;
-      const uint32_t st = sm.dbias(P.bias_stage_bytes, sbuf);
+      const uint32_t st = sm.dbias(P.bias_stage_bytes, sbuf, P.dbias_tile_bytes);
 #pragma unroll
       for (int bi = 0; bi < KV; ++bi, ++it) {
         const int s = it % ST, buf = it & 1, b = t.batch(bi);
@@ -308,21 +312,37 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
           for (int x = 0; x < 4; ++x) acc_dp[nt][x] = acc_s[nt][x] * (acc_dp[nt][x] - ((x & 1) ? d2.y : d2.x));
         }
 
-        // dBias: the fp32 dS tile -> staging buffer sbuf (pair mode: the second batch adds to the first's) -> TMA
-        // after the last batch. With one buffer the previous tile's TMA read of it must be done first (one more
-        // barrier); with two, the issuer waited for it before the first dS barrier of this tile.
+        // dBias: the dS tile -> staging buffer sbuf (fp32, or 16-bit at bias_off with kDbiasStore16; pair mode: the
+        // second batch adds to the first's) -> TMA after the last batch. With one buffer the previous tile's TMA
+        // read of it must be done first (one more barrier); with two, the issuer waited for it before the first dS
+        // barrier of this tile.
         if (dbias) {
           if (bi == 0 && unit > 0 && P.dbias_bufs == 1) {
             if (issuer) bulk_wait_read<0>();
             named_sync(4, 256);
           }
+          if (db16) {  // pair mode: the first batch's dS waits in fp32 (each thread rereads only its own elements)
 #pragma unroll
-          for (int nt = 0; nt < NTQ; ++nt)
+            for (int nt = 0; nt < NTQ; ++nt)
 #pragma unroll
-            for (int x = 0; x < 4; ++x) {
-              const uint32_t a = st + stage_off[x >> 1][x & 1] + nt * 1024;
-              sts_f32(a, bi == 0 ? acc_dp[nt][x] : lds_f32(a) + acc_dp[nt][x]);
-            }
+              for (int x = 0; x < 4; ++x) {
+                const uint32_t a = pair_sum + stage_off[x >> 1][x & 1] + nt * 1024;
+                if (KV == 2 && bi == 0) {
+                  sts_f32(a, acc_dp[nt][x]);
+                } else {
+                  const Elem v(KV == 2 ? lds_f32(a) + acc_dp[nt][x] : acc_dp[nt][x]);
+                  sts_u16(st + bias_off[x >> 1][x & 1] + nt * 1024, *reinterpret_cast<const uint16_t*>(&v));
+                }
+              }
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+              for (int x = 0; x < 4; ++x) {
+                const uint32_t a = st + stage_off[x >> 1][x & 1] + nt * 1024;
+                sts_f32(a, bi == 0 ? acc_dp[nt][x] : lds_f32(a) + acc_dp[nt][x]);
+              }
+          }
         }
 
         uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
@@ -349,12 +369,12 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
         if (dbias && bi == KV - 1 && issuer) {
           const int tb = b % P.db_period, th = P.db_heads > 1 ? h : 0;
-#pragma unroll
-          for (int c = 0; c < BN / 32; ++c) {
-            if (P.dbias_mode == kDbiasStore)
-              tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+          const int box_cols = db16 ? 64 : 32;  // one box row is 128 bytes
+          for (int c = 0; c < BN / box_cols; ++c) {
+            if (P.dbias_mode == kDbiasReduce)
+              tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * box_cols, m * BM, th, tb);
             else
-              tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * 32, m * BM, th, tb);
+              tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * box_cols, m * BM, th, tb);
           }
           bulk_commit();
         }

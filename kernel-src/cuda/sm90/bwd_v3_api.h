@@ -9,29 +9,40 @@
 namespace winattn {
 namespace cuda {
 
-// The workspace buffers of one v3 backward call (planned by plan_bwd).
+// How dS leaves as dbias: an fp32 store (one contributor per element, dbias float32), an fp32 reduce-add (elements
+// shared by several (batch, head)), or a store in the input dtype (one writer per element and a bias of the input
+// dtype: the caller allocates dbias in that dtype and skips the zero-fill and the conversion; bwd_dbias_layout).
+enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3 };
+
+// The workspace buffers and dbias plan of one v3 backward call (planned by plan_bwd_v3).
 struct BwdV3Buffers {
   float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e), written by the preprocess
   float* delta = nullptr;   // [B, H, sq_pad] rowsum(dO * O) - dlse, written by the preprocess
   float* dq_acc = nullptr;  // [B, H, sq_pad / 64, 64 * D] fp32 fragment order, zero-filled
   int* dq_sems = nullptr;   // deterministic only: [B, H, sq_pad / 64], zero-filled
   int sq_pad = 0;
-  float* dbias = nullptr;   // fp32 [period, heads, Sq, Sk] (zero-filled by the caller), or null
+  void* dbias = nullptr;    // [period, heads, Sq, Sk]: fp32 zero-filled by the caller, or the input dtype (Store16)
   int dbias_period = 1, dbias_heads = 1;  // the user bias's broadcast (the kernel's term may be the combined one)
-  bool dbias_shared = false;  // an element of dbias has more than one (b, h) contributor: reduce-add, not store
+  int dbias_mode = kDbiasNone;
+  int dbias_bufs = 1;  // staging tiles (two where they fit)
+  bool pair = false;   // pair mode (bwd_pipelined_sm90.h): one CTA owns the two batches that share a dbias tile
 };
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 
-// Head dims with a v3 backward (its dK / dV accumulators of 64 keys x D live in registers).
-inline bool has_bwd_v3(int dk) { return dk == 64 || dk == 128; }
+// The v3 kernel's head dim for a call's D, 0 for none. dK / dV of 64 keys x D live in the consumers' registers, so
+// the kernels are 64 and 128; D = 32 and 96 run on them with TMA's zero fill as padding (1.33-2x the tensor-core
+// work, still well ahead of the portable v1.1 kernel's occupancy-bound mma.sync loop).
+inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 0; }
 
 // Whether this binary holds the sm_90a kernel for head dim D (cudaFuncGetAttributes; false clears the error).
 template <int D>
 bool bwd_pipelined_sm90_ready(int dtype);
-// Dynamic shared memory of the call, or 0 when its additive term cannot be staged (then the planner uses v1).
+// Settles the dbias plan (buf.dbias_mode arrives as kDbiasStore for one contributor per element or kDbiasReduce;
+// pair mode and the 16-bit store are chosen here, the latter only if `dbias16_ok`) and returns the call's dynamic
+// shared memory, or 0 when its additive term cannot be staged or it does not fit (then the planner uses v1).
 template <int D>
-int bwd_pipelined_sm90_smem(const KParams& p, int dtype, bool dbias, int smem_optin);
+int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, BwdV3Buffers& buf, int smem_optin);
 template <int D>
 void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype, int smem_optin,
                             cudaStream_t stream);

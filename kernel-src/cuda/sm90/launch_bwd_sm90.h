@@ -54,32 +54,38 @@ inline bool bwd_bias_stageable(const KParams& p, int dtype) {
          (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
 }
 
-// Shared memory with `dbias_bufs` fp32 dbias staging tiles (and a second K / V set in pair mode).
+// Shared memory of a call with `bufs` dbias staging tiles (fp32, or 16-bit with kDbiasStore16 plus pair mode's
+// fp32 sum tile) and, in pair mode, a second K / V set.
 template <typename Tr>
-int bwd_smem_bytes(const KParams& p, bool dbias, int dbias_bufs, bool pair = false) {
-  return Tr::kSmemBytes + (pair ? 2 * Tr::kKVBytes : 0) + (p.bias.ptr ? Tr::kStages * Tr::kBiasBytes : 0) +
-         (dbias ? dbias_bufs * Tr::kDbiasBytes : 0);
-}
-// Staging tiles for dbias: two when they fit, else one.
-template <typename Tr>
-int bwd_dbias_bufs(const KParams& p, bool dbias, int smem_optin, bool pair = false) {
-  return dbias && bwd_smem_bytes<Tr>(p, true, 2, pair) <= smem_optin ? 2 : 1;
-}
-// Pair mode (bwd_pipelined_sm90.h): exactly two batches share each dbias element and no heads do, head dim 64,
-// and it fits; WINATTN_BWD_PAIR=0 turns it off (A/B).
-template <int D>
-bool bwd_use_pair(const KParams& p, const BwdV3Buffers& buf, int smem_optin) {
-  using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
-  const char* env = std::getenv("WINATTN_BWD_PAIR");
-  return D == 64 && buf.dbias != nullptr && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H &&
-         bwd_smem_bytes<Tr>(p, true, 1, true) <= smem_optin && !(env != nullptr && env[0] == '0');
+int bwd_smem_bytes(const KParams& p, const BwdV3Buffers& buf, int bufs) {
+  int dbias = 0;
+  if (buf.dbias_mode == kDbiasStore16)
+    dbias = bufs * Tr::kBiasBytes + (buf.pair ? Tr::kDbiasBytes : 0);
+  else if (buf.dbias_mode != kDbiasNone)
+    dbias = bufs * Tr::kDbiasBytes;
+  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + (p.bias.ptr ? Tr::kStages * Tr::kBiasBytes : 0) + dbias;
 }
 
+// Pair mode (bwd_pipelined_sm90.h) when exactly two batches share each dbias element and no heads do, at head dim
+// 64, where it fits; WINATTN_BWD_PAIR=0 turns it off (A/B). The 16-bit store where the planner allows it.
 template <int D>
-int bwd_pipelined_sm90_smem(const KParams& p, int dtype, bool dbias, int smem_optin) {
-  using Tr = typename BwdPipelinedSm90<D>::Tr;
+int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, BwdV3Buffers& buf, int smem_optin) {
+  using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   if (!bwd_bias_stageable(p, dtype)) return 0;
-  const int smem = bwd_smem_bytes<Tr>(p, dbias, bwd_dbias_bufs<Tr>(p, dbias, smem_optin));
+  buf.pair = false;
+  buf.dbias_bufs = 1;
+  if (buf.dbias_mode != kDbiasNone) {
+    const char* env = std::getenv("WINATTN_BWD_PAIR");
+    const bool shared = buf.dbias_mode == kDbiasReduce;
+    buf.pair = D == 64 && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H && !(env != nullptr && env[0] == '0');
+    if (buf.pair || !shared) buf.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
+    if (buf.pair && bwd_smem_bytes<Tr>(p, buf, 1) > smem_optin) {
+      buf.pair = false;
+      buf.dbias_mode = kDbiasReduce;
+    }
+    buf.dbias_bufs = bwd_smem_bytes<Tr>(p, buf, 2) <= smem_optin ? 2 : 1;
+  }
+  const int smem = bwd_smem_bytes<Tr>(p, buf, buf.dbias_bufs);
   return smem <= smem_optin ? smem : 0;
 }
 
@@ -115,20 +121,29 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
   }
-  const bool pair = bwd_use_pair<D>(p, buf, smem_optin);
-  if (buf.dbias != nullptr) {  // pair mode sums the two contributors itself: a plain store
-    P.dbias_mode = buf.dbias_shared && !pair ? sm90::kDbiasReduce : sm90::kDbiasStore;
-    P.dbias_bufs = bwd_dbias_bufs<Tr>(p, true, smem_optin, pair);
+  const bool pair = buf.pair;
+  if (buf.dbias_mode != kDbiasNone) {
+    if (buf.dbias == nullptr) throw std::runtime_error("window_attention (cuda): bwd v3 planned dbias without one");
+    P.dbias_mode = buf.dbias_mode;
+    P.dbias_bufs = buf.dbias_bufs;
     P.db_period = buf.dbias_period;
     P.db_heads = buf.dbias_heads;
-    P.tdb = sm90::make_dbias_map(buf.dbias, P.db_period, P.db_heads, p.Sq, p.Sk, Tr::kBlockM);
+    if (buf.dbias_mode == kDbiasStore16) {  // the bias map's layout: 64-column boxes, as bias_elem_offset writes
+      const int64_t plane = int64_t(p.Sq) * p.Sk;
+      P.dbias_tile_bytes = Tr::kBiasBytes;
+      P.tdb = sm90::make_bias_map(buf.dbias, P.db_period, P.db_heads, p.Sq, p.Sk, plane * P.db_heads, plane, p.Sk,
+                                  Tr::kBlockM);
+    } else {
+      P.dbias_tile_bytes = Tr::kDbiasBytes;
+      P.tdb = sm90::make_dbias_map(static_cast<float*>(buf.dbias), P.db_period, P.db_heads, p.Sq, p.Sk,
+                                   Tr::kBlockM);
+    }
   }
-  if (bwd_pipelined_sm90_smem<D>(p, dtype, buf.dbias != nullptr, smem_optin) == 0)
-    throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot stage");
   const char* stages_env = std::getenv("WINATTN_BWD_STAGES");
   const bool deep = p.bias.ptr == nullptr && !(stages_env != nullptr && stages_env[0] == '2') &&
                     K::Deep::kSmemBytes <= smem_optin;
-  const int smem = deep ? K::Deep::kSmemBytes : bwd_smem_bytes<Tr>(p, buf.dbias != nullptr, P.dbias_bufs, pair);
+  const int smem = deep ? K::Deep::kSmemBytes : bwd_smem_bytes<Tr>(p, buf, P.dbias_bufs);
+  if (smem > smem_optin) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot fit");
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
   auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, p.bias.ptr != nullptr, pair);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
@@ -138,7 +153,7 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
 
 #define WINATTN_INSTANTIATE_BWD_PIPELINED_SM90(D)                                                    \
   template bool bwd_pipelined_sm90_ready<D>(int);                                                    \
-  template int bwd_pipelined_sm90_smem<D>(const KParams&, int, bool, int);                           \
+  template int bwd_pipelined_sm90_configure<D>(const KParams&, int, bool, BwdV3Buffers&, int);       \
   template void run_bwd_pipelined_sm90<D>(const KParams&, const BwdV3Buffers&, int, int, cudaStream_t);
 
 }  // namespace cuda
