@@ -496,16 +496,16 @@ void dispatch_bwd_v3_hdim(int dk, F&& f) {
 // Backward v3 (sm90/bwd_pipelined_sm90.h) runs a non-window backward on Hopper when:
 //   * the binary has its sm_90a code for the head dim (bwd_v3_head_dim: 64 or 128, the columns past D zero-filled
 //     by TMA), WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
-//   * the score terms are ones it applies: none, key padding, causal / sliding bands, and an additive term that
-//     TMA can stage (input dtype, full rows and columns; bwd_pipelined_sm90_configure). A bool mask, an fp32 or
-//     row / column-broadcast term and the relative-position table gradient still run v1;
-//   * dbias, if asked, is full-size with Sk % 4 == 0 (TMA strides) and, with deterministic=True, has at most two
-//     contributors per element (a two-term fp32 reduce-add is order-independent; more would need ordering).
+//   * every score term but the relative-position table's gradient (dtable: window mode, v1): key padding, bands,
+//     bool masks, additive terms of any dtype and broadcast (staged by TMA where it can, else read from global);
+//   * with deterministic=True, dbias has at most two contributors per element and full rows with Sk % 4 == 0 (a
+//     two-term fp32 reduce-add by TMA is order-independent; more, or the atomics of broadcast rows / columns, would
+//     need ordering: v1 orders them).
 bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt) {
   KParams& p = pl.p;
   const int dk = bwd_v3_head_dim(p.D);
   if (dev.cc_major != 9 || dk == 0 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_BWD_V3", 1) == 0 ||
-      p.mask.ptr != nullptr || bp.dtable != nullptr)
+      bp.dtable != nullptr)
     return false;
   static int ready[2][2] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
   int& r = ready[dt == 0 ? 0 : 1][dk == 64 ? 0 : 1];
@@ -515,12 +515,15 @@ bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt
   BwdV3Buffers& vb = pl.v3buf;
   if (dbias) {
     const Broadcast4d& b = bp.bias;
-    if (b.rows != p.Sq || b.cols != p.Sk || p.Sk % 4 != 0) return false;
-    const int64_t contributors = int64_t(ceil_div(p.B, int(b.period))) * (p.H / int(b.heads));
-    if (bp.deterministic && contributors > 2) return false;
-    vb.dbias_mode = contributors > 1 ? kDbiasReduce : kDbiasStore;
+    const bool tma = b.rows == p.Sq && b.cols == p.Sk && p.Sk % 4 == 0;  // whole 16-byte fp32 rows
+    const int64_t contributors = int64_t(ceil_div(p.B, int(b.period))) * (p.H / int(b.heads)) *
+                                 (b.rows == p.Sq ? 1 : p.Sq) * (b.cols == p.Sk ? 1 : p.Sk);
+    if (bp.deterministic && (contributors > 2 || !tma)) return false;  // atomics: v1's ordered reduction instead
+    vb.dbias_mode = !tma ? kDbiasAtomic : contributors > 1 ? kDbiasReduce : kDbiasStore;
     vb.dbias_period = int(b.period);
     vb.dbias_heads = int(b.heads);
+    vb.dbias_rows = int(b.rows);
+    vb.dbias_cols = int(b.cols);
   }
   // the 16-bit dbias store: dbias allocated in the bias dtype (bwd_dbias_layout), which is the input dtype, with
   // rows of whole 16-byte units (TMA)

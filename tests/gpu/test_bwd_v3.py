@@ -4,7 +4,8 @@ On compute capability 9.0 the non-window backwards with head dim 64 / 128 run v3
 these cases aim at what is new: the KV-outer stage pipeline against short and ragged sequences (one key, S = tile
 +- 1, fewer query blocks than stages), dQ through the fragment-order accumulator (ragged head dims: columns past D),
 dbias written by TMA (one writer: a store in the bias dtype; broadcast over batch / heads: an fp32 reduce-add),
-head dims padded to the 64 / 128 kernels, GQA reduced in the CTA,
+head dims padded to the 64 / 128 kernels, the global-memory path of terms TMA cannot stage (bool masks, fp32 and
+broadcast terms, dbias by atomics), GQA reduced in the CTA,
 causal and sliding windows with Sq != Sk (key blocks no query sees), key padding that hides whole key blocks, the
 bitwise-deterministic dQ tickets, and which kernel actually ran (profiler).
 """
@@ -90,6 +91,44 @@ def test_dbias_in_bias_dtype(kernel, B, bshape, D, dtype):
     assert bias.grad.dtype == dtype and bias.grad.shape == bias.shape and torch.isfinite(bias.grad).all()
 
 
+# Terms TMA cannot stage run v3's global-memory path: bool masks (with fully hidden rows), fp32 and broadcast
+# additive terms, odd widths; dbias broadcast over rows / columns (or rows TMA cannot address) by fp32 atomics
+@pytest.mark.parametrize("mshape", [(2, 1, 200, 264), (1, 1, 200, 264), (2, 3, 200, 264), (2, 1, 1, 264),
+                                    (1, 3, 200, 1)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("D", [64, 128])
+def test_bool_masks(kernel, mshape, D):
+    inp = qkv(2, 200, 264, 3, D)
+    mask = torch.rand(*mshape, device="cuda") > 0.3
+    if mshape[2] > 1:
+        mask[..., 7, :] = False  # a fully hidden query row: out 0, gradients 0
+    inp["mask"] = mask
+    run_case(kernel, inp, {})
+
+
+@pytest.mark.parametrize("bshape,dtype", [((1, 3, 200, 264), torch.float32), ((2, 3, 1, 264), BF16),
+                                          ((2, 1, 1, 264), BF16), ((1, 3, 200, 1), torch.float32),
+                                          ((1, 1, 1, 1), BF16), ((2, 3, 200, 333), BF16)],
+                         ids=["fp32_full", "rows_bcast", "rows_heads_bcast", "cols_bcast", "scalar", "sk333"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_global_terms_with_dbias(kernel, bshape, dtype, causal):
+    Sk = bshape[3] if bshape[3] > 1 else 264
+    inp = qkv(2, 200, Sk, 3, 64)
+    inp["bias"] = rand(*bshape, dtype=dtype, grad=True)
+    run_case(kernel, inp, {"causal": causal})
+
+
+def test_mask_bias_and_padding_together(kernel):
+    B, S = 2, 300
+    inp = qkv(B, S, S, 4, 128, FP16)
+    inp["bias"] = rand(1, 4, S, S, dtype=FP16, grad=True)
+    inp["mask"] = torch.rand(B, 1, S, S, device="cuda") > 0.2
+    kpm = torch.ones(B, S, dtype=torch.bool, device="cuda")
+    kpm[1, 200:] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, {"window": (100, 20)})
+    run_case(kernel, inp, {}, deterministic=True)
+
+
 @pytest.mark.parametrize("H,Hkv", [(32, 8), (8, 1)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gqa(kernel, H, Hkv, causal):
@@ -152,16 +191,21 @@ def _kernels_run(fn):
     return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
-@pytest.mark.parametrize("case", ["plain128", "dense_bias64", "causal_gqa", "key_padding"])
+@pytest.mark.parametrize("case", ["plain128", "dense_bias64", "causal_gqa", "key_padding", "bool_mask_d96",
+                                  "row_bias_fp32"])
 def test_v3_is_the_default_on_hopper(kernel, case):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("backward v3 is the Hopper path")
-    D = 64 if case == "dense_bias64" else 128
+    D = {"dense_bias64": 64, "bool_mask_d96": 96, "row_bias_fp32": 64}.get(case, 128)
     H, Hkv = (8, 2) if case == "causal_gqa" else (4, 4)
     t = qkv(2, 512, 512, H, D, Hkv=Hkv)
     kw = {}
     if case == "dense_bias64":
         kw["bias"] = rand(1, H, 512, 512, dtype=BF16, grad=True)
+    if case == "bool_mask_d96":
+        kw["mask"] = torch.rand(2, 1, 512, 512, device="cuda") > 0.5
+    if case == "row_bias_fp32":
+        kw["bias"] = rand(2, 1, 1, 512, dtype=torch.float32, grad=True)
     if case == "causal_gqa":
         kw["causal"] = True
     if case == "key_padding":

@@ -31,6 +31,10 @@
 //     4096] with B = 2: backward 2.23 -> 2.06 ms; the rest of the dBias cost is outside the kernel, RESULTS.md).
 //   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
 //     to whole query blocks (+inf past Sq: P = 0 there), loaded per stage by TMA like the tiles.
+//   * score terms (kTerms, BwdTerms in bwd_v3_api.h): a 16-bit full-size additive term rides the stage ring as one
+//     more TMA box; any other term (fp32, broadcast rows / columns, odd strides) and the bool mask are read per
+//     element from global memory (L1 / L2 gathers: the general path, not the fast one). dbias broadcast over rows /
+//     columns is reduced in registers and shuffles and added with fp32 atomics (kDbiasAtomic).
 // Key blocks whose keys are all padding (key padding) skip their work; causal / sliding-window bands visit only the
 // query blocks that see the key block (m_block_range).
 #pragma once
@@ -39,6 +43,7 @@
 #include "../block_info.h"
 #include "../gemm.h"
 #include "../kernel_params.h"
+#include "../score_mod.h"
 #include "../tile_io.h"
 #include "bwd_v3_api.h"
 #include "kernel_traits_sm90.h"
@@ -62,6 +67,8 @@ struct BwdPipeParams {
   int db_period = 1, db_heads = 1;  // dbias's broadcast dims (batch b -> b % db_period, heads 1 or H)
   int dbias_bufs = 1;               // staging tiles (2 where the shared memory allows: no barrier per step)
   int dbias_tile_bytes = 0;         // one staging tile: BM x BN fp32, or 16-bit (kDbiasStore16)
+  float* dbias_f32 = nullptr;       // kDbiasAtomic: fp32 [db_period, db_heads, db_rows, db_cols], zero-filled
+  int db_rows = 1, db_cols = 1;
 };
 
 // Shared memory at compile-time offsets from one base address (KV sets of K / V: 2 in pair mode); the bias stages
@@ -196,7 +203,56 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
 }
 
 // Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode).
-template <typename Tr, typename Elem, bool kBias, int KV>
+// kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
+// broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
+// per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
+template <int BM, int NTQ>
+__device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const float (&ds)[NTQ][4], int b, int h,
+                                                 int m, int j0, int lane) {
+  const KParams& p = P.p;
+  const int qc = (lane & 3) * 2, i0 = m * BM + qc;
+  float* db = P.dbias_f32 + (int64_t(b % P.db_period) * P.db_heads + (P.db_heads > 1 ? h : 0)) *
+                                int64_t(P.db_rows) * P.db_cols;
+  if (P.db_rows > 1 && P.db_cols > 1) {
+#pragma unroll
+    for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = i0 + nt * 8 + (x & 1), j = j0 + 8 * (x >> 1);
+        if (i < p.Sq && j < p.Sk) atomicAdd(db + int64_t(i) * P.db_cols + j, ds[nt][x]);
+      }
+  } else if (P.db_rows == 1 && P.db_cols > 1) {  // per key: the thread's queries, then the quad
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float s = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NTQ; ++nt) s += ds[nt][2 * hf] + ds[nt][2 * hf + 1];
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (qc == 0 && j0 + 8 * hf < p.Sk) atomicAdd(db + j0 + 8 * hf, s);
+    }
+  } else {  // per query (the thread's two keys, then the 8 key lanes), or everything ([.., 1, 1])
+    float total = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float s = ds[nt][e] + ds[nt][2 + e];
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
+        total += s;
+        if (P.db_rows > 1 && lane < 4 && i0 + nt * 8 + e < p.Sq) atomicAdd(db + i0 + nt * 8 + e, s);
+      }
+    if (P.db_rows == 1) {
+      total += __shfl_xor_sync(0xffffffffu, total, 1);
+      total += __shfl_xor_sync(0xffffffffu, total, 2);
+      if (lane == 0) atomicAdd(db, total);
+    }
+  }
+}
+
+template <typename Tr, typename Elem, int kTerms, int KV>
 __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
                                             const BwdTile& t, bool deterministic, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
@@ -206,7 +262,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
   const int j0 = t.n * BN + key_row;
   const int mblocks = ceil_div(p.Sq, BM);
-  const bool dbias = P.dbias_mode != kDbiasNone, db16 = P.dbias_mode == kDbiasStore16;
+  // (dbias: the TMA modes; kDbiasAtomic goes its own way)
+  const bool dbias = P.dbias_mode != kDbiasNone && P.dbias_mode != kDbiasAtomic, db16 = P.dbias_mode == kDbiasStore16;
   const uint32_t pair_sum = sm.dbias(P.bias_stage_bytes, P.dbias_bufs, P.dbias_tile_bytes);  // (db16, KV = 2)
 
   // this thread's two keys per batch: past the sequence end or hidden by key padding -> P = 0 for every query
@@ -288,6 +345,12 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
           lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
           hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
         }
+        // kBwdTermsGlobal: this (b, h)'s planes of the additive term and the bool mask (broadcast dims: stride 0)
+        int64_t gb = 0, gm = 0;
+        if constexpr (kTerms == kBwdTermsGlobal) {
+          gb = int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh;
+          gm = int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh;
+        }
 #pragma unroll
         for (int nt = 0; nt < NTQ; ++nt) {
           const float2 l2 = lds_f32x2(sm.lse(s) + (nt * 8 + qc) * 4);
@@ -297,8 +360,17 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
             for (int e = 0; e < 2; ++e) {
               const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
               float z = -(e ? l2.y : l2.x);
-              if constexpr (kBias) z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
-              const bool vis = key_ok[bi][hf] && d >= lo && d <= hi;
+              bool vis = key_ok[bi][hf] && d >= lo && d <= hi;
+              if constexpr (kTerms == kBwdTermsStaged)
+                z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
+              if constexpr (kTerms == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
+                const int64_t i = min(m * BM + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
+                if (p.bias.ptr != nullptr)
+                  z = fmaf(ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk), kLog2e, z);
+                if (p.mask.ptr != nullptr)
+                  vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq +
+                                     j * p.mask.sk) != 0;
+              }
               acc_s[nt][x] = vis ? fast_exp2(fmaf(acc_s[nt][x], p.scale_log2, z)) : 0.f;
             }
         }
@@ -311,6 +383,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
 #pragma unroll
           for (int x = 0; x < 4; ++x) acc_dp[nt][x] = acc_s[nt][x] * (acc_dp[nt][x] - ((x & 1) ? d2.y : d2.x));
         }
+        if constexpr (kTerms == kBwdTermsGlobal)
+          if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane);
 
         // dBias: the dS tile -> staging buffer sbuf (fp32, or 16-bit at bias_off with kDbiasStore16; pair mode: the
         // second batch adds to the first's) -> TMA after the last batch. With one buffer the previous tile's TMA
@@ -444,7 +518,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   }
 }
 
-template <typename Tr, typename Elem, bool kBias, bool kPair>
+template <typename Tr, typename Elem, int kTerms, bool kPair>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = Tr::kBlockN, ST = Tr::kStages, KV = kPair ? 2 : 1;
@@ -500,7 +574,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
           }
         }
     } else {
-      bwd_consume<Tr, Elem, kBias, KV>(P, sm, wg - 1, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kTerms, KV>(P, sm, wg - 1, t, deterministic, warp, lane);
     }
   }
 #else

@@ -12,7 +12,14 @@ namespace cuda {
 // How dS leaves as dbias: an fp32 store (one contributor per element, dbias float32), an fp32 reduce-add (elements
 // shared by several (batch, head)), or a store in the input dtype (one writer per element and a bias of the input
 // dtype: the caller allocates dbias in that dtype and skips the zero-fill and the conversion; bwd_dbias_layout).
-enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3 };
+// kDbiasAtomic: dbias broadcast over rows and / or columns, or rows that TMA cannot address (Sk % 4 != 0): dS summed
+// over the broadcast dims in registers and shuffles, then fp32 atomics (deterministic=True keeps these on v1).
+enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3, kDbiasAtomic = 4 };
+
+// How the kernel reads the score terms: none (key padding and bands only), the additive term staged by TMA with Q /
+// dO (16-bit input dtype, full rows and columns, 16-byte aligned rows), or the additive term and the bool mask read
+// from global memory per element (any dtype, broadcast, stride; the path for everything TMA cannot stage).
+enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2 };
 
 // The workspace buffers and dbias plan of one v3 backward call (planned by plan_bwd_v3).
 struct BwdV3Buffers {
@@ -23,6 +30,7 @@ struct BwdV3Buffers {
   int sq_pad = 0;
   void* dbias = nullptr;    // [period, heads, Sq, Sk]: fp32 zero-filled by the caller, or the input dtype (Store16)
   int dbias_period = 1, dbias_heads = 1;  // the user bias's broadcast (the kernel's term may be the combined one)
+  int dbias_rows = 1, dbias_cols = 1;     // Sq / Sk, or 1 where broadcast (kDbiasAtomic)
   int dbias_mode = kDbiasNone;
   int dbias_bufs = 1;  // staging tiles (two where they fit)
   bool pair = false;   // pair mode (bwd_pipelined_sm90.h): one CTA owns the two batches that share a dbias tile
@@ -40,7 +48,7 @@ template <int D>
 bool bwd_pipelined_sm90_ready(int dtype);
 // Settles the dbias plan (buf.dbias_mode arrives as kDbiasStore for one contributor per element or kDbiasReduce;
 // pair mode and the 16-bit store are chosen here, the latter only if `dbias16_ok`) and returns the call's dynamic
-// shared memory, or 0 when its additive term cannot be staged or it does not fit (then the planner uses v1).
+// shared memory, or 0 when it does not fit (then the planner uses v1).
 template <int D>
 int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, BwdV3Buffers& buf, int smem_optin);
 template <int D>

@@ -16,20 +16,25 @@ struct BwdPipelinedSm90 {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
   using Fn = void (*)(sm90::BwdPipeParams);
-  template <typename T, typename Elem, bool kBias>
+  template <typename T, typename Elem, int kTerms>
   static Fn pick_pair(bool pair) {
     if constexpr (D == 64)  // pair mode: dK / dV of two batches fit the registers at head dim 64 only
-      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kBias, true>;
-    return sm90::bwd_pipelined_kernel_sm90<T, Elem, kBias, false>;
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true>;
+    return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false>;
   }
-  static Fn pick(int dtype, bool bias, bool pair) {
-    if (dtype == 0) return bias ? pick_pair<Tr, __half, true>(pair) : pick_pair<Tr, __half, false>(pair);
-    return bias ? pick_pair<Tr, __nv_bfloat16, true>(pair) : pick_pair<Tr, __nv_bfloat16, false>(pair);
+  template <typename Elem>
+  static Fn pick_terms(int terms, bool pair) {
+    if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair);
+    if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair);
+    return pick_pair<Tr, Elem, kBwdTermsNone>(pair);
+  }
+  static Fn pick(int dtype, int terms, bool pair) {
+    return dtype == 0 ? pick_terms<__half>(terms, pair) : pick_terms<__nv_bfloat16>(terms, pair);
   }
   // no additive term: three stages (WINATTN_BWD_STAGES=2 keeps two, for A/B runs)
   static Fn pick_deep(int dtype) {
-    return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, false, false>
-                      : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, false, false>;
+    return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, kBwdTermsNone, false>
+                      : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, kBwdTermsNone, false>;
   }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
@@ -37,33 +42,37 @@ struct BwdPipelinedSm90 {
 template <int D>
 bool bwd_pipelined_sm90_ready(int dtype) {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, false, false)) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, kBwdTermsNone, false)) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
   return attr.binaryVersion == 90;
 }
 
-// The additive term is staged when it is a full-rows / full-columns tile of the input dtype with contiguous,
-// 16-byte aligned rows (TMA); other terms (fp32, row / column broadcasts) are left to v1.
-inline bool bwd_bias_stageable(const KParams& p, int dtype) {
+// The additive term is staged (TMA) when it is a full-rows / full-columns tile of the input dtype with contiguous,
+// 16-byte aligned rows and there is no bool mask; other terms and masks are read from global memory. The dbias
+// atomics live in the global-terms kernel only (they cost the staged kernel registers otherwise).
+inline int bwd_terms(const KParams& p, int dtype, int dbias_mode) {
   const Operand4d& t = p.bias;
-  if (t.ptr == nullptr) return true;
-  if (t.dtype != dtype || t.rows != p.Sq || t.cols != p.Sk || t.sk != 1) return false;
-  return reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
-         (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
+  if (p.mask.ptr != nullptr || dbias_mode == kDbiasAtomic) return kBwdTermsGlobal;
+  if (t.ptr == nullptr) return kBwdTermsNone;
+  const bool stageable = t.dtype == dtype && t.rows == p.Sq && t.cols == p.Sk && t.sk == 1 &&
+                         reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
+                         (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
+  return stageable ? kBwdTermsStaged : kBwdTermsGlobal;
 }
 
 // Shared memory of a call with `bufs` dbias staging tiles (fp32, or 16-bit with kDbiasStore16 plus pair mode's
 // fp32 sum tile) and, in pair mode, a second K / V set.
 template <typename Tr>
-int bwd_smem_bytes(const KParams& p, const BwdV3Buffers& buf, int bufs) {
+int bwd_smem_bytes(int terms, const BwdV3Buffers& buf, int bufs) {
   int dbias = 0;
   if (buf.dbias_mode == kDbiasStore16)
     dbias = bufs * Tr::kBiasBytes + (buf.pair ? Tr::kDbiasBytes : 0);
   else if (buf.dbias_mode != kDbiasNone)
     dbias = bufs * Tr::kDbiasBytes;
-  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + (p.bias.ptr ? Tr::kStages * Tr::kBiasBytes : 0) + dbias;
+  const int staged = terms == kBwdTermsStaged ? Tr::kStages * Tr::kBiasBytes : 0;
+  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + staged + dbias;
 }
 
 // Pair mode (bwd_pipelined_sm90.h) when exactly two batches share each dbias element and no heads do, at head dim
@@ -71,21 +80,21 @@ int bwd_smem_bytes(const KParams& p, const BwdV3Buffers& buf, int bufs) {
 template <int D>
 int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, BwdV3Buffers& buf, int smem_optin) {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
-  if (!bwd_bias_stageable(p, dtype)) return 0;
+  const int terms = bwd_terms(p, dtype, buf.dbias_mode);
   buf.pair = false;
   buf.dbias_bufs = 1;
-  if (buf.dbias_mode != kDbiasNone) {
+  if (buf.dbias_mode == kDbiasStore || buf.dbias_mode == kDbiasReduce) {
     const char* env = std::getenv("WINATTN_BWD_PAIR");
     const bool shared = buf.dbias_mode == kDbiasReduce;
     buf.pair = D == 64 && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H && !(env != nullptr && env[0] == '0');
     if (buf.pair || !shared) buf.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
-    if (buf.pair && bwd_smem_bytes<Tr>(p, buf, 1) > smem_optin) {
+    if (buf.pair && bwd_smem_bytes<Tr>(terms, buf, 1) > smem_optin) {
       buf.pair = false;
       buf.dbias_mode = kDbiasReduce;
     }
-    buf.dbias_bufs = bwd_smem_bytes<Tr>(p, buf, 2) <= smem_optin ? 2 : 1;
+    buf.dbias_bufs = bwd_smem_bytes<Tr>(terms, buf, 2) <= smem_optin ? 2 : 1;
   }
-  const int smem = bwd_smem_bytes<Tr>(p, buf, buf.dbias_bufs);
+  const int smem = bwd_smem_bytes<Tr>(terms, buf, buf.dbias_bufs);
   return smem <= smem_optin ? smem : 0;
 }
 
@@ -116,7 +125,8 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   P.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
   P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's lse rows");
   P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's delta rows");
-  if (p.bias.ptr != nullptr) {
+  const int terms = bwd_terms(p, dtype, buf.dbias_mode);
+  if (terms == kBwdTermsStaged) {
     P.bias_stage_bytes = Tr::kBiasBytes;
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
@@ -128,7 +138,11 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     P.dbias_bufs = buf.dbias_bufs;
     P.db_period = buf.dbias_period;
     P.db_heads = buf.dbias_heads;
-    if (buf.dbias_mode == kDbiasStore16) {  // the bias map's layout: 64-column boxes, as bias_elem_offset writes
+    if (buf.dbias_mode == kDbiasAtomic) {
+      P.dbias_f32 = static_cast<float*>(buf.dbias);
+      P.db_rows = buf.dbias_rows;
+      P.db_cols = buf.dbias_cols;
+    } else if (buf.dbias_mode == kDbiasStore16) {  // the bias map's layout: 64-column boxes, as bias_elem_offset writes
       const int64_t plane = int64_t(p.Sq) * p.Sk;
       P.dbias_tile_bytes = Tr::kBiasBytes;
       P.tdb = sm90::make_bias_map(buf.dbias, P.db_period, P.db_heads, p.Sq, p.Sk, plane * P.db_heads, plane, p.Sk,
@@ -140,12 +154,12 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     }
   }
   const char* stages_env = std::getenv("WINATTN_BWD_STAGES");
-  const bool deep = p.bias.ptr == nullptr && !(stages_env != nullptr && stages_env[0] == '2') &&
+  const bool deep = terms == kBwdTermsNone && !(stages_env != nullptr && stages_env[0] == '2') &&
                     K::Deep::kSmemBytes <= smem_optin;
-  const int smem = deep ? K::Deep::kSmemBytes : bwd_smem_bytes<Tr>(p, buf, P.dbias_bufs);
+  const int smem = deep ? K::Deep::kSmemBytes : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
   if (smem > smem_optin) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot fit");
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, p.bias.ptr != nullptr, pair);
+  auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, terms, pair);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
