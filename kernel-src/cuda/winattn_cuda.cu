@@ -489,13 +489,15 @@ template <typename F>
 void dispatch_bwd_v3_hdim(int dk, F&& f) {
   if (dk == 64)
     f(std::integral_constant<int, 64>{});
-  else
+  else if (dk == 128)
     f(std::integral_constant<int, 128>{});
+  else
+    f(std::integral_constant<int, 256>{});
 }
 
 // Backward v3 (sm90/bwd_pipelined_sm90.h) runs a non-window backward on Hopper when:
-//   * the binary has its sm_90a code for the head dim (bwd_v3_head_dim: 64 or 128, the columns past D zero-filled
-//     by TMA), WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
+//   * the binary has its sm_90a code for the head dim (bwd_v3_head_dim: 64, 128 or 256, the columns past D
+//     zero-filled by TMA), WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
 //   * every score term but the relative-position table's gradient (dtable: window mode, v1): key padding, bands,
 //     bool masks, additive terms of any dtype and broadcast (staged by TMA where it can, else read from global);
 //   * with deterministic=True, dbias has at most two contributors per element and full rows with Sk % 4 == 0 (a
@@ -504,11 +506,11 @@ void dispatch_bwd_v3_hdim(int dk, F&& f) {
 bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt) {
   KParams& p = pl.p;
   const int dk = bwd_v3_head_dim(p.D);
-  if (dev.cc_major != 9 || dk == 0 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_BWD_V3", 1) == 0 ||
+  if (dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_BWD_V3", 1) == 0 ||
       bp.dtable != nullptr)
     return false;
-  static int ready[2][2] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
-  int& r = ready[dt == 0 ? 0 : 1][dk == 64 ? 0 : 1];
+  static int ready[2][3] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
+  int& r = ready[dt == 0 ? 0 : 1][dk == 64 ? 0 : dk == 128 ? 1 : 2];
   if (r == 0) dispatch_bwd_v3_hdim(dk, [&](auto d) { r = bwd_pipelined_sm90_ready<decltype(d)::value>(dt) ? 1 : 2; });
   if (r != 1) return false;
   const bool dbias = bp.dbias != nullptr;

@@ -76,6 +76,16 @@ def main():
         q, k, v = r(2, 300, 2, D), r(2, 424, 2, D), r(2, 424, 2, D)
         for bias, det in ((r(2, 1, 300, 424), False), (r(1, 2, 300, 424), False), (r(1, 2, 300, 424), True)):
             kern.attention(q, k, v, bias=bias, deterministic=det).sum().backward()
+    #    the global-memory terms (bool mask, a row-broadcast fp32 bias with dbias by atomics), the 16-bit dbias store,
+    #    and the split head-dim consumer (D = 256 with a mask, deterministic, dbias fp32 and 16-bit)
+    for D in (64, 256):
+        q, k, v = r(2, 300, 2, D), r(2, 424, 2, D), r(2, 424, 2, D)
+        mask = torch.rand(2, 1, 300, 424, device=dev) > 0.3
+        kern.attention(q, k, v, mask=mask, causal=True).sum().backward()
+        row_bias = torch.randn(2, 2, 1, 424, device=dev, requires_grad=True)
+        kern.attention(q, k, v, bias=row_bias).sum().backward()
+        for bias, det in ((r(2, 2, 300, 424), False), (r(1, 2, 300, 424), True)):
+            kern.attention(q, k, v, bias=bias, deterministic=det).sum().backward()
     torch.cuda.synchronize()
     print("sanitize cases done")
 

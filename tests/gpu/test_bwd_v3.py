@@ -1,6 +1,7 @@
 """Hopper backward v3 (sm90/bwd_pipelined_sm90.h): cases that stress its machinery (marked `gpu`).
 
-On compute capability 9.0 the non-window backwards with head dim 64 / 128 run v3, so the whole GPU suite checks it;
+On compute capability 9.0 every non-window backward runs v3 (but deterministic calls whose dbias needs ordering and
+the relative-position table gradient), so the whole GPU suite checks it;
 these cases aim at what is new: the KV-outer stage pipeline against short and ragged sequences (one key, S = tile
 +- 1, fewer query blocks than stages), dQ through the fragment-order accumulator (ragged head dims: columns past D),
 dbias written by TMA (one writer: a store in the bias dtype; broadcast over batch / heads: an fp32 reduce-add),
@@ -34,7 +35,7 @@ def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):
 
 
 @pytest.mark.parametrize("S", [1, 17, 63, 64, 65, 127, 128, 129, 257, 641])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 def test_sequence_lengths(kernel, S, D):
     run_case(kernel, qkv(2, S, S, 2, D), {})
 
@@ -58,7 +59,8 @@ def test_one_key(kernel):
     assert q.grad.abs().max().item() <= 1e-4 and k.grad.abs().max().item() <= 1e-3
 
 
-@pytest.mark.parametrize("D", [24, 32, 40, 64, 72, 96, 112, 128])  # 24..64 on the 64 kernel, 72..128 on 128
+# 24..64 on the 64 kernel, 72..128 on 128, 136..256 on the split head-dim kernel
+@pytest.mark.parametrize("D", [24, 32, 40, 64, 72, 96, 112, 128, 136, 160, 192, 248, 256])
 def test_ragged_head_dims(kernel, D):
     run_case(kernel, qkv(1, 300, 333, 2, D, FP16 if D % 16 else BF16), {})
 
@@ -95,7 +97,7 @@ def test_dbias_in_bias_dtype(kernel, B, bshape, D, dtype):
 # additive terms, odd widths; dbias broadcast over rows / columns (or rows TMA cannot address) by fp32 atomics
 @pytest.mark.parametrize("mshape", [(2, 1, 200, 264), (1, 1, 200, 264), (2, 3, 200, 264), (2, 1, 1, 264),
                                     (1, 3, 200, 1)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 def test_bool_masks(kernel, mshape, D):
     inp = qkv(2, 200, 264, 3, D)
     mask = torch.rand(*mshape, device="cuda") > 0.3
@@ -115,6 +117,23 @@ def test_global_terms_with_dbias(kernel, bshape, dtype, causal):
     inp = qkv(2, 200, Sk, 3, 64)
     inp["bias"] = rand(*bshape, dtype=dtype, grad=True)
     run_case(kernel, inp, {"causal": causal})
+
+
+# The split head-dim consumer (D > 128): dbias by every route (16-bit store, fp32 reduce-add, atomics), GQA with a
+# band, deterministic tickets
+@pytest.mark.parametrize("bshape,dtype", [((2, 3, 200, 264), BF16), ((1, 3, 200, 264), BF16),
+                                          ((2, 1, 200, 264), torch.float32), ((2, 3, 1, 264), BF16)],
+                         ids=["store16", "reduce", "reduce_fp32", "atomic_rows"])
+@pytest.mark.parametrize("D", [192, 256])
+def test_split_head_dim_dbias(kernel, bshape, dtype, D):
+    inp = qkv(2, 200, 264, 3, D)
+    inp["bias"] = rand(*bshape, dtype=dtype, grad=True)
+    run_case(kernel, inp, {})
+
+
+@pytest.mark.parametrize("det", [False, True])
+def test_split_head_dim_gqa_band(kernel, det):
+    run_case(kernel, qkv(2, 333, 400, 8, 256, FP16, Hkv=2), {"window": (150, 10)}, deterministic=det)
 
 
 def test_mask_bias_and_padding_together(kernel):
@@ -168,8 +187,9 @@ def test_dense_bias_with_causal_and_padding(kernel, pair, monkeypatch):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_deterministic_bitwise(kernel, bias):
-    B, S, H, D = 2, 1100, 4, 128
+@pytest.mark.parametrize("D", [128, 256])
+def test_deterministic_bitwise(kernel, bias, D):
+    B, S, H = 2, 1100, 4
     t = qkv(B, S, S, H, D)
     if bias:
         t["bias"] = rand(1, H, S, S, dtype=BF16, grad=True)  # two contributors per dbias element
@@ -192,11 +212,11 @@ def _kernels_run(fn):
 
 
 @pytest.mark.parametrize("case", ["plain128", "dense_bias64", "causal_gqa", "key_padding", "bool_mask_d96",
-                                  "row_bias_fp32"])
+                                  "row_bias_fp32", "plain256", "bias_d160"])
 def test_v3_is_the_default_on_hopper(kernel, case):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("backward v3 is the Hopper path")
-    D = {"dense_bias64": 64, "bool_mask_d96": 96, "row_bias_fp32": 64}.get(case, 128)
+    D = {"dense_bias64": 64, "bool_mask_d96": 96, "row_bias_fp32": 64, "plain256": 256, "bias_d160": 160}.get(case, 128)
     H, Hkv = (8, 2) if case == "causal_gqa" else (4, 4)
     t = qkv(2, 512, 512, H, D, Hkv=Hkv)
     kw = {}
@@ -204,6 +224,8 @@ def test_v3_is_the_default_on_hopper(kernel, case):
         kw["bias"] = rand(1, H, 512, 512, dtype=BF16, grad=True)
     if case == "bool_mask_d96":
         kw["mask"] = torch.rand(2, 1, 512, 512, device="cuda") > 0.5
+    if case == "bias_d160":
+        kw["bias"] = rand(1, H, 512, 512, dtype=BF16, grad=True)
     if case == "row_bias_fp32":
         kw["bias"] = rand(2, 1, 1, 512, dtype=torch.float32, grad=True)
     if case == "causal_gqa":

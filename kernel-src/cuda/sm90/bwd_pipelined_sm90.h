@@ -202,15 +202,15 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
   return static_cast<float>(*reinterpret_cast<const Elem*>(&x));
 }
 
-// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode).
 // kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
 // broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
 // per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
+// q_off: the tile's first query column within the query block (split head-dim consumer: 32 per warpgroup).
 template <int BM, int NTQ>
 __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const float (&ds)[NTQ][4], int b, int h,
-                                                 int m, int j0, int lane) {
+                                                 int m, int j0, int lane, int q_off = 0) {
   const KParams& p = P.p;
-  const int qc = (lane & 3) * 2, i0 = m * BM + qc;
+  const int qc = (lane & 3) * 2, i0 = m * BM + q_off + qc;
   float* db = P.dbias_f32 + (int64_t(b % P.db_period) * P.db_heads + (P.db_heads > 1 ? h : 0)) *
                                 int64_t(P.db_rows) * P.db_cols;
   if (P.db_rows > 1 && P.db_cols > 1) {
@@ -252,6 +252,7 @@ __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const f
   }
 }
 
+// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode).
 template <typename Tr, typename Elem, int kTerms, int KV>
 __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
                                             const BwdTile& t, bool deterministic, int warp, int lane) {
@@ -518,6 +519,17 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   }
 }
 
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn
+
+// head dims past 128: the consumer that splits dK / dV / dQ by head-dim halves (uses the pieces above)
+#include "bwd_split_d_sm90.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
 template <typename Tr, typename Elem, int kTerms, bool kPair>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -559,11 +571,11 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
     }
   } else {
     regs_alloc<Tr::kConsumerRegs>();
-    if (skip) {  // dK = dV = 0
+    if (skip) {  // dK = dV = 0 (split head dim: both warpgroups own the same keys, the first writes)
       const int cw = wg - 1, wi = warp & 3;
       const int64_t kv_ss = int64_t(p.Hkv) * p.D;
-      const int r0 = t.n * BN + cw * 64 + wi * 16;
-      for (int bi = 0; bi < KV; ++bi)
+      const int r0 = t.n * BN + (Tr::kSplitD ? 0 : cw * 64) + wi * 16;
+      for (int bi = 0; bi < (Tr::kSplitD && cw == 1 ? 0 : KV); ++bi)
         for (int idx = lane; idx < 16 * p.D; idx += 32) {
           const int r = idx / p.D, d = idx % p.D;
           if (r0 + r < p.Sk) {
@@ -573,6 +585,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
             static_cast<Elem*>(p.dv)[o] = Elem(0.f);
           }
         }
+    } else if constexpr (Tr::kSplitD) {
+      bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, wg - 1, t, deterministic, warp, lane);
     } else {
       bwd_consume<Tr, Elem, kTerms, KV>(P, sm, wg - 1, t, deterministic, warp, lane);
     }

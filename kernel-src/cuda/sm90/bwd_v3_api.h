@@ -38,10 +38,11 @@ struct BwdV3Buffers {
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 
-// The v3 kernel's head dim for a call's D, 0 for none. dK / dV of 64 keys x D live in the consumers' registers, so
-// the kernels are 64 and 128; D = 32 and 96 run on them with TMA's zero fill as padding (1.33-2x the tensor-core
-// work, still well ahead of the portable v1.1 kernel's occupancy-bound mma.sync loop).
-inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 0; }
+// The v3 kernel's head dim for a call's D. The kernels are 64, 128 (dK / dV of 64 keys x D in each consumer's
+// registers) and 256 (split by head-dim halves across the consumers, bwd_split_d_sm90.h); the head dims between
+// run on the next one up with TMA's zero fill as padding (up to 2x the tensor-core work at D = 32, still ahead of
+// the portable v1.1 kernel's occupancy-bound mma.sync loop).
+inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
 // Whether this binary holds the sm_90a kernel for head dim D (cudaFuncGetAttributes; false clears the error).
 template <int D>

@@ -83,6 +83,7 @@ template <> struct FwdPipeTraitsSm90For<256> {
 // Registers: dK and dV of 64 keys x D stay in the consumers (2 x D / 2 per thread), so head dims past 128 do not fit.
 template <int kHeadDim_, int kStages_>
 struct BwdPipeTraitsSm90 {
+  static constexpr bool kSplitD = false;
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
   static constexpr int kBlockM = 64, kBlockN = 128, kNThreads = 384, kConsumerWarps = 8;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -102,6 +103,29 @@ struct BwdPipeTraitsSm90 {
 template <int D> struct BwdPipeTraitsSm90For {
   using type = BwdPipeTraitsSm90<D, 2>;
   using deep = BwdPipeTraitsSm90<D, 3>;
+};
+
+// Head dims past 128 (bwd_split_d_sm90.h): 64 keys per CTA shared by both consumer warpgroups, which split dK / dV /
+// dQ by head-dim halves; P^T and dS^T pass through shared memory (ds(0), ds(1)). Two stages of 32 KB Q / dO tiles
+// fill the shared memory (211 KB before the dbias staging), so there is no staged bias tile and no deep variant.
+template <int kHeadDim_>
+struct BwdSplitTraitsSm90 {
+  static constexpr bool kSplitD = true;
+  static constexpr int kHeadDim = kHeadDim_, kStages = 2;
+  static constexpr int kBlockM = 64, kBlockN = 64, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kDSBytes = kBlockN * kBlockM * 2;  // the P^T tile, then the dS^T tile
+  static constexpr int kVecBytes = 2 * kBlockM * 4;
+  static constexpr int kBiasBytes = kBlockM * kBlockN * 2, kDbiasBytes = kBlockM * kBlockN * 4;
+  static constexpr int kBarsOffset =
+      2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDSBytes + (kStages * kVecBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = 1024 + kBarsOffset + 1024;
+  static_assert(kHeadDim % 128 == 0, "two head-dim halves of whole 64-column dQ pieces");
+};
+template <> struct BwdPipeTraitsSm90For<256> {
+  using type = BwdSplitTraitsSm90<256>;
+  using deep = type;
 };
 
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V

@@ -24,7 +24,8 @@ struct BwdPipelinedSm90 {
   }
   template <typename Elem>
   static Fn pick_terms(int terms, bool pair) {
-    if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair);
+    if constexpr (!Tr::kSplitD)  // (the split head-dim consumer reads every term from global memory)
+      if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair);
     if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair);
     return pick_pair<Tr, Elem, kBwdTermsNone>(pair);
   }
@@ -50,11 +51,12 @@ bool bwd_pipelined_sm90_ready(int dtype) {
 }
 
 // The additive term is staged (TMA) when it is a full-rows / full-columns tile of the input dtype with contiguous,
-// 16-byte aligned rows and there is no bool mask; other terms and masks are read from global memory. The dbias
-// atomics live in the global-terms kernel only (they cost the staged kernel registers otherwise).
-inline int bwd_terms(const KParams& p, int dtype, int dbias_mode) {
+// 16-byte aligned rows, there is no bool mask and the kernel has room to stage (can_stage); other terms and masks
+// are read from global memory. The dbias atomics live in the global-terms kernel only (they cost the staged kernel
+// registers otherwise).
+inline int bwd_terms(const KParams& p, int dtype, int dbias_mode, bool can_stage) {
   const Operand4d& t = p.bias;
-  if (p.mask.ptr != nullptr || dbias_mode == kDbiasAtomic) return kBwdTermsGlobal;
+  if (p.mask.ptr != nullptr || dbias_mode == kDbiasAtomic || (t.ptr != nullptr && !can_stage)) return kBwdTermsGlobal;
   if (t.ptr == nullptr) return kBwdTermsNone;
   const bool stageable = t.dtype == dtype && t.rows == p.Sq && t.cols == p.Sk && t.sk == 1 &&
                          reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
@@ -80,7 +82,7 @@ int bwd_smem_bytes(int terms, const BwdV3Buffers& buf, int bufs) {
 template <int D>
 int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, BwdV3Buffers& buf, int smem_optin) {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
-  const int terms = bwd_terms(p, dtype, buf.dbias_mode);
+  const int terms = bwd_terms(p, dtype, buf.dbias_mode, !Tr::kSplitD);
   buf.pair = false;
   buf.dbias_bufs = 1;
   if (buf.dbias_mode == kDbiasStore || buf.dbias_mode == kDbiasReduce) {
@@ -125,7 +127,7 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   P.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
   P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's lse rows");
   P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's delta rows");
-  const int terms = bwd_terms(p, dtype, buf.dbias_mode);
+  const int terms = bwd_terms(p, dtype, buf.dbias_mode, !Tr::kSplitD);
   if (terms == kBwdTermsStaged) {
     P.bias_stage_bytes = Tr::kBiasBytes;
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
