@@ -241,7 +241,7 @@ def bench_flux_train(reps, layers=None, *, device="cuda", tokens=(4096, 512), **
     target = torch.randn(1, tokens[0], model.proj_out.out_features, device=device)
     loss_fn = flux_loss_fn(model, kw, target)
     # The first block's query projection: its gradient passes through every attention backward of the model.
-    param = "transformer_blocks.0.attn.to_q.weight" if cfg.num_layers else "single_transformer_blocks.0.attn.to_q.weight"
+    param = ("transformer_blocks" if cfg.num_layers else "single_transformer_blocks") + ".0.attn.to_q.weight"
     res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9, "tokens": sum(tokens),
            "layers": [cfg.num_layers, cfg.num_single_layers], "full_model": layers is None and not config}
     checks = {}
