@@ -14,7 +14,8 @@ Workloads:
     recorded), `--flux-layers` runs fewer blocks of the same width instead. Before timing, one forward + backward per
     backend from the same weights gives the loss and the first block's `to_q.weight` gradient vs native.
   * swin_t_train: timm `swin_tiny_patch4_window7_224` (window 7, N = 49), batch 128, bf16 autocast, one training step
-    (forward, cross entropy, backward, SGD update), timm's attention vs `kernelize_swin` (Mode.TRAINING).
+    (forward, cross entropy, backward, SGD update), timm's attention (its default unfused path: q k^T + table +
+    mask, softmax, @ v) vs `kernelize_swin` (Mode.TRAINING).
   * swin_b384_train: the same with timm `swin_base_patch4_window12_384` (window 12, N = 144), batch 32, 384 px.
     Both Swin workloads check the loss and a shifted block's relative-position table gradient (the kernel's dTable)
     vs timm's, from one eval-mode forward + backward (no stochastic depth).
@@ -264,8 +265,10 @@ def bench_flux_train(reps, layers=None, *, device="cuda", tokens=(4096, 512), **
 # ----------------------------------------------------------------------------------------------------------------
 # Swin (timm)
 
-# name: (timm model, batch, image size). Swin-B 384 (window 12, N = 144): batch 32 holds roughly 16-30 GB of
-# activations (stage 1 is 96 x 96 tokens x C128, 64 windows per image; stage 3 has 18 blocks), so it fits with room.
+# name: (timm model, batch, image size). Swin-B 384 (window 12, N = 144) at batch 32: about 15 GB of activations
+# outside attention (stage 1: 96 x 96 tokens x C128, 64 windows per image; stage 3: 18 blocks) plus about 13 GB of
+# scores that timm's attention keeps for its backward (its default unfused path: fused_attn is "experimental" for
+# Swin; fp32 logits and softmax under autocast, their bf16 copy), ~30 GB: room to spare on the H200.
 SWIN = {
     "swin_t_train": ("swin_tiny_patch4_window7_224", 128, 224),
     "swin_b384_train": ("swin_base_patch4_window12_384", 32, 384),
