@@ -3,17 +3,29 @@ verified by winattn.load) inside real diffusers / timm models with random weight
 attention in the same run.
 
     python benchmarks/bench_models.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--out results/bench_models.json]
+        [--only flux_step flux_train swin_t_train swin_b384_train] [--flux-layers DOUBLE SINGLE]
 
 Workloads:
   * flux_step: diffusers `FluxTransformer2DModel` with its default config (the 12B Flux transformer, random bf16
     weights built on the GPU, no download), one denoising step at 1024 px (4096 image + 512 text tokens = 4608),
     `native` vs `window_attn_hub` (set_attention_backend). Forward only (inference).
-  * swin_t_train: timm `swin_tiny_patch4_window7_224`, batch 128, bf16 autocast, one training step (forward,
-    backward, SGD update), timm's attention vs `kernelize_swin`.
-Timing: CUDA events around each step after warm-up, median of --reps.
+  * flux_train: the same model and inputs, one training step (forward, MSE against a random target, backward, SGD
+    without momentum) in bf16; the full model fits an H200 (estimate above `bench_flux_train`; peak memory is
+    recorded), `--flux-layers` runs fewer blocks of the same width instead. Before timing, one forward + backward per
+    backend from the same weights gives the loss and the first block's `to_q.weight` gradient vs native.
+  * swin_t_train: timm `swin_tiny_patch4_window7_224` (window 7, N = 49), batch 128, bf16 autocast, one training step
+    (forward, cross entropy, backward, SGD update), timm's attention (its default unfused path: q k^T + table +
+    mask, softmax, @ v) vs `kernelize_swin` (Mode.TRAINING).
+  * swin_b384_train: the same with timm `swin_base_patch4_window12_384` (window 12, N = 144), batch 32, 384 px.
+    Both Swin workloads check the loss and a shifted block's relative-position table gradient (the kernel's dTable)
+    vs timm's, from one eval-mode forward + backward (no stochastic depth).
+Timing: CUDA events around each step after warm-up, median of --reps; training workloads also record the peak
+allocation of the timed steps (`peak_gib`). The workload functions take `device=` so that
+tests/integrations/test_bench_models.py runs them on tiny configs with the CPU build.
 On the H200 image (huggingface_hub 1.33, which has no kernel repo type) it needs, as wheels (.whl/, see
-../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1, kernel-abi-check 0.14.1 (publish's checks) and
-huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1, hf-xet 1.8.0.
+../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1 (the Flux workloads), kernel-abi-check 0.14.1
+(publish's checks) and huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1, hf-xet
+1.8.0; timm (the Swin workloads) comes with the image.
 """
 
 import argparse
@@ -76,28 +88,115 @@ def cuda_time(fn, reps, warmup=3):
     return statistics.median(times)
 
 
-def bench_flux(reps):
+def cpu_time(fn, reps, warmup=1):
+    """Median wall time in ms on the CPU (the tiny-config test runs the workloads there)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def timed(fn, reps, device):
+    """{"step_ms": ...}, with the peak allocation of the timed steps on the GPU."""
+    import torch
+
+    if device != "cuda":
+        return {"step_ms": cpu_time(fn, reps)}
+    torch.cuda.reset_peak_memory_stats()
+    step_ms = cuda_time(fn, reps)
+    return {"step_ms": step_ms, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training steps, shared by the Flux and Swin workloads
+
+
+def make_step(model, loss_fn, lr):
+    """One training step: zero grads, forward + loss, backward, SGD update; returns the (detached) loss.
+
+    SGD without momentum keeps no optimizer state: memory is weights + grads + activations.
+    """
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def loss_and_grad(model, loss_fn, param: str):
+    """Loss and the fp32 gradient of parameter `param` from one forward + backward, without an update."""
+    model.zero_grad(set_to_none=True)
+    loss = loss_fn()
+    loss.backward()
+    grad = dict(model.named_parameters())[param].grad.float().clone()
+    model.zero_grad(set_to_none=True)
+    return loss.item(), grad
+
+
+def compare(ref, got, param: str) -> dict:
+    """Loss and grad differences of `got` against `ref`, both (loss, grad of `param`) from the same weights."""
+    (ref_loss, ref_grad), (loss, grad) = ref, got
+    return {"loss_ref": ref_loss, "loss": loss, "loss_abs_diff": abs(loss - ref_loss), "grad_param": param,
+            "grad_max_abs_diff": (grad - ref_grad).abs().max().item(), "grad_ref_max_abs": ref_grad.abs().max().item()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Flux (diffusers)
+
+
+def build_flux(device, layers=None, **config):
+    """Random-weight bf16 `FluxTransformer2DModel` built on `device`: diffusers' default config (Flux.1's 12B
+    transformer) updated by `config`; `layers=(double, single)` keeps its width and heads (attention shapes as in the
+    full model) with fewer blocks."""
     import torch
     from diffusers import FluxTransformer2DModel
+
+    if layers is not None:
+        config.update(num_layers=layers[0], num_single_layers=layers[1])
+    torch.manual_seed(0)
+    with torch.device(device):
+        return FluxTransformer2DModel(**config).to(torch.bfloat16)
+
+
+def flux_inputs(cfg, device, n_img=4096, n_txt=512) -> dict:
+    """Forward keywords for `n_img` image and `n_txt` text tokens (1024 px: a 128 x 128 latent in 2 x 2 patches; T5
+    context of 512)."""
+    import torch
+
+    bf16 = torch.bfloat16
+    kw = dict(
+        hidden_states=torch.randn(1, n_img, cfg.in_channels, device=device, dtype=bf16),
+        encoder_hidden_states=torch.randn(1, n_txt, cfg.joint_attention_dim, device=device, dtype=bf16),
+        pooled_projections=torch.randn(1, cfg.pooled_projection_dim, device=device, dtype=bf16),
+        timestep=torch.tensor([0.5], device=device, dtype=bf16),
+        img_ids=torch.randn(n_img, 3, device=device), txt_ids=torch.zeros(n_txt, 3, device=device),
+        return_dict=False)
+    if cfg.guidance_embeds:
+        kw["guidance"] = torch.tensor([3.5], device=device, dtype=bf16)
+    return kw
+
+
+def bench_flux(reps):
+    import torch
 
     import winattn.integrations.diffusers as wd
 
     wd.register()
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = FluxTransformer2DModel().to(torch.bfloat16).eval()
-    cfg = model.config
-    n_img, n_txt = 4096, 512  # 1024 px: a 128 x 128 latent in 2 x 2 patches; T5 context of 512
-    kw = dict(
-        hidden_states=torch.randn(1, n_img, cfg.in_channels, device="cuda", dtype=torch.bfloat16),
-        encoder_hidden_states=torch.randn(1, n_txt, cfg.joint_attention_dim, device="cuda", dtype=torch.bfloat16),
-        pooled_projections=torch.randn(1, cfg.pooled_projection_dim, device="cuda", dtype=torch.bfloat16),
-        timestep=torch.tensor([0.5], device="cuda", dtype=torch.bfloat16),
-        img_ids=torch.randn(n_img, 3, device="cuda"), txt_ids=torch.zeros(n_txt, 3, device="cuda"),
-        return_dict=False)
-    if cfg.guidance_embeds:
-        kw["guidance"] = torch.tensor([3.5], device="cuda", dtype=torch.bfloat16)
-    res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9, "tokens": n_img + n_txt}
+    model = build_flux("cuda").eval()
+    kw = flux_inputs(model.config, "cuda")
+    res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9,
+           "tokens": kw["hidden_states"].shape[1] + kw["encoder_hidden_states"].shape[1]}
     outs = {}
     with torch.no_grad():
         for backend in ("native", "window_attn_hub"):
@@ -113,35 +212,125 @@ def bench_flux(reps):
     return res
 
 
-def bench_swin(reps, batch=128):
+# Memory of the full 12B model's training step at 4608 tokens, bf16 (no gradient checkpointing, SGD without
+# momentum): weights 11.9 B x 2 B = 23.8 GB, grads 23.8 GB, activations saved for the backward ~46 GB (counted with
+# saved_tensors_hooks on a meta-device model with the real width, excluding parameters and the S x S scores a flash
+# backward does not keep: 0.88 GB per double block x 19 + 0.77 GB per single block x 38 + 0.08 GB outside the
+# blocks) = ~94 GB, plus backward temporaries and allocator slack, of the H200's 139 GiB (149 GB). It should fit, so
+# the full model is the default; `--flux-layers` (fewer blocks, same attention shapes) is there in case it does not.
+# The build itself peaks at ~71 GB (fp32 construction, then the bf16 copy) before the step.
+
+
+def flux_loss_fn(model, kw, target):
+    import torch
+
+    return lambda: torch.nn.functional.mse_loss(model(**kw)[0].float(), target)
+
+
+def bench_flux_train(reps, layers=None, *, device="cuda", tokens=(4096, 512), **config):
+    """One Flux training step (forward, MSE against a random target, backward, SGD) native vs window_attn_hub."""
+    import torch
+
+    import winattn.integrations.diffusers as wd
+
+    wd.register()
+    model = build_flux(device, layers, **config).train()
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the fp32 construction's blocks
+    cfg = model.config
+    kw = flux_inputs(cfg, device, *tokens)
+    target = torch.randn(1, tokens[0], model.proj_out.out_features, device=device)
+    loss_fn = flux_loss_fn(model, kw, target)
+    # The first block's query projection: its gradient passes through every attention backward of the model.
+    param = ("transformer_blocks" if cfg.num_layers else "single_transformer_blocks") + ".0.attn.to_q.weight"
+    res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9, "tokens": sum(tokens),
+           "layers": [cfg.num_layers, cfg.num_single_layers], "full_model": layers is None and not config}
+    checks = {}
+    for backend in ("native", "window_attn_hub"):  # both from the initial weights, before any update
+        model.set_attention_backend(backend)
+        checks[backend] = loss_and_grad(model, loss_fn, param)
+    res["check_vs_native"] = compare(checks["native"], checks["window_attn_hub"], param)
+    del checks
+    step = make_step(model, loss_fn, lr=1e-4)
+    for backend in ("native", "window_attn_hub"):
+        model.set_attention_backend(backend)
+        res[backend] = timed(step, reps, device)
+    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+    del model, step
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Swin (timm)
+
+# name: (timm model, batch, image size). Swin-B 384 (window 12, N = 144) at batch 32: about 15 GB of activations
+# outside attention (stage 1: 96 x 96 tokens x C128, 64 windows per image; stage 3: 18 blocks) plus about 13 GB of
+# scores that timm's attention keeps for its backward (its default unfused path: fused_attn is "experimental" for
+# Swin; fp32 logits and softmax under autocast, their bf16 copy), ~30 GB: room to spare on the H200.
+SWIN = {
+    "swin_t_train": ("swin_tiny_patch4_window7_224", 128, 224),
+    "swin_b384_train": ("swin_base_patch4_window12_384", 32, 384),
+}
+
+
+def swin_loss_fn(model, x, y):
+    import torch
+
+    def loss():
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            return torch.nn.functional.cross_entropy(model(x), y)
+
+    return loss
+
+
+def bench_swin(reps, model_name, batch, img_size, *, device="cuda", **model_kwargs):
+    """One timm Swin training step (bf16 autocast, cross entropy, SGD), timm's attention vs `kernelize_swin`."""
     import copy
 
     import timm
     import torch
 
-    from winattn.integrations.timm import kernelize_swin
+    from winattn.integrations.timm import Mode, kernelize_swin
 
     torch.manual_seed(0)
-    base = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).cuda()
-    x = torch.randn(batch, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
-    res = {"batch": batch}
-    for name, model in (("native", copy.deepcopy(base)), ("kernelize_swin", kernelize_swin(copy.deepcopy(base)))):
+    base = timm.create_model(model_name, pretrained=False, img_size=img_size, **model_kwargs).to(device)
+    x = torch.randn(batch, 3, img_size, img_size, device=device)
+    y = torch.randint(0, base.num_classes, (batch,), device=device)
+    # The shifted block of stage 1: its table's gradient is the kernel's dBias (dTable) pass.
+    param = "layers.0.blocks.1.attn.relative_position_bias_table"
+    res = {"model": model_name, "batch": batch, "img_size": img_size}
+    checks = {}
+    for name in ("native", "kernelize_swin"):
+        model = copy.deepcopy(base)
+        if name == "kernelize_swin":
+            kernelize_swin(model, mode=Mode.TRAINING)
+        loss_fn = swin_loss_fn(model, x, y)
+        # Checked in eval mode: Swin has no batch norm, so eval only turns off stochastic depth (drop_path_rate
+        # 0.1 by default), whose random masks would differ between the two models' steps.
+        checks[name] = loss_and_grad(model.eval(), loss_fn, param)
         model.train()
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-
-        res[name] = {"step_ms": cuda_time(step, reps)}
-        del model, opt
-        torch.cuda.empty_cache()
+        step = make_step(model, loss_fn, lr=1e-3)
+        res[name] = timed(step, reps, device)
+        del model, step, loss_fn
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    res["check_vs_native"] = compare(checks["native"], checks["kernelize_swin"], param)
     res["speedup"] = res["native"]["step_ms"] / res["kernelize_swin"]["step_ms"]
     return res
+
+
+def workloads(args) -> dict:
+    """name -> zero-argument callable, in the order they run."""
+    runs = {"flux_step": lambda: bench_flux(args.reps),
+            "flux_train": lambda: bench_flux_train(args.reps, args.flux_layers)}
+    for name, (model_name, batch, img_size) in SWIN.items():
+        runs[name] = lambda m=model_name, b=batch, s=img_size: bench_swin(args.reps, m, b, s)
+    return runs
+
+
+WORKLOADS = ("flux_step", "flux_train", *SWIN)
 
 
 def main():
@@ -149,8 +338,14 @@ def main():
     ap.add_argument("--variant", default="build/torch-stable-abi210-cu130-x86_64-linux")
     ap.add_argument("--out", default="results/bench_models.json")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--only", nargs="*", default=None, help="subset: flux_step swin_t_train")
+    ap.add_argument("--only", nargs="*", default=None, choices=WORKLOADS, metavar="NAME",
+                    help="subset of: " + " ".join(WORKLOADS))
+    ap.add_argument("--flux-layers", nargs=2, type=int, default=None, metavar=("DOUBLE", "SINGLE"),
+                    help="flux_train only: this many double / single blocks (full width and heads, so the attention "
+                         "calls are the real model's) instead of the full 19 / 38, if the full step does not fit")
     args = ap.parse_args()
+    if args.flux_layers is not None and (min(args.flux_layers) < 0 or sum(args.flux_layers) == 0):
+        ap.error(f"--flux-layers needs two counts >= 0, not both 0; got {args.flux_layers}")
     work = Path(tempfile.mkdtemp(prefix="bench-models-"))
     os.environ["BENCH_PORT"] = str(free_port())
     point_clients(f"http://127.0.0.1:{os.environ['BENCH_PORT']}", work / "home")
@@ -165,13 +360,16 @@ def main():
     results = {"meta": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                         "date": time.strftime("%Y-%m-%d %H:%M:%S")}}
     try:
-        for name, fn in (("flux_step", bench_flux), ("swin_t_train", bench_swin)):
+        for name, fn in workloads(args).items():
             if args.only and name not in args.only:
                 continue
             try:
-                results[name] = fn(args.reps)
-            except Exception as e:  # one model failing still lets the other run; the error is recorded
+                results[name] = fn()
+            except Exception as e:  # one model failing still lets the others run; the error is recorded
                 results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                if name == "flux_train" and isinstance(e, torch.cuda.OutOfMemoryError):
+                    results[name]["hint"] = "rerun with --flux-layers DOUBLE SINGLE (e.g. 10 20)"
+            torch.cuda.empty_cache()  # what a failed workload's frames held is free now
             print(name, json.dumps(results[name]), flush=True)
     finally:
         srv.stop()
