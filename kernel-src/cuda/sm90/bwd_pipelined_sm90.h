@@ -205,6 +205,21 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
 // kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
 // broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
 // per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
+// kDbiasStore16: a warp's dS^T fragments (16 keys from tile column key0 x NTQ * 8 queries from q_off), packed in
+// the A-fragment order (afrag[ks][2 u + hf] = 8 x 8 block (queries 16 ks + 8 u, keys + 8 hf)), into the 16-bit
+// [BM queries x BN keys] staging tile (bias_elem_offset's layout) by stmatrix.trans: each block leaves transposed,
+// one 16-byte row of 8 keys per query, four blocks per instruction (lane 8 k + c gives the row c of block k).
+template <int BM, int NTQ>
+__device__ __forceinline__ void stage_dbias16(uint32_t st, const uint32_t (&afrag)[NTQ / 2][4], int q_off, int key0,
+                                              int lane) {
+  const int k = lane >> 3, c = lane & 7;  // block (u = k >> 1, hf = k & 1) of each instruction, its row c
+#pragma unroll
+  for (int ks = 0; ks < NTQ / 2; ++ks) {
+    const uint32_t a = st + bias_elem_offset<BM>(q_off + ks * 16 + (k >> 1) * 8 + c, key0 + (k & 1) * 8);
+    stmatrix_x4_trans(a, afrag[ks][0], afrag[ks][1], afrag[ks][2], afrag[ks][3]);
+  }
+}
+
 // q_off: the tile's first query column within the query block (split head-dim consumer: 32 per warpgroup).
 template <int BM, int NTQ>
 __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const float (&ds)[NTQ][4], int b, int h,
@@ -387,28 +402,44 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         if constexpr (kTerms == kBwdTermsGlobal)
           if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane);
 
-        // dBias: the dS tile -> staging buffer sbuf (fp32, or 16-bit at bias_off with kDbiasStore16; pair mode: the
-        // second batch adds to the first's) -> TMA after the last batch. With one buffer the previous tile's TMA
-        // read of it must be done first (one more barrier); with two, the issuer waited for it before the first dS
-        // barrier of this tile.
+        uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
+        {
+          float (&s3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_s);
+          float (&dp3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_dp);
+          uint32_t (&pf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(pf);
+          uint32_t (&dsf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(dsf);
+          acc_to_afrag<Elem, 1, NTQ>(pf3, s3);
+          acc_to_afrag<Elem, 1, NTQ>(dsf3, dp3);
+        }
+        // dBias: the dS tile -> staging buffer sbuf -> TMA after the last batch. fp32: element by element (pair
+        // mode: the second batch adds to the first's). 16-bit: stmatrix.trans of the packed fragments (dsf, or in
+        // pair mode the sum with the first batch's dS, parked in fp32 in a thread-private scratch). With one buffer
+        // the previous tile's TMA read of it must be done first (one more barrier); with two, the issuer waited for
+        // it before the first dS barrier of this tile.
         if (dbias) {
           if (bi == 0 && unit > 0 && P.dbias_bufs == 1) {
             if (issuer) bulk_wait_read<0>();
             named_sync(4, 256);
           }
-          if (db16) {  // pair mode: the first batch's dS waits in fp32 (each thread rereads only its own elements)
+          if (db16 && KV == 2 && bi == 0) {
 #pragma unroll
-            for (int nt = 0; nt < NTQ; ++nt)
+            for (int nt = 0; nt < NTQ; ++nt) sts_f32x4(pair_sum + (nt * 256 + ctid) * 16, acc_dp[nt]);
+          } else if (db16) {
+            uint32_t packed[NTQ / 2][4];  // the afrag order of dsf
 #pragma unroll
-              for (int x = 0; x < 4; ++x) {
-                const uint32_t a = pair_sum + stage_off[x >> 1][x & 1] + nt * 1024;
-                if (KV == 2 && bi == 0) {
-                  sts_f32(a, acc_dp[nt][x]);
-                } else {
-                  const Elem v(KV == 2 ? lds_f32(a) + acc_dp[nt][x] : acc_dp[nt][x]);
-                  sts_u16(st + bias_off[x >> 1][x & 1] + nt * 1024, *reinterpret_cast<const uint16_t*>(&v));
-                }
+            for (int ks = 0; ks < NTQ / 2; ++ks)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) packed[ks][r] = dsf[ks][r];
+            if constexpr (KV == 2) {
+#pragma unroll
+              for (int nt = 0; nt < NTQ; ++nt) {
+                const float4 f = lds_f32x4(pair_sum + (nt * 256 + ctid) * 16);
+                const int ks = nt >> 1, u = nt & 1;
+                packed[ks][2 * u] = ElemTraits<Elem>::pack(f.x + acc_dp[nt][0], f.y + acc_dp[nt][1]);
+                packed[ks][2 * u + 1] = ElemTraits<Elem>::pack(f.z + acc_dp[nt][2], f.w + acc_dp[nt][3]);
               }
+            }
+            stage_dbias16<BM, NTQ>(st, packed, 0, cw * 64 + wi * 16, lane);
           } else {
 #pragma unroll
             for (int nt = 0; nt < NTQ; ++nt)
@@ -420,15 +451,6 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
           }
         }
 
-        uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
-        {
-          float (&s3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_s);
-          float (&dp3)[1][NTQ][4] = reinterpret_cast<float (&)[1][NTQ][4]>(acc_dp);
-          uint32_t (&pf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(pf);
-          uint32_t (&dsf3)[1][NTQ / 2][4] = reinterpret_cast<uint32_t (&)[1][NTQ / 2][4]>(dsf);
-          acc_to_afrag<Elem, 1, NTQ>(pf3, s3);
-          acc_to_afrag<Elem, 1, NTQ>(dsf3, dp3);
-        }
         // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
         const uint32_t sds = sm.ds(buf);
 #pragma unroll

@@ -52,15 +52,12 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[d][e] = acc_dv[d][e] = 0.f;
 
-  // staging offsets of element (query q0 + qc + e, key key_row + 8 hf); + nt * 1024 moves 8 queries
-  int stage_off[2][2], stage16_off[2][2];
+  // fp32 staging offsets of element (query q0 + qc + e, key key_row + 8 hf); + nt * 1024 moves 8 queries
+  int stage_off[2][2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      stage_off[hf][e] = dbias_stage_offset<BM>(q0 + qc + e, key_row + 8 * hf);
-      stage16_off[hf][e] = bias_elem_offset<BM>(q0 + qc + e, key_row + 8 * hf);
-    }
+    for (int e = 0; e < 2; ++e) stage_off[hf][e] = dbias_stage_offset<BM>(q0 + qc + e, key_row + 8 * hf);
   const bool issuer = ctid == 0;
   const uint32_t pt = sm.ds(0), dst_t = sm.ds(1);  // P^T and dS^T tiles [BN keys x BM queries]
   mbar_wait(sm.kv_full(), 0);
@@ -151,18 +148,13 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       // both warpgroups are done with the previous step's tiles (their GEMMs were waited on) and staging buffer
       if (dbias && it > 0 && P.dbias_bufs == 1 && issuer) bulk_wait_read<0>();
       if (it > 0) named_sync(6, 256);
-      if (dbias) {
+      if (dbias && db16) {
+        stage_dbias16<BM, NTQ>(st, dsf, q0, wi * 16, lane);
+      } else if (dbias) {
 #pragma unroll
         for (int nt = 0; nt < NTQ; ++nt)
 #pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            if (db16) {
-              const Elem v(acc_dp[nt][x]);
-              sts_u16(st + stage16_off[x >> 1][x & 1] + nt * 1024, *reinterpret_cast<const uint16_t*>(&v));
-            } else {
-              sts_f32(st + stage_off[x >> 1][x & 1] + nt * 1024, acc_dp[nt][x]);
-            }
-          }
+          for (int x = 0; x < 4; ++x) sts_f32(st + stage_off[x >> 1][x & 1] + nt * 1024, acc_dp[nt][x]);
       }
       // this warpgroup's 32 query columns of P^T and dS^T (afrag register (hf, u): rows + 8 hf, chunk 2 ks + u)
 #pragma unroll
