@@ -267,8 +267,10 @@ __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const f
   }
 }
 
-// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode).
-template <typename Tr, typename Elem, int kTerms, int KV>
+// Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode); kDefer: the
+// deferred-dQ schedule (below; a template parameter: sharing one kernel with the lock-step schedule cost both
+// schedules registers and 4-9% of their speed on the H200).
+template <typename Tr, typename Elem, int kTerms, int KV, bool kDefer>
 __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
                                             const BwdTile& t, bool deterministic, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
@@ -316,6 +318,51 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   const bool issuer = ctid == 0;
   mbar_wait(sm.kv_full(), 0);
 
+  // dQ = dS K of a step: the GEMM (A: dS^T tile dsa, M-major; B: this warpgroup's head-dim half of K), then the
+  // adds into the fragment-order fp32 accumulator (ordered by key block when deterministic)
+  auto issue_dq = [&](uint32_t dsa, uint32_t kb_half, float (&acc_dq)[DTQ][4]) {
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks)
+      wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
+                     make_desc(kb_half + ks * 16 * RB, BN * RB, 512), ks > 0);
+    wgmma_commit();
+  };
+  auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DTQ][4]) {
+    const int64_t tile = (int64_t(b) * p.H + h) * mblocks + m;
+    float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
+    int* sem = deterministic ? P.dq_sems + tile : nullptr;
+    int rank = 0;
+    if (deterministic) {
+      int lo_n, hi_n;
+      n_block_range(p, m, BM, BN, lo_n, hi_n);
+      rank = t.n - lo_n;
+      if (issuer)
+        while (ld_acquire(sem) != rank) __nanosleep(32);
+      named_sync(5, 256);
+    }
+#pragma unroll
+    for (int nt = 0; nt < DTQ; ++nt)
+      red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
+    if (deterministic) {
+      __threadfence();
+      named_sync(5, 256);
+      if (issuer) st_release(sem, rank + 1);
+    }
+  };
+  // Deferred dQ (kDefer: no dbias tile to stage, one batch per CTA). dQ needs both warpgroups' dS^T; waiting
+  // for it in the step that wrote it held the warpgroups in lock step (their softmax phases coincided and the
+  // tensor cores idled: ncu "barrier" stalls). Here the dQ GEMM of step it runs in step it + 1, behind its dV / dK
+  // GEMMs, and each warpgroup announces its dS^T with bar.arrive (barrier 7 + 2 cw + parity) and waits only for the
+  // other's of the step before. dS^T then rotates through three tiles (the third in the dbias staging's room):
+  // step it writes tile it % 3 after the other warpgroup's arrival for step it - 1, which follows its dQ GEMM of
+  // step it - 3, the last reader of that tile. Barrier parity keeps a warpgroup that runs a step ahead from
+  // arriving twice at one barrier before the other waited on it.
+  constexpr bool defer = kDefer && KV == 1;
+  const uint32_t ds_third = sm.dbias(P.bias_stage_bytes, 0, 0);
+  auto ds_tile = [&](int i) { return i < 2 ? sm.ds(i) : ds_third; };
+  const uint32_t kb_half0 = sm.k(0) + cw * (DK / 64) * (BN * RB);
+  int prev_b = 0, prev_h = 0, prev_m = 0;
+
   const int cnt = t.m_hi - t.m_lo;
   int it = 0, unit = 0;  // sub-steps (stages) and dbias tiles done
   for (int g = 0; g < p.hgroup; ++g) {
@@ -326,7 +373,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
       const uint32_t st = sm.dbias(P.bias_stage_bytes, sbuf, P.dbias_tile_bytes);
 #pragma unroll
       for (int bi = 0; bi < KV; ++bi, ++it) {
-        const int s = it % ST, buf = it & 1, b = t.batch(bi);
+        const int s = it % ST, buf = defer ? it % 3 : (it & 1), b = t.batch(bi);
         const uint32_t ka = sm.k(bi) + cw * 64 * RB, va = sm.v(bi) + cw * 64 * RB;  // M of S^T, dP^T: our keys
         const uint32_t kb_half = sm.k(bi) + cw * (DK / 64) * (BN * RB);              // B of dQ: head-dim half cw
         mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
@@ -452,7 +499,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         }
 
         // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
-        const uint32_t sds = sm.ds(buf);
+        if (defer && it > 0) named_sync(7 + 2 * (1 - cw) + ((it - 1) & 1), 256);  // the other's dS^T of it - 1
+        const uint32_t sds = ds_tile(buf);
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks)
 #pragma unroll
@@ -461,6 +509,34 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
             for (int u = 0; u < 2; ++u)  // afrag register (hf, u): rows + 8 hf, query chunk 2 ks + u
               sts_u32(sds + tile_chunk_offset<BN>(key_row + 8 * hf, 2 * ks + u) + qc * 2, dsf[ks][2 * u + hf]);
         fence_view_async_shared();
+        if constexpr (defer) {
+          named_arrive(7 + 2 * cw + (it & 1), 256);
+          wgmma_fence();
+#pragma unroll
+          for (int ks = 0; ks < NTQ / 2; ++ks) {
+            wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], make_desc(sm.dout(s) + ks * 16 * RB, BM * RB, 512), 1);
+            wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], make_desc(sm.q(s) + ks * 16 * RB, BM * RB, 512), 1);
+          }
+          wgmma_commit();
+          // (issued in every step so the wgmma groups do not depend on a branch, which made ptxas spill; in the
+          // first step it multiplies the unwritten third tile and the result is dropped)
+          float acc_dq[DTQ][4];
+          issue_dq(ds_tile((it + 2) % 3), kb_half0, acc_dq);
+          wgmma_wait<1>();
+          fence_acc(acc_dk[bi]);
+          fence_acc(acc_dv[bi]);
+          fence_frag(pf);
+          fence_frag(dsf);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
+          wgmma_wait<0>();
+          fence_acc(acc_dq);
+          if (it > 0) add_dq(prev_b, prev_h, prev_m, acc_dq);
+          prev_b = b;
+          prev_h = h;
+          prev_m = m;
+          continue;
+        }
         // two staging buffers: the TMA issued for the previous tile has read the one the next tile writes
         if (dbias && bi == 0 && P.dbias_bufs == 2 && issuer) bulk_wait_read<0>();
         named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
@@ -485,12 +561,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         }
         wgmma_commit();
         float acc_dq[DTQ][4];
-        const uint32_t dsa = sm.ds(buf);
-#pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks)
-          wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
-                         make_desc(kb_half + ks * 16 * RB, BN * RB, 512), ks > 0);
-        wgmma_commit();
+        issue_dq(sm.ds(buf), kb_half, acc_dq);
         wgmma_wait<1>();
         fence_acc(acc_dk[bi]);
         fence_acc(acc_dv[bi]);
@@ -500,30 +571,18 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
         wgmma_wait<0>();
         fence_acc(acc_dq);
-
-        // dQ partial -> the fragment-order fp32 accumulator (ordered by key block when deterministic)
-        const int64_t tile = (int64_t(b) * p.H + h) * mblocks + m;
-        float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
-        int* sem = deterministic ? P.dq_sems + tile : nullptr;
-        int rank = 0;
-        if (deterministic) {
-          int lo_n, hi_n;
-          n_block_range(p, m, BM, BN, lo_n, hi_n);
-          rank = t.n - lo_n;
-          if (issuer)
-            while (ld_acquire(sem) != rank) __nanosleep(32);
-          named_sync(5, 256);
-        }
-#pragma unroll
-        for (int nt = 0; nt < DTQ; ++nt)
-          red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
-        if (deterministic) {
-          __threadfence();
-          named_sync(5, 256);
-          if (issuer) st_release(sem, rank + 1);
-        }
+        add_dq(b, h, m, acc_dq);
       }
     }
+  }
+  if (defer && it > 0) {  // the last step's dQ
+    named_sync(7 + 2 * (1 - cw) + ((it - 1) & 1), 256);
+    float acc_dq[DTQ][4];
+    wgmma_fence();
+    issue_dq(ds_tile((it - 1) % 3), kb_half0, acc_dq);
+    wgmma_wait<0>();
+    fence_acc(acc_dq);
+    add_dq(prev_b, prev_h, prev_m, acc_dq);
   }
   if (dbias && issuer) bulk_wait<0>();
 
@@ -552,7 +611,7 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-template <typename Tr, typename Elem, int kTerms, bool kPair>
+template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = Tr::kBlockN, ST = Tr::kStages, KV = kPair ? 2 : 1;
@@ -610,7 +669,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
     } else if constexpr (Tr::kSplitD) {
       bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, wg - 1, t, deterministic, warp, lane);
     } else {
-      bwd_consume<Tr, Elem, kTerms, KV>(P, sm, wg - 1, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kTerms, KV, kDefer>(P, sm, wg - 1, t, deterministic, warp, lane);
     }
   }
 #else

@@ -16,26 +16,32 @@ struct BwdPipelinedSm90 {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
   using Fn = void (*)(sm90::BwdPipeParams);
+  // deferred dQ (bwd_consume) wherever no dbias tile is staged: always without a term (no dbias then)
   template <typename T, typename Elem, int kTerms>
-  static Fn pick_pair(bool pair) {
+  static Fn pick_pair(bool pair, bool defer) {
     if constexpr (D == 64)  // pair mode: dK / dV of two batches fit the registers at head dim 64 only
-      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true>;
-    return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false>;
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;
+    if constexpr (T::kSplitD || kTerms == kBwdTermsNone)  // (the split consumer has its own schedule)
+      return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, !T::kSplitD>;
+    else
+      return defer ? sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, true>
+                   : sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, false>;
   }
   template <typename Elem>
-  static Fn pick_terms(int terms, bool pair) {
+  static Fn pick_terms(int terms, bool pair, bool defer) {
     if constexpr (!Tr::kSplitD)  // (the split head-dim consumer reads every term from global memory)
-      if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair);
-    if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair);
-    return pick_pair<Tr, Elem, kBwdTermsNone>(pair);
+      if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair, defer);
+    if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair, defer);
+    return pick_pair<Tr, Elem, kBwdTermsNone>(pair, defer);
   }
-  static Fn pick(int dtype, int terms, bool pair) {
-    return dtype == 0 ? pick_terms<__half>(terms, pair) : pick_terms<__nv_bfloat16>(terms, pair);
+  static Fn pick(int dtype, int terms, bool pair, bool defer) {
+    return dtype == 0 ? pick_terms<__half>(terms, pair, defer) : pick_terms<__nv_bfloat16>(terms, pair, defer);
   }
   // no additive term: three stages (WINATTN_BWD_STAGES=2 keeps two, for A/B runs)
   static Fn pick_deep(int dtype) {
-    return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, kBwdTermsNone, false>
-                      : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, kBwdTermsNone, false>;
+    constexpr bool defer = !Deep::kSplitD;
+    return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, kBwdTermsNone, false, defer>
+                      : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, kBwdTermsNone, false, defer>;
   }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
@@ -43,7 +49,7 @@ struct BwdPipelinedSm90 {
 template <int D>
 bool bwd_pipelined_sm90_ready(int dtype) {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, kBwdTermsNone, false)) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, kBwdTermsNone, false, true)) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -64,6 +70,17 @@ inline int bwd_terms(const KParams& p, int dtype, int dbias_mode, bool can_stage
   return stageable ? kBwdTermsStaged : kBwdTermsGlobal;
 }
 
+// Deferred dQ (bwd_consume) where no dbias tile is staged (not the split head-dim consumer: it has its own
+// schedule). Its third dS^T tile takes the staging's room.
+template <typename Tr>
+bool bwd_defer_dq(const BwdV3Buffers& buf) {
+  return !Tr::kSplitD && (buf.dbias_mode == kDbiasNone || buf.dbias_mode == kDbiasAtomic);
+}
+template <typename Tr>
+int bwd_defer_bytes(const BwdV3Buffers& buf) {
+  return bwd_defer_dq<Tr>(buf) ? Tr::kDSBytes : 0;
+}
+
 // Shared memory of a call with `bufs` dbias staging tiles (fp32, or 16-bit with kDbiasStore16 plus pair mode's
 // fp32 sum tile) and, in pair mode, a second K / V set.
 template <typename Tr>
@@ -74,7 +91,7 @@ int bwd_smem_bytes(int terms, const BwdV3Buffers& buf, int bufs) {
   else if (buf.dbias_mode != kDbiasNone)
     dbias = bufs * Tr::kDbiasBytes;
   const int staged = terms == kBwdTermsStaged ? Tr::kStages * Tr::kBiasBytes : 0;
-  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + staged + dbias;
+  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + staged + dbias + bwd_defer_bytes<Tr>(buf);
 }
 
 // Pair mode (bwd_pipelined_sm90.h) when exactly two batches share each dbias element and no heads do, at head dim
@@ -157,11 +174,11 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   }
   const char* stages_env = std::getenv("WINATTN_BWD_STAGES");
   const bool deep = terms == kBwdTermsNone && !(stages_env != nullptr && stages_env[0] == '2') &&
-                    K::Deep::kSmemBytes <= smem_optin;
-  const int smem = deep ? K::Deep::kSmemBytes : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
+                    K::Deep::kSmemBytes + bwd_defer_bytes<typename K::Deep>(buf) <= smem_optin;
+  const int smem = deep ? K::Deep::kSmemBytes + bwd_defer_bytes<Tr>(buf) : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
   if (smem > smem_optin) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot fit");
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, terms, pair);
+  auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, terms, pair, bwd_defer_dq<Tr>(buf));
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
