@@ -271,3 +271,44 @@ def test_no_grad_and_inference_mode_calls_record_no_graph(kernel):
     assert out2.is_inference() and torch.equal(out, out2)
     out3 = kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
     assert out3.grad_fn is not None and torch.equal(out3.detach(), out)
+
+
+# ---- the CPU forward's scratch is reused uninitialized --------------------------------------------------------
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "generic"])
+def test_cpu_forward_scratch_reuse_reads_nothing_stale(kernel, monkeypatch, isa):
+    """The forward's tile scratch comes from a per-thread arena kept between calls, without a zero fill
+    (ScratchLease, kernel-src/cpu/cpu_common.h). A call that leaves NaN in every buffer it touches, then calls of
+    other shapes, dtypes, head dims and score terms, must each match the reference: a buffer read before it is
+    written (a padding column, an accumulator row) would show the previous call's NaN. Also a call above the
+    arena's keep limit (its own allocation) between two small ones."""
+    if kernel.interface.BUILD_DEVICE != "cpu":
+        pytest.skip("CPU kernel scratch")
+    if isa != "default":
+        monkeypatch.setenv("WINATTN_CPU_ISA", isa)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one arena: every call below reuses the one the NaN call dirtied
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            big = [torch.full((2, 130, 4, 64), float("nan"), dtype=dtype) for _ in range(3)]
+            assert kernel.attention(*big, bias=torch.randn(1, 4, 130, 130)).isnan().all()
+            q, k, v, table = (t.to(dtype) for t in _window_inputs(batch=2))
+            table = table.float()
+            index, mask = _swin_index(), _shift_mask(2)
+            got = kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
+            want = kernel.reference.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+            # wide GQA group at D = 256: ~8 MB of scratch, above the keep limit (allocated for that call only)
+            qg = torch.randn(1, 9, 32, 256).to(dtype)
+            kg, vg = (torch.randn(1, 9, 1, 256).to(dtype) for _ in range(2))
+            torch.testing.assert_close(kernel.attention(qg, kg, vg), kernel.reference.attention(qg, kg, vg),
+                                       atol=tol, rtol=tol)
+            qs, ks, vs = (torch.randn(3, 5, 2, 16).to(dtype) for _ in range(3))
+            kpm = torch.tensor([[True] * 5, [True, True, False, True, False], [False] * 4 + [True]])
+            torch.testing.assert_close(kernel.attention(qs, ks, vs, key_padding_mask=kpm, causal=True),
+                                       kernel.reference.attention(qs, ks, vs, key_padding_mask=kpm, causal=True),
+                                       atol=tol, rtol=tol)
+    finally:
+        torch.set_num_threads(threads)
