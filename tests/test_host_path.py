@@ -312,3 +312,26 @@ def test_cpu_forward_scratch_reuse_reads_nothing_stale(kernel, monkeypatch, isa)
                                        atol=tol, rtol=tol)
     finally:
         torch.set_num_threads(threads)
+
+
+# ---- the op allocates its outputs through the C shim ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 3, 16), (0, 7, 3, 16), (2, 0, 3, 16), (1, 1, 1, 8)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_op_outputs_are_contiguous_tensors_of_the_right_dtype(kernel, device, shape, dtype):
+    """out / lse come from aoti_torch_empty_strided (torch_binding.cpp new_contiguous) rather than
+    torch::stable::new_empty: same shapes, dtypes, device and contiguous strides as torch.empty gives (zero-size
+    dims included), and new tensors that require no gradient."""
+    if device == "cuda" and dtype == torch.float32:
+        dtype = torch.float16
+    q = torch.randn(shape, device=device).to(dtype)
+    out, lse = kernel._ops.ops.fwd(q, q, q, None, None, None, None, None, 0.25, False, -1, -1, False)
+    B, S, H, D = shape
+    for t, want_shape, want_dtype in ((out, shape, dtype), (lse, (B, H, S), torch.float32)):
+        assert tuple(t.shape) == want_shape and t.dtype == want_dtype and t.device == q.device
+        assert t.stride() == torch.empty(want_shape).stride()
+        assert not t.requires_grad and t.data_ptr() != q.data_ptr() or t.numel() == 0
+    if q.numel():
+        torch.testing.assert_close(out.float(), kernel.reference.attention(q, q, q, scale=0.25).float(),
+                                   atol=2e-2, rtol=2e-2)
