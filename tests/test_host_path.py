@@ -335,3 +335,28 @@ def test_op_outputs_are_contiguous_tensors_of_the_right_dtype(kernel, device, sh
     if q.numel():
         torch.testing.assert_close(out.float(), kernel.reference.attention(q, q, q, scale=0.25).float(),
                                    atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "generic"])
+def test_cpu_table_term_gather_reads_any_strides(kernel, monkeypatch, isa):
+    """The table term is gathered W keys at a time (Vec::gather in kernel-src/cpu/simd_*.h) with the table's row
+    stride and the index's column stride: a transposed table ([H, T].t(): row stride 1) and a transposed index
+    (column stride N), with N = 49 keys (six vectors and a one-key tail), must match the reference, forward and
+    gradients."""
+    if kernel.interface.BUILD_DEVICE != "cpu":
+        pytest.skip("CPU kernel code paths")
+    if isa != "default":
+        monkeypatch.setenv("WINATTN_CPU_ISA", isa)
+    q, k, v, _ = _window_inputs(grad=True, batch=2)
+    table = (torch.randn(H, ROWS) * 0.5).t().requires_grad_(True)
+    # rows flipped (so a gather along the wrong dim reads other values), then stored transposed: column stride N
+    index = torch.flip(_swin_index(), (0,)).t().contiguous().t()
+    assert table.stride() == (1, ROWS) and index.stride() == (1, N)
+    got = kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    want = kernel.reference.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    dout = torch.randn_like(got)
+    g = torch.autograd.grad(got, (q, table), dout)
+    w = torch.autograd.grad(want, (q, table), dout)
+    for x, y in zip(g, w):
+        torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4)

@@ -17,6 +17,13 @@ struct Vec {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
   }
   void store(float* p) const { _mm256_storeu_ps(p, v); }
+  // {base[idx[x * is] * bs]} for x < 8, built in registers (a staging array read back as one vector would stall on
+  // store forwarding).
+  static Vec gather(const float* base, int64_t bs, const int64_t* idx, int64_t is) {
+    return {_mm256_setr_ps(base[idx[0] * bs], base[idx[is] * bs], base[idx[2 * is] * bs], base[idx[3 * is] * bs],
+                           base[idx[4 * is] * bs], base[idx[5 * is] * bs], base[idx[6 * is] * bs],
+                           base[idx[7 * is] * bs])};
+  }
 
   static Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }  // a * b + c
   static Vec max(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
