@@ -360,3 +360,39 @@ def test_cpu_table_term_gather_reads_any_strides(kernel, monkeypatch, isa):
     w = torch.autograd.grad(want, (q, table), dout)
     for x, y in zip(g, w):
         torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4)
+
+
+# ---- CPU: the op checks the index range, the API raises the IndexError -----------------------------------------
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_cpu_bad_index_is_the_index_error_of_every_build(kernel, monkeypatch, grad, index_dtype):
+    """On the CPU build window_attention leaves the rel_pos_index range to the op (interface._OP_CHECKS_INDEX: it
+    checks host memory on every call anyway) and turns its RuntimeError into check_rel_pos_index's IndexError:
+    same type and message as the CUDA build, computed from the caller's tensor (an int32 index reaches the op as
+    an int64 copy), without the op's error as context. Other op errors pass through unchanged."""
+    if kernel.interface.BUILD_DEVICE != "cpu":
+        pytest.skip("the CPU op's own index check")
+    q, k, v, table = _window_inputs(grad=grad)
+    index = _swin_index().to(index_dtype)
+    kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    index[5, 17] = ROWS + 3
+    with pytest.raises(IndexError, match=rf"value {ROWS + 3} at \(5, 17\).* {ROWS} rows") as info:
+        kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("window_attention: something else")
+
+    monkeypatch.setattr(kernel._autograd, "run_fwd", boom)
+    index[5, 17] = 0
+    with pytest.raises(RuntimeError, match="something else"):
+        kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+
+    def index_words(*args, **kwargs):  # an op error naming the index that the Python check does not confirm
+        raise RuntimeError("window_attention: rel_pos_index must be [Sq, Sk]")
+
+    monkeypatch.setattr(kernel._autograd, "run_fwd", index_words)
+    with pytest.raises(RuntimeError, match=r"must be \[Sq, Sk\]"):
+        kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
