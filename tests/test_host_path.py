@@ -271,3 +271,128 @@ def test_no_grad_and_inference_mode_calls_record_no_graph(kernel):
     assert out2.is_inference() and torch.equal(out, out2)
     out3 = kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
     assert out3.grad_fn is not None and torch.equal(out3.detach(), out)
+
+
+# ---- the CPU forward's scratch is reused uninitialized --------------------------------------------------------
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "generic"])
+def test_cpu_forward_scratch_reuse_reads_nothing_stale(kernel, monkeypatch, isa):
+    """The forward's tile scratch comes from a per-thread arena kept between calls, without a zero fill
+    (ScratchLease, kernel-src/cpu/cpu_common.h). A call that leaves NaN in every buffer it touches, then calls of
+    other shapes, dtypes, head dims and score terms, must each match the reference: a buffer read before it is
+    written (a padding column, an accumulator row) would show the previous call's NaN. Also a call above the
+    arena's keep limit (its own allocation) between two small ones."""
+    if kernel.interface.BUILD_DEVICE != "cpu":
+        pytest.skip("CPU kernel scratch")
+    if isa != "default":
+        monkeypatch.setenv("WINATTN_CPU_ISA", isa)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one arena: every call below reuses the one the NaN call dirtied
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            big = [torch.full((2, 130, 4, 64), float("nan"), dtype=dtype) for _ in range(3)]
+            assert kernel.attention(*big, bias=torch.randn(1, 4, 130, 130)).isnan().all()
+            q, k, v, table = (t.to(dtype) for t in _window_inputs(batch=2))
+            table = table.float()
+            index, mask = _swin_index(), _shift_mask(2)
+            got = kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
+            want = kernel.reference.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+            # wide GQA group at D = 256: ~8 MB of scratch, above the keep limit (allocated for that call only)
+            qg = torch.randn(1, 9, 32, 256).to(dtype)
+            kg, vg = (torch.randn(1, 9, 1, 256).to(dtype) for _ in range(2))
+            torch.testing.assert_close(kernel.attention(qg, kg, vg), kernel.reference.attention(qg, kg, vg),
+                                       atol=tol, rtol=tol)
+            qs, ks, vs = (torch.randn(3, 5, 2, 16).to(dtype) for _ in range(3))
+            kpm = torch.tensor([[True] * 5, [True, True, False, True, False], [False] * 4 + [True]])
+            torch.testing.assert_close(kernel.attention(qs, ks, vs, key_padding_mask=kpm, causal=True),
+                                       kernel.reference.attention(qs, ks, vs, key_padding_mask=kpm, causal=True),
+                                       atol=tol, rtol=tol)
+    finally:
+        torch.set_num_threads(threads)
+
+
+# ---- the op allocates its outputs through the C shim ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 3, 16), (0, 7, 3, 16), (2, 0, 3, 16), (1, 1, 1, 8)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_op_outputs_are_contiguous_tensors_of_the_right_dtype(kernel, device, shape, dtype):
+    """out / lse come from aoti_torch_empty_strided (torch_binding.cpp new_contiguous) rather than
+    torch::stable::new_empty: same shapes, dtypes, device and contiguous strides as torch.empty gives (zero-size
+    dims included), and new tensors that require no gradient."""
+    if device == "cuda" and dtype == torch.float32:
+        dtype = torch.float16
+    q = torch.randn(shape, device=device).to(dtype)
+    out, lse = kernel._ops.ops.fwd(q, q, q, None, None, None, None, None, 0.25, False, -1, -1, False)
+    B, S, H, D = shape
+    for t, want_shape, want_dtype in ((out, shape, dtype), (lse, (B, H, S), torch.float32)):
+        assert tuple(t.shape) == want_shape and t.dtype == want_dtype and t.device == q.device
+        assert t.stride() == torch.empty(want_shape).stride()
+        assert not t.requires_grad and t.data_ptr() != q.data_ptr() or t.numel() == 0
+    if q.numel():
+        torch.testing.assert_close(out.float(), kernel.reference.attention(q, q, q, scale=0.25).float(),
+                                   atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "generic"])
+def test_cpu_table_term_gather_reads_any_strides(kernel, monkeypatch, isa):
+    """The table term is gathered W keys at a time (Vec::gather in kernel-src/cpu/simd_*.h) with the table's row
+    stride and the index's column stride: a transposed table ([H, T].t(): row stride 1) and a transposed index
+    (column stride N), with N = 49 keys (six vectors and a one-key tail), must match the reference, forward and
+    gradients."""
+    if kernel.interface.BUILD_DEVICE != "cpu":
+        pytest.skip("CPU kernel code paths")
+    if isa != "default":
+        monkeypatch.setenv("WINATTN_CPU_ISA", isa)
+    q, k, v, _ = _window_inputs(grad=True, batch=2)
+    table = (torch.randn(H, ROWS) * 0.5).t().requires_grad_(True)
+    # rows flipped (so a gather along the wrong dim reads other values), then stored transposed: column stride N
+    index = torch.flip(_swin_index(), (0,)).t().contiguous().t()
+    assert table.stride() == (1, ROWS) and index.stride() == (1, N)
+    got = kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    want = kernel.reference.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    dout = torch.randn_like(got)
+    g = torch.autograd.grad(got, (q, table), dout)
+    w = torch.autograd.grad(want, (q, table), dout)
+    for x, y in zip(g, w):
+        torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4)
+
+
+# ---- CPU: the op checks the index range, the API raises the IndexError -----------------------------------------
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_cpu_bad_index_is_the_index_error_of_every_build(kernel, monkeypatch, grad, index_dtype):
+    """On the CPU build window_attention leaves the rel_pos_index range to the op (interface._OP_CHECKS_INDEX: it
+    checks host memory on every call anyway) and turns its RuntimeError into check_rel_pos_index's IndexError:
+    same type and message as the CUDA build, computed from the caller's tensor (an int32 index reaches the op as
+    an int64 copy), without the op's error as context. Other op errors pass through unchanged."""
+    if kernel.interface.BUILD_DEVICE != "cpu":
+        pytest.skip("the CPU op's own index check")
+    q, k, v, table = _window_inputs(grad=grad)
+    index = _swin_index().to(index_dtype)
+    kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    index[5, 17] = ROWS + 3
+    with pytest.raises(IndexError, match=rf"value {ROWS + 3} at \(5, 17\).* {ROWS} rows") as info:
+        kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("window_attention: something else")
+
+    monkeypatch.setattr(kernel._autograd, "run_fwd", boom)
+    index[5, 17] = 0
+    with pytest.raises(RuntimeError, match="something else"):
+        kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)
+
+    def index_words(*args, **kwargs):  # an op error naming the index that the Python check does not confirm
+        raise RuntimeError("window_attention: rel_pos_index must be [Sq, Sk]")
+
+    monkeypatch.setattr(kernel._autograd, "run_fwd", index_words)
+    with pytest.raises(RuntimeError, match=r"must be \[Sq, Sk\]"):
+        kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index)

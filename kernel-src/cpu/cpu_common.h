@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "winattn_params.h"
 
@@ -137,6 +138,60 @@ struct BwdPlan {
 };
 
 inline int64_t align16(int64_t n) { return round_up(n, 16); }
+
+// Per-thread scratch memory of the forward's tile buffers, kept from one call to the next.
+// Why: on one 7x7 window the kernel works ~10 us, and allocating + zero-filling its ~50 KB of tile scratch on every
+// call (malloc, page faults after glibc trims the freed top chunk, the fill) cost ~1.5 us of it. The memory comes
+// back *uninitialized*: every region of FwdScratch is written before it is read (the CPU suite passes with the
+// scratch poisoned with NaN instead of zeros; tests/test_host_path.py keeps a NaN-leaving call followed by calls
+// of other shapes as the regression check). A thread keeps at most kScratchKeepBytes; a larger request (wide GQA
+// groups at D = 256: several MB) is allocated for that call only and freed after, as before, so a big call does
+// not pin memory in every pool thread for the life of the process. Not thread-shared (thread_local) and guarded
+// against re-entry on one thread (a second live lease gets its own allocation), so no two live scratch objects
+// ever share memory. One arena serves every ISA copy of the kernels (this header is compiled once).
+constexpr int64_t kScratchKeepBytes = int64_t{1} << 20;
+
+class ScratchLease {
+ public:
+  explicit ScratchLease(int64_t bytes) {
+    Arena& a = arena();
+    if (bytes <= kScratchKeepBytes && !a.in_use) {
+      if (a.bytes < bytes) {
+        a.data.reset(new unsigned char[static_cast<size_t>(bytes) + 64]);  // no value-initialization: no fill
+        a.bytes = bytes;
+      }
+      a.in_use = true;
+      shared_ = true;
+      base_ = a.data.get();
+    } else {
+      owned_.reset(new unsigned char[static_cast<size_t>(bytes) + 64]);
+      base_ = owned_.get();
+    }
+    // 64-byte aligned start: the tile buffers are carved at multiples of 64 bytes from here.
+    const auto addr = reinterpret_cast<uintptr_t>(base_);
+    base_ += ((addr + 63) & ~static_cast<uintptr_t>(63)) - addr;
+  }
+  ~ScratchLease() {
+    if (shared_) arena().in_use = false;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  unsigned char* data() const { return base_; }
+
+ private:
+  struct Arena {
+    std::unique_ptr<unsigned char[]> data;
+    int64_t bytes = 0;
+    bool in_use = false;
+  };
+  static Arena& arena() {
+    thread_local Arena a;
+    return a;
+  }
+  std::unique_ptr<unsigned char[]> owned_;
+  unsigned char* base_ = nullptr;
+  bool shared_ = false;
+};
 
 // Number of parallel_for workers to start for a self-scheduling loop (each worker pulls work from an atomic
 // counter until none is left).

@@ -45,33 +45,58 @@ inline FwdPlan make_fwd_plan(const FwdParams& p, int64_t nthreads) {
 }
 
 struct FwdScratch {
-  std::vector<float> buf;
   float *q, *o, *m, *l, *kt, *v, *s, *colb, *row;
-  int64_t lds;  // row stride of the score tile
+  static constexpr int64_t kLds = (kFwdBlockK + 15) / 16 * 16;
+  int64_t lds = kLds;  // row stride of the score tile
+#if defined(WINATTN_BF16_DOT)
+  uint32_t *kp, *vp;  // k as the B operand of q.k^T, v as the B operand of P.v (gemm_bf16.h)
+  uint16_t* pb;       // P rounded to bf16
+#endif
 
-  FwdScratch(int64_t D, int64_t rows) {
-    lds = round_up(kFwdBlockK, 16);
-    const int64_t sizes[] = {rows * D, rows * D, rows, rows, D * lds, kFwdBlockK * D, kFwdBlockQ * lds, lds, 8 * D};
-    constexpr int n = sizeof(sizes) / sizeof(sizes[0]);
-    int64_t total = 0;
-    for (int64_t s : sizes) total += align16(s);
-    buf.assign(total, 0.f);
-    float* at = buf.data();
-    float** dst[n] = {&q, &o, &m, &l, &kt, &v, &s, &colb, &row};
-    for (int x = 0; x < n; ++x) {
+  // Uninitialized, from this thread's scratch arena (ScratchLease in cpu_common.h: why no fill, why reuse).
+  FwdScratch(int64_t D, int64_t rows) : lease_(bytes(D, rows)) {
+    float* at = reinterpret_cast<float*>(lease_.data());
+    float** dst[] = {&q, &o, &m, &l, &kt, &v, &s, &colb, &row};
+    const Sizes sz = sizes(D, rows);
+    for (int x = 0; x < kBuffers; ++x) {
       *dst[x] = at;
-      at += align16(sizes[x]);
+      at += align16(sz.n[x]);
     }
 #if defined(WINATTN_BF16_DOT)
-    kp.assign(D / 2 * lds, 0u);
-    vp.assign(ceil_div(kFwdBlockK, 2) * round_up(D, 16), 0u);
-    pb.assign(kFwdBlockQ * lds, 0);
+    kp = reinterpret_cast<uint32_t*>(at);
+    vp = kp + align16(sz.kp);
+    pb = reinterpret_cast<uint16_t*>(vp + align16(sz.vp));
 #endif
   }
+
+ private:
+  static constexpr int kBuffers = 9;
+  struct Sizes {
+    int64_t n[kBuffers];
+    int64_t kp = 0, vp = 0, pb = 0;
+  };
+  static Sizes sizes(int64_t D, int64_t rows) {
+    const int64_t lds = kLds;
+    Sizes s{{rows * D, rows * D, rows, rows, D * lds, kFwdBlockK * D, kFwdBlockQ * lds, lds, 8 * D}};
 #if defined(WINATTN_BF16_DOT)
-  std::vector<uint32_t> kp, vp;  // k as the B operand of q.k^T, v as the B operand of P.v (gemm_bf16.h)
-  std::vector<uint16_t> pb;      // P rounded to bf16
+    s.kp = D / 2 * lds;
+    s.vp = ceil_div(kFwdBlockK, 2) * round_up(D, 16);
+    s.pb = kFwdBlockQ * lds;
 #endif
+    return s;
+  }
+  static int64_t bytes(int64_t D, int64_t rows) {
+    const Sizes s = sizes(D, rows);
+    int64_t floats = 0;
+    for (int64_t n : s.n) floats += align16(n);
+    // kp / vp: 32-bit words, pb: 16-bit (rounded up to whole 64-byte blocks like the rest)
+    return 4 * (floats + align16(s.kp) + align16(s.vp) + align16(ceil_div(s.pb, 2)));
+  }
+  ScratchLease lease_;
+
+ public:
+  FwdScratch(const FwdScratch&) = delete;
+  FwdScratch& operator=(const FwdScratch&) = delete;
 };
 
 // Running max / sum / output of the task's rows (G heads x nrows), before the first k-tile.
@@ -121,9 +146,9 @@ inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int6
     const int64_t j0 = kt * kFwdBlockK;
     const int64_t nk = std::min(kFwdBlockK, Sk - j0);
     const int64_t npad = round_up(nk, 16);
-    pack_words_t(w.kp.data(), npad, kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h, p.k_stride_s, nk,
+    pack_words_t(w.kp, npad, kb + b * p.k_stride_b + j0 * p.k_stride_s + hk * p.k_stride_h, p.k_stride_s, nk,
                  npad, D, reinterpret_cast<uint32_t*>(w.row));
-    pack_rows_bf16(w.vp.data(), ldv, vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h, p.v_stride_s, nk,
+    pack_rows_bf16(w.vp, ldv, vb + b * p.v_stride_b + j0 * p.v_stride_s + hk * p.v_stride_h, p.v_stride_s, nk,
                    npad, D);
     for (int64_t hh = 0; hh < G; ++hh) {
       const int64_t h = hk * G + hh;
@@ -134,10 +159,10 @@ inline void fwd_task_bf16(const FwdParams& p, const FwdPlan& pl, int64_t b, int6
         if (band.active() && (band.hi(i0 + mq - 1) < j0 || band.lo(i0) >= j0 + nk)) continue;
         const int64_t row = hh * pl.qblock + (i0 - i_begin);
         const uint16_t* qrows = qb + b * p.q_stride_b + i0 * p.q_stride_s + h * p.q_stride_h;
-        gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp.data(), npad, w.s, w.lds, false, p.scale);
+        gemm_dp(mq, npad, D / 2, qrows, p.q_stride_s, w.kp, npad, w.s, w.lds, false, p.scale);
         mods.apply(w.s, w.lds, i0, mq, j0, nk, npad, has_col ? w.colb : nullptr);
-        online_softmax_tile(w.s, w.lds, mq, npad, w.m + row, w.l + row, w.o + row * D, D, D, w.pb.data(), npad);
-        gemm_dp(mq, D, npad / 2, w.pb.data(), npad, w.vp.data(), ldv, w.o + row * D, D, true);
+        online_softmax_tile(w.s, w.lds, mq, npad, w.m + row, w.l + row, w.o + row * D, D, D, w.pb, npad);
+        gemm_dp(mq, D, npad / 2, w.pb, npad, w.vp, ldv, w.o + row * D, D, true);
       }
     }
   }

@@ -17,6 +17,11 @@ struct Vec {
     return r;
   }
   static Vec bcast(const float* p) { return set1(*p); }
+  static Vec gather(const float* base, int64_t bs, const int64_t* idx, int64_t is) {
+    Vec r;
+    for (int t = 0; t < W; ++t) r.v[t] = base[idx[t * is] * bs];
+    return r;
+  }
   static Vec load_bf16(const uint16_t* p) {
     Vec r;
     for (int t = 0; t < W; ++t) {

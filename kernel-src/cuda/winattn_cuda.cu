@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "aux_kernels.h"
 #include "block_info.h"
+#include "host_env.h"
 #include "bwd_kernel.h"
 #include "kernel_params.h"
 #include "kernel_traits.h"
@@ -59,10 +61,7 @@ DeviceInfo device_info() {
   return d;
 }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
+// env_int(name, fallback): host_env.h (cached per thread while the environment is unchanged; read per call before).
 
 struct TileConfig {
   int fwd_bm, fwd_bn, fwd_smem, bwd_bm, bwd_bn, bwd_smem, bwd_ld_acc, bwd_qs;
@@ -696,15 +695,56 @@ BwdPlan plan_bwd(const BwdParams& bp) {
 
 }  // namespace
 
+namespace {
+
+// ---- one forward plan per call ------------------------------------------------------------------------------------
+// The binding asks fwd_workspace_bytes(p), allocates, then calls fwd(p, ...) with the same params object
+// (torch_binding.cpp winattn_fwd), and both used to plan: tile choice, window grouping, occupancy lookups, the
+// environment knobs, twice per call on the host path of a ~0.35 ms Swin forward. The plan made for the size query
+// is kept per thread and taken by the next fwd() when that one comes with byte-identical params (the same object:
+// padding bytes included) on the same device under the same environment (env_generation); anything else plans
+// afresh. A plan is a pure function of those three (the readiness / occupancy caches it reads never change for a
+// device), so reuse launches exactly what planning again would. One-shot: fwd() always drops it, so a query whose
+// call never launched (an allocation failure) cannot be picked up later.
+struct FwdPlanMemo {
+  bool valid = false;
+  int device = -1;
+  uint64_t env_gen = 0;
+  FwdParams params;
+  FwdPlan plan;
+};
+FwdPlanMemo& fwd_plan_memo() {
+  thread_local FwdPlanMemo m;
+  return m;
+}
+int current_device() {
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  return dev;
+}
+
+}  // namespace
+
 int64_t fwd_workspace_bytes(const FwdParams& params) {
+  FwdPlanMemo& m = fwd_plan_memo();
+  m.valid = false;
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0) return 0;
-  return plan_fwd(params).ws_bytes;
+  m.plan = plan_fwd(params);
+  std::memcpy(static_cast<void*>(&m.params), &params, sizeof(FwdParams));
+  m.device = current_device();
+  m.env_gen = env_generation();
+  m.valid = true;
+  return m.plan.ws_bytes;
 }
 
 void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
+  FwdPlanMemo& m = fwd_plan_memo();
+  const bool reuse = m.valid && std::memcmp(&m.params, &params, sizeof(FwdParams)) == 0 &&
+                     m.device == current_device() && m.env_gen == env_generation();
+  m.valid = false;
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0) return;
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  FwdPlan pl = plan_fwd(params);
+  FwdPlan pl = reuse ? m.plan : plan_fwd(params);
   KParams& p = pl.p;
   char* ws = static_cast<char*>(workspace);
   if (params.rel_table) {

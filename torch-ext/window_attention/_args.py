@@ -341,12 +341,14 @@ def _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allo
 
 def window_attention_op_args(
     q, k, v, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None, deterministic=False,
-    allowed_dtypes=_KERNEL_DTYPES, device_check=None, compiling=None,
+    allowed_dtypes=_KERNEL_DTYPES, device_check=None, compiling=None, op_checks_index=False,
 ) -> tuple:
     """`fwd`'s positional arguments (schema order) for a `window_attention` call; raises on bad input.
 
     Metadata checks are cached (see above); the rel_pos_index range is checked on every call, before any kernel
     runs, by check_rel_pos_index (skipped while torch.compile traces: interface.py puts it in the graph instead).
+    op_checks_index: the caller's op checks the range itself on every call (the CPU op), and the caller turns the
+    op's error into check_rel_pos_index's IndexError (interface.window_attention); the check is skipped here.
     """
     if compiling is None:
         compiling = torch.compiler.is_compiling()
@@ -360,7 +362,7 @@ def window_attention_op_args(
     if rows is not None:
         # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
         # otherwise be a new tensor every call).
-        if not compiling:
+        if not compiling and not op_checks_index:
             check_rel_pos_index(rel_pos_index, rows)
         if cast_table:
             rel_pos_table = rel_pos_table.float()

@@ -15,19 +15,21 @@ from torch.overrides import has_torch_function
 
 from ._ops import ops
 
-_fwd = ops.fwd.default
+# The op's C++ entry (OpOverload._op): OpOverload.__call__ is a Python frame that only forwards to it (~0.3 us of a
+# ~20 us call on one 7x7 window). Where a torch version lacks the attribute, the overload itself.
+_fwd = getattr(ops.fwd.default, "_op", ops.fwd.default)
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 _any_requires_grad = torch._C._any_requires_grad
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
 def setup_context(ctx, inputs, output):
+    """The registered formula's context. FwdFunction.forward saves the same state inline (one Python call less per
+    eager call): keep the two in step (test_host_path.py compares the gradients of both routes)."""
     q, k, v, bias, mask, kpm, table, index, scale, causal, left, right, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, bias, mask, kpm, table, index)
     ctx.options = (scale, causal, left, right, deterministic)
-    ctx.bias_dtype = None if bias is None else bias.dtype
-    ctx.table_dtype = None if table is None else table.dtype
     # An unused output's gradient arrives as None instead of a zero tensor: lse is rarely differentiated, and its
     # materialized zeros cost seven small kernels (fill, isfinite, where) per backward for nothing.
     ctx.set_materialize_grads(False)
@@ -49,8 +51,9 @@ def grads(ctx, grad_out, grad_lse, bias_grad, table_grad):
         grad_out.contiguous(), q, k, v, out, lse, bias, mask, kpm, table, index, scale, causal, left, right,
         bias_grad, table_grad, deterministic, grad_lse,
     )
-    dbias = dbias.to(ctx.bias_dtype) if bias_grad else None
-    dtable = dtable.to(ctx.table_dtype) if table_grad else None
+    # in the saved inputs' own dtypes (the kernels accumulate in fp32)
+    dbias = dbias.to(bias.dtype) if bias_grad else None
+    dtable = dtable.to(table.dtype) if table_grad else None
     return dq, dk, dv, dbias, dtable
 
 
@@ -61,18 +64,22 @@ def backward(ctx, grad_out, grad_lse):
 
 
 class FwdFunction(torch.autograd.Function):
-    """The op as one autograd node for eager calls: inputs (q, k, v, bias, rel_pos_table, rest, want_lse), where
-    `rest` holds the op arguments that never get a gradient (bool masks, the integer index, scalars) in one tuple,
-    which autograd does not inspect. Returns out, or (out, lse) with want_lse."""
+    """The op as one autograd node for eager calls: inputs (q, k, v, bias, rel_pos_table, args, want_lse), where
+    `args` is the op's whole argument tuple in schema order (its tensors after the first five never get a gradient:
+    bool masks, the integer index; autograd does not look inside a tuple), passed as it is rather than rebuilt per
+    call. q, k, v, bias and the table are taken from the node's own inputs (dead functorch wrappers unwrapped).
+    Returns out, or (out, lse) with want_lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, table, rest, want_lse):
-        mask, kpm, index, scale, causal, left, right, deterministic = rest
-        inputs = (q, k, v, bias, mask, kpm, table, index, scale, causal, left, right, deterministic)
+    def forward(ctx, q, k, v, bias, table, args, want_lse):
+        mask, kpm, index = args[4], args[5], args[7]
         with _below_autograd():  # forward runs with grad mode off: skip the registered Python autograd kernel
-            output = _fwd(*inputs)
-        setup_context(ctx, inputs, output)
-        return output if want_lse else output[0]
+            out, lse = _fwd(q, k, v, bias, mask, kpm, table, index, *args[8:])
+        # = setup_context(ctx, inputs, (out, lse)), inline
+        ctx.save_for_backward(q, k, v, out, lse, bias, mask, kpm, table, index)
+        ctx.options = args[8:]  # (scale, causal, left, right, deterministic)
+        ctx.set_materialize_grads(False)
+        return (out, lse) if want_lse else out
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse=None):
@@ -95,16 +102,16 @@ if _c_apply is None or _unwrap_if_dead is None:  # pragma: no cover
 def run_fwd(args: tuple, want_lse: bool, compiling: bool):
     """(out, lse) of `fwd(*args)` (args in schema order, already validated) with autograd; lse is None when
     want_lse is False and a graph is recorded. `compiling`: torch.compiler.is_compiling(), read once by the caller."""
-    q, k, v, bias, mask, kpm, table, index = args[:8]
-    if compiling or _functorch_active() or has_torch_function((q, k, v, bias, mask, kpm, table, index)):
+    # (the arguments after the tensors are Python scalars, which has_torch_function skips)
+    if compiling or _functorch_active() or has_torch_function(args):
         return ops.fwd(*args)  # through the dispatcher and the registered formula (traced / subclass / functorch)
+    q, k, v, bias, table = args[0], args[1], args[2], args[3], args[6]
     if torch.is_grad_enabled() and _any_requires_grad(q, k, v, bias, table):
-        rest = (mask, kpm, index) + args[8:]
         u = _unwrap_if_dead
         bias = None if bias is None else u(bias)
         table = None if table is None else u(table)
         if want_lse:
-            return _c_apply(u(q), u(k), u(v), bias, table, rest, True)
-        return _c_apply(u(q), u(k), u(v), bias, table, rest, False), None
+            return _c_apply(u(q), u(k), u(v), bias, table, args, True)
+        return _c_apply(u(q), u(k), u(v), bias, table, args, False), None
     with _below_autograd():
         return _fwd(*args)

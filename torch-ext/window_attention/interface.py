@@ -17,6 +17,11 @@ from ._ops import add_op_namespace_prefix, ops
 
 BUILD_DEVICE = "cuda" if "_cuda_" in add_op_namespace_prefix("") else "cpu"  # the device this build runs on
 _BUILD_DEVICE = BUILD_DEVICE  # the name before it was public (kernels fetched by an older winattn read it)
+# The CPU op range-checks rel_pos_index on every call before any kernel runs (host memory: no sync, ~0.4 us for a
+# 7x7 window; torch_binding.cpp check_index_range), so on CPU the Python check (~0.7 us per call: the cached
+# identity + version lookup of _index_bounds.py) would only repeat it. window_attention skips it there and turns
+# the op's RuntimeError into the IndexError that check_rel_pos_index raises on every build (_index_error below).
+_OP_CHECKS_INDEX = BUILD_DEVICE == "cpu"
 
 
 @torch.library.register_fake(add_op_namespace_prefix("fwd"))
@@ -119,11 +124,31 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
     """
     compiling = torch.compiler.is_compiling()
     args = window_attention_op_args(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale,
-                                    device_check=_check_device, compiling=compiling)
-    if rel_pos_index is not None and compiling:
+                                    device_check=_check_device, compiling=compiling,
+                                    op_checks_index=_OP_CHECKS_INDEX)
+    if rel_pos_index is None:
+        return _autograd.run_fwd(args, False, compiling)[0]
+    if compiling:
         # the caller's tensor, not the op's index: an int32 index becomes a new int64 tensor on every call
         _check_rel_pos_index(rel_pos_index, rel_pos_table.shape[0])
-    return _autograd.run_fwd(args, False, compiling)[0]
+        return _autograd.run_fwd(args, False, compiling)[0]
+    if not _OP_CHECKS_INDEX:
+        return _autograd.run_fwd(args, False, compiling)[0]
+    try:
+        return _autograd.run_fwd(args, False, compiling)[0]
+    except RuntimeError as err:
+        if "rel_pos_index" not in str(err):
+            raise
+        op_error = err
+    _index_error(rel_pos_index, rel_pos_table.shape[0], op_error)
+
+
+def _index_error(index, rows, op_error):
+    """The CPU op refused an out-of-range rel_pos_index: raise the IndexError (value, position, range) that
+    check_rel_pos_index gives on every build, from the caller's own tensor (outside the `except` block, so it does
+    not carry the op's error as its context)."""
+    check_rel_pos_index(index, rows)
+    raise op_error  # the check found nothing: the op's own error is the best account
 
 
 # ----------------------------------------------------------------------------------------------------------------

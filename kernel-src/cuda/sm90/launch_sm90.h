@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "../host_env.h"
 #include "../launch_template.h"
 #include "fwd_kernel_sm90.h"
 #include "fwd_pipelined_sm90.h"
@@ -16,11 +17,8 @@ namespace winattn {
 namespace cuda {
 
 // Forward v3 switches for A/B runs in the benchmarks: WINATTN_V3_NARROW=0 / 1 (the raw path's tile),
-// WINATTN_V3_PERSISTENT=0 / 1 (one CTA per tile or per SM); unset: the planner's choice.
-inline bool env_flag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr || !*v ? fallback : v[0] == '1';
-}
+// WINATTN_V3_PERSISTENT=0 / 1 (one CTA per tile or per SM); unset: the planner's choice. Read with env_flag
+// (../host_env.h: '1' = on, cached while the environment is unchanged).
 
 // One kernel family per head dim: its traits, its fp16 / bf16 instantiations and the name errors report.
 using KernelFn = void (*)(KParams);
