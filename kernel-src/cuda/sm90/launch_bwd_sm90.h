@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdlib>
 
+#include "../host_env.h"
 #include "../launch_template.h"
 #include "bwd_pipelined_sm90.h"
 #include "bwd_v3_api.h"
@@ -103,9 +104,9 @@ int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, B
   buf.pair = false;
   buf.dbias_bufs = 1;
   if (buf.dbias_mode == kDbiasStore || buf.dbias_mode == kDbiasReduce) {
-    const char* env = std::getenv("WINATTN_BWD_PAIR");
     const bool shared = buf.dbias_mode == kDbiasReduce;
-    buf.pair = D == 64 && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H && !(env != nullptr && env[0] == '0');
+    buf.pair = D == 64 && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H &&
+               env_int("WINATTN_BWD_PAIR", 1) != 0;
     if (buf.pair || !shared) buf.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
     if (buf.pair && bwd_smem_bytes<Tr>(terms, buf, 1) > smem_optin) {
       buf.pair = false;
@@ -172,8 +173,7 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
                                    Tr::kBlockM);
     }
   }
-  const char* stages_env = std::getenv("WINATTN_BWD_STAGES");
-  const bool deep = terms == kBwdTermsNone && !(stages_env != nullptr && stages_env[0] == '2') &&
+  const bool deep = terms == kBwdTermsNone && env_int("WINATTN_BWD_STAGES", 3) != 2 &&
                     K::Deep::kSmemBytes + bwd_defer_bytes<typename K::Deep>(buf) <= smem_optin;
   const int smem = deep ? K::Deep::kSmemBytes + bwd_defer_bytes<Tr>(buf) : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
   if (smem > smem_optin) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot fit");
