@@ -12,7 +12,7 @@ source "$(dirname "$0")/gpu_env.sh"
 rc=0
 # --clock-control none: the GPU's own clocks, as in the timed benchmark; sections: throughput, occupancy, stalls
 # (plus the per-reason stall cycles per issued instruction).
-for w in ${PROFILE_WORKLOADS:-keypad swin_w12 swin_w16 nobias_d256}; do
+for w in ${PROFILE_WORKLOADS-keypad swin_w12 swin_w16 nobias_d256}; do
   echo "== ncu: $w"
   ncu --profile-from-start off --clock-control none \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
@@ -24,7 +24,7 @@ for w in ${PROFILE_WORKLOADS:-keypad swin_w12 swin_w16 nobias_d256}; do
     "$results/ncu_$w.txt" | head -80
 done
 # The forward v3 kernel on the bench_fwd.py workloads (PROFILE_FWD_WORKLOADS; default: the targets it misses).
-for w in ${PROFILE_FWD_WORKLOADS:-nobias_d64_16k nobias_d256_16k flux_1024px dense_bias_d64}; do
+for w in ${PROFILE_FWD_WORKLOADS-nobias_d64_16k nobias_d256_16k flux_1024px dense_bias_d64}; do
   echo "== ncu (forward v3): $w"
   ncu --profile-from-start off --clock-control none -k regex:fwd_pipelined \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
@@ -35,7 +35,7 @@ for w in ${PROFILE_FWD_WORKLOADS:-nobias_d64_16k nobias_d256_16k flux_1024px den
     "$results/ncu_fwd_$w.txt" | head -20
 done
 # The backward v3 kernel alone on bench_cuda.py workloads (PROFILE_BWD_WORKLOADS; default: the targets it misses).
-for w in ${PROFILE_BWD_WORKLOADS:-nobias nobias_d64 nobias_d256 dense flux}; do
+for w in ${PROFILE_BWD_WORKLOADS-nobias nobias_d64 nobias_d256 dense flux}; do
   echo "== ncu (backward v3): $w"
   ncu --profile-from-start off --clock-control none -k regex:bwd_pipelined --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
