@@ -1,8 +1,6 @@
 // Definitions of the backward v3 entry points (bwd_v3_api.h): readiness, the call's shared memory, tensor maps and
 // the launch. Included only by instantiations/bwd_v3_sm90_hdim*.cu (sm_90a).
 #pragma once
-#include <cstdlib>
-
 #include "../host_env.h"
 #include "../launch_template.h"
 #include "bwd_pipelined_sm90.h"
@@ -175,7 +173,8 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   }
   const bool deep = terms == kBwdTermsNone && env_int("WINATTN_BWD_STAGES", 3) != 2 &&
                     K::Deep::kSmemBytes + bwd_defer_bytes<typename K::Deep>(buf) <= smem_optin;
-  const int smem = deep ? K::Deep::kSmemBytes + bwd_defer_bytes<Tr>(buf) : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
+  const int smem = deep ? K::Deep::kSmemBytes + bwd_defer_bytes<typename K::Deep>(buf)
+                         : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
   if (smem > smem_optin) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot fit");
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
   auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, terms, pair, bwd_defer_dq<Tr>(buf));

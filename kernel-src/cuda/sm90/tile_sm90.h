@@ -96,9 +96,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t a, uint32_t r0, uint3
                "r"(r2), "r"(r3)
                : "memory");
 }
-__device__ __forceinline__ void sts_u16(uint32_t a, uint16_t v) {
-  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(a), "h"(v) : "memory");
-}
 __device__ __forceinline__ void sts_u32(uint32_t a, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
 }
