@@ -11,11 +11,17 @@
 //       P^T = exp2(S^T * scale * log2e + bias * log2e - lse * log2e), dS^T = P^T (dP^T - delta)
 //       dV += P^T dO, dK += dS^T Q            (register A operand; accumulated over the whole group: GQA needs no
 //                                               atomics for dK / dV)
-//       dQ[:, half] = dS K[:, half]           (dS^T through a double-buffered shared tile; each warpgroup takes one
-//                                               half of the head dim over all 128 keys)
+//       dQ[:, half] = dS K[:, half]           (dS^T through shared tiles; each warpgroup takes one half of the
+//                                               head dim over all 128 keys)
+//   * two schedules for the dS^T exchange: where no dbias tile is staged (kDefer, the common case), each step's dQ
+//     GEMM runs one step later from a 3-tile dS^T ring and the warpgroups signal each other with bar.arrive /
+//     bar.sync, so they drift apart and one's softmax overlaps the other's GEMMs (H200: D = 128 backward 12.3 ->
+//     10.7 ms); with a dbias tile to stage they meet at one barrier per step (double-buffered dS^T) and the dQ
+//     GEMM follows at once.
 //   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
-//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. deterministic=True adds in
-//     ascending key-block order behind one ticket counter per (batch, head, query block).
+//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ.
+//     deterministic=True adds in ascending key-block order behind one ticket counter per (batch, head, query block).
+//   * head dims past 128: bwd_split_d_sm90.h (64 keys per CTA, the head dim split between the warpgroups).
 //   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging
 //     tile (two, alternating, where they fit) and leaves with TMA: a plain tensor store where the element has one
 //     writer ([B, H, Sq, Sk] bias, or pair mode below), in the bias's own 16-bit dtype when it is the input dtype
@@ -28,7 +34,7 @@
 //     e.g. [1, H, S, S] with B = 2), one CTA owns both: K / V of both batches resident, dK / dV of both in registers
 //     (2 x 2 x 32 per thread), the two dS tiles summed in fp32 on chip and stored once with a plain TMA store.
 //     The reduce-add's read of the zero-filled dbias and its second pass go away (H200, dense bias [1, 16, 4096,
-//     4096] with B = 2: backward 2.23 -> 2.06 ms; the rest of the dBias cost is outside the kernel, RESULTS.md).
+//     4096] with B = 2: backward 2.23 -> 2.06 ms with fp32 dbias; 1.38 ms with the 16-bit store, RESULTS.md).
 //   * the preprocess (bwd_prep_v3_kernel) writes delta = rowsum(dO * O) - dlse and lse * log2(e) into rows padded
 //     to whole query blocks (+inf past Sq: P = 0 there), loaded per stage by TMA like the tiles.
 //   * score terms (kTerms, BwdTerms in bwd_v3_api.h): a 16-bit full-size additive term rides the stage ring as one
