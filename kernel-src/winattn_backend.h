@@ -1,4 +1,4 @@
-// The four entry points every backend implements (kernel-src/cpu or kernel-src/cuda; one per variant).
+// The entry points every backend implements (kernel-src/cpu or kernel-src/cuda; one per variant).
 // The binding allocates `*_workspace_bytes` of scratch memory on the operands' device (through torch's allocator,
 // so CUDA memory comes from the caching allocator) and passes it in. `stream` is the current cudaStream_t on CUDA
 // and nullptr on CPU.

@@ -59,6 +59,7 @@ NAIVE_CPU = r"""
 namespace winattn {
 int64_t fwd_workspace_bytes(const FwdParams&) { return 0; }
 int64_t bwd_workspace_bytes(const BwdParams&) { return 0; }
+DbiasLayout bwd_dbias_layout(const BwdParams&) { return {}; }
 void fwd(const FwdParams& p, void*, void*) {
   const float* q = static_cast<const float*>(p.q);
   const float* k = static_cast<const float*>(p.k);
@@ -109,6 +110,7 @@ __global__ void fill_lse(float* lse, int64_t n) {
 }  // namespace
 int64_t fwd_workspace_bytes(const FwdParams&) { return 0; }
 int64_t bwd_workspace_bytes(const BwdParams&) { return 0; }
+DbiasLayout bwd_dbias_layout(const BwdParams&) { return {}; }
 void fwd(const FwdParams& p, void*, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const int64_t esize = p.dtype == DType::kFloat32 ? 4 : 2;
