@@ -144,3 +144,22 @@ def wd(hub_repo, ad):
     ad._AttentionBackendRegistry._active_backend = previous
     ad._AttentionBackendRegistry._checks_enabled = checks
     wd.unload()
+
+
+@pytest.fixture
+def swin_kernel_calls(hub_repo, monkeypatch):
+    """Counts `window_attention` calls inside the loaded kernel's timm layers module (True: with a mask)."""
+    import sys
+
+    from winattn.integrations.timm import VerifiedLayerRepository
+
+    layers = sys.modules[VerifiedLayerRepository().load().__module__]
+    calls = []
+    real = layers.window_attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("mask") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layers, "window_attention", counting)
+    return calls

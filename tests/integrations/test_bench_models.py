@@ -50,23 +50,6 @@ def flux_kernel_calls(wd):
     return calls
 
 
-@pytest.fixture
-def swin_kernel_calls(hub_repo, monkeypatch):
-    """Counts `window_attention` calls inside the loaded kernel's layers module."""
-    from winattn.integrations.timm import VerifiedLayerRepository
-
-    layers = sys.modules[VerifiedLayerRepository().load().__module__]
-    calls = []
-    real = layers.window_attention
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs.get("mask") is not None)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(layers, "window_attention", counting)
-    return calls
-
-
 def _check_result(res, ours, grad_rtol):
     for name in ("native", ours):
         assert res[name]["step_ms"] > 0
