@@ -46,12 +46,12 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
   }
 }
 
-// Lane `sub` (0..3) of a row's 4 lanes: its part of sum_d a[d] * c[d] (16-byte loads, columns 8 sub + 32 k); the
-// caller adds the 4 parts with two xor-shuffles.
+// sum_d a[d] * c[d] of one row over its 4 lanes (sub = lane & 3 reads columns 8 sub + 32 k, 16-byte loads), summed
+// across the quad with two xor-shuffles: all 4 lanes call it; a lane with valid = false adds 0 and reads nothing.
 template <typename Elem>
-__device__ __forceinline__ float row_dot_part(const Elem* a, const Elem* c, int D, int sub) {
+__device__ __forceinline__ float quad_row_dot(const Elem* a, const Elem* c, int D, int sub, bool valid) {
   float acc = 0.f;
-  for (int d = sub * 8; d < D; d += 32) {
+  for (int d = sub * 8; valid && d < D; d += 32) {
     const uint4 x = *reinterpret_cast<const uint4*>(a + d);
     const uint4 y = *reinterpret_cast<const uint4*>(c + d);
     const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
@@ -62,6 +62,8 @@ __device__ __forceinline__ float row_dot_part(const Elem* a, const Elem* c, int 
       acc = fmaf(fx.y, fy.y, acc);
     }
   }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
   return acc;
 }
 
@@ -74,18 +76,10 @@ __global__ void bwd_delta_kernel(float* delta, const Elem* dout, int64_t do_sb, 
   const int64_t rows = int64_t(B) * Sq * H;
   const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 4;
   const int sub = threadIdx.x & 3;
-  float acc = 0.f;
-  int b = 0, i = 0, h = 0;
-  if (row < rows) {
-    h = int(row % H);
-    i = int((row / H) % Sq);
-    b = int(row / (int64_t(H) * Sq));
-    const Elem* a = dout + b * do_sb + i * do_ss + h * do_sh;
-    const Elem* c = out + b * o_sb + i * o_ss + h * o_sh;
-    acc = row_dot_part(a, c, D, sub);
-  }
-  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  const int64_t r = row < rows ? row : 0;  // (past the end: row 0's address, not read)
+  const int h = int(r % H), i = int((r / H) % Sq), b = int(r / (int64_t(H) * Sq));
+  const float acc = quad_row_dot(dout + b * do_sb + i * do_ss + h * do_sh, out + b * o_sb + i * o_ss + h * o_sh, D,
+                                 sub, row < rows);
   if (row < rows && sub == 0) {
     const int64_t idx = (int64_t(b) * H + h) * Sq + i;
     delta[idx] = dlse != nullptr ? acc - dlse[idx] : acc;
@@ -115,14 +109,10 @@ __global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, int sq_pad, const
   const int i = int(row % sq_pad);
   const int64_t bh = row / sq_pad;
   const int h = int(bh % H), b = int(bh / H);
-  float acc = 0.f;
-  if (row < rows && i < Sq) {
-    const Elem* a = dout + b * do_sb + i * do_ss + h * do_sh;
-    const Elem* c = out + b * o_sb + i * o_ss + h * o_sh;
-    acc = row_dot_part(a, c, D, sub);
-  }
-  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  const bool valid = row < rows && i < Sq;
+  const int ic = valid ? i : 0, bc = valid ? b : 0, hc = valid ? h : 0;  // (invalid: row 0's address, not read)
+  const float acc = quad_row_dot(dout + bc * do_sb + ic * do_ss + hc * do_sh,
+                                 out + bc * o_sb + ic * o_ss + hc * o_sh, D, sub, valid);
   if (row < rows && sub == 0) {
     if (i < Sq) {
       const int64_t idx = bh * Sq + i;

@@ -211,6 +211,62 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
 // kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
 // broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
 // per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
+// The thread's P^T fragment, in place of its raw S^T (rows: keys j0 and j0 + 8; columns: queries
+// m * BM + q0 + nt * 8 + qc + e): the score terms (the staged 16-bit tile at sB + bias_off, or the additive term
+// and bool mask read from global memory), key visibility (key_ok), the band, and exp2 against lse (lse: this
+// stage's lse * log2(e) entries). Shared by both consumers.
+template <typename Elem, int kTerms, int BM, int BN, int NTQ>
+__device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParams& p, uint32_t lse, uint32_t sB,
+                                              const int (&bias_off)[2][2], const bool (&key_ok)[2], int b, int h,
+                                              int m, int n, int j0, int q0, int qc) {
+  int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
+  if (p.has_band && tile_needs_mask(p, m, n, BM, BN)) {
+    const int64_t base = int64_t(j0) - (int64_t(m) * BM + q0 + qc);
+    lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+    hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+  }
+  // kBwdTermsGlobal: this (b, h)'s planes of the additive term and the bool mask (broadcast dims: stride 0)
+  int64_t gb = 0, gm = 0;
+  if constexpr (kTerms == kBwdTermsGlobal) {
+    gb = int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh;
+    gm = int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh;
+  }
+#pragma unroll
+  for (int nt = 0; nt < NTQ; ++nt) {
+    const float2 l2 = lds_f32x2(lse + (q0 + nt * 8 + qc) * 4);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
+        float z = -(e ? l2.y : l2.x);
+        bool vis = key_ok[hf] && d >= lo && d <= hi;
+        if constexpr (kTerms == kBwdTermsStaged)
+          z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
+        if constexpr (kTerms == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
+          const int64_t i = min(m * BM + q0 + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
+          if (p.bias.ptr != nullptr)
+            z = fmaf(ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk), kLog2e, z);
+          if (p.mask.ptr != nullptr)
+            vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq + j * p.mask.sk) != 0;
+        }
+        acc[nt][x] = vis ? fast_exp2(fmaf(acc[nt][x], p.scale_log2, z)) : 0.f;
+      }
+  }
+}
+
+// dS^T = P^T (dP^T - delta), in place of dP^T (delta: this stage's delta entries; q0, qc as above).
+template <int NTQ>
+__device__ __forceinline__ void ds_from_dp(float (&dp)[NTQ][4], const float (&pt)[NTQ][4], uint32_t delta, int q0,
+                                           int qc) {
+#pragma unroll
+  for (int nt = 0; nt < NTQ; ++nt) {
+    const float2 d2 = lds_f32x2(delta + (q0 + nt * 8 + qc) * 4);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) dp[nt][x] = pt[nt][x] * (dp[nt][x] - ((x & 1) ? d2.y : d2.x));
+  }
+}
+
 // kDbiasStore16: a warp's dS^T fragments (16 keys from tile column key0 x NTQ * 8 queries from q_off), packed in
 // the A-fragment order (afrag[ks][2 u + hf] = 8 x 8 block (queries 16 ks + 8 u, keys + 8 hf)), into the 16-bit
 // [BM queries x BN keys] staging tile (bias_elem_offset's layout) by stmatrix.trans: each block leaves transposed,
@@ -405,53 +461,12 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         wgmma_wait<1>();
         fence_acc(acc_s);
 
-        // P^T (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e)
-        const uint32_t sB = sm.bias(s, P.bias_stage_bytes);
-        const bool band = p.has_band && tile_needs_mask(p, m, t.n, BM, BN);
-        int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
-        if (band) {
-          const int64_t base = int64_t(j0) - (int64_t(m) * BM + qc);
-          lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
-          hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
-        }
-        // kBwdTermsGlobal: this (b, h)'s planes of the additive term and the bool mask (broadcast dims: stride 0)
-        int64_t gb = 0, gm = 0;
-        if constexpr (kTerms == kBwdTermsGlobal) {
-          gb = int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh;
-          gm = int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh;
-        }
-#pragma unroll
-        for (int nt = 0; nt < NTQ; ++nt) {
-          const float2 l2 = lds_f32x2(sm.lse(s) + (nt * 8 + qc) * 4);
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
-              float z = -(e ? l2.y : l2.x);
-              bool vis = key_ok[bi][hf] && d >= lo && d <= hi;
-              if constexpr (kTerms == kBwdTermsStaged)
-                z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
-              if constexpr (kTerms == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
-                const int64_t i = min(m * BM + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
-                if (p.bias.ptr != nullptr)
-                  z = fmaf(ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk), kLog2e, z);
-                if (p.mask.ptr != nullptr)
-                  vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq +
-                                     j * p.mask.sk) != 0;
-              }
-              acc_s[nt][x] = vis ? fast_exp2(fmaf(acc_s[nt][x], p.scale_log2, z)) : 0.f;
-            }
-        }
-        // dS^T = P^T (dP^T - delta)
+        // P^T (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e), then dS^T once dP^T is in
+        p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), sm.bias(s, P.bias_stage_bytes), bias_off,
+                                                 key_ok[bi], b, h, m, t.n, j0, 0, qc);
         wgmma_wait<0>();
         fence_acc(acc_dp);
-#pragma unroll
-        for (int nt = 0; nt < NTQ; ++nt) {
-          const float2 d2 = lds_f32x2(sm.delta(s) + (nt * 8 + qc) * 4);
-#pragma unroll
-          for (int x = 0; x < 4; ++x) acc_dp[nt][x] = acc_s[nt][x] * (acc_dp[nt][x] - ((x & 1) ? d2.y : d2.x));
-        }
+        ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), 0, qc);
         if constexpr (kTerms == kBwdTermsGlobal)
           if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane);
 
@@ -517,48 +532,27 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         fence_view_async_shared();
         if constexpr (defer) {
           named_arrive(7 + 2 * cw + (it & 1), 256);
-          wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < NTQ / 2; ++ks) {
-            wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], make_desc(sm.dout(s) + ks * 16 * RB, BM * RB, 512), 1);
-            wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], make_desc(sm.q(s) + ks * 16 * RB, BM * RB, 512), 1);
+        } else {
+          // two staging buffers: the TMA issued for the previous tile has read the one the next tile writes
+          if (dbias && bi == 0 && P.dbias_bufs == 2 && issuer) bulk_wait_read<0>();
+          named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
+          if (dbias && bi == KV - 1 && issuer) {
+            const int tb = b % P.db_period, th = P.db_heads > 1 ? h : 0;
+            const int box_cols = db16 ? 64 : 32;  // one box row is 128 bytes
+            for (int c = 0; c < BN / box_cols; ++c) {
+              if (P.dbias_mode == kDbiasReduce)
+                tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * box_cols, m * BM, th, tb);
+              else
+                tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * box_cols, m * BM, th, tb);
+            }
+            bulk_commit();
           }
-          wgmma_commit();
-          // (issued in every step so the wgmma groups do not depend on a branch, which made ptxas spill; in the
-          // first step it multiplies the unwritten third tile and the result is dropped)
-          float acc_dq[DTQ][4];
-          issue_dq(ds_tile((it + 2) % 3), kb_half0, acc_dq);
-          wgmma_wait<1>();
-          fence_acc(acc_dk[bi]);
-          fence_acc(acc_dv[bi]);
-          fence_frag(pf);
-          fence_frag(dsf);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
-          wgmma_wait<0>();
-          fence_acc(acc_dq);
-          if (it > 0) add_dq(prev_b, prev_h, prev_m, acc_dq);
-          prev_b = b;
-          prev_h = h;
-          prev_m = m;
-          continue;
-        }
-        // two staging buffers: the TMA issued for the previous tile has read the one the next tile writes
-        if (dbias && bi == 0 && P.dbias_bufs == 2 && issuer) bulk_wait_read<0>();
-        named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
-        if (dbias && bi == KV - 1 && issuer) {
-          const int tb = b % P.db_period, th = P.db_heads > 1 ? h : 0;
-          const int box_cols = db16 ? 64 : 32;  // one box row is 128 bytes
-          for (int c = 0; c < BN / box_cols; ++c) {
-            if (P.dbias_mode == kDbiasReduce)
-              tma_reduce_add_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * box_cols, m * BM, th, tb);
-            else
-              tma_store_4d(&P.tdb, st + c * BM * 128, t.n * BN + c * box_cols, m * BM, th, tb);
-          }
-          bulk_commit();
         }
 
-        // dV += P^T dO, dK += dS^T Q (k16 step ks: queries 16 ks .. 16 ks + 15), then dQ half cw = dS K
+        // dV += P^T dO, dK += dS^T Q (k16 step ks: queries 16 ks .. 16 ks + 15), then dQ half cw = dS K: of this
+        // step, or (deferred) of the step before. The deferred GEMM is issued in every step so the wgmma groups do
+        // not depend on a branch, which made ptxas spill; in the first step it multiplies the unwritten third tile
+        // and the result is dropped.
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks) {
@@ -567,7 +561,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         }
         wgmma_commit();
         float acc_dq[DTQ][4];
-        issue_dq(sm.ds(buf), kb_half, acc_dq);
+        issue_dq(defer ? ds_tile((it + 2) % 3) : sm.ds(buf), kb_half, acc_dq);
         wgmma_wait<1>();
         fence_acc(acc_dk[bi]);
         fence_acc(acc_dv[bi]);
@@ -577,7 +571,14 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse, delta and the bias tile of this stage are read
         wgmma_wait<0>();
         fence_acc(acc_dq);
-        add_dq(b, h, m, acc_dq);
+        if constexpr (defer) {
+          if (it > 0) add_dq(prev_b, prev_h, prev_m, acc_dq);
+          prev_b = b;
+          prev_h = h;
+          prev_m = m;
+        } else {
+          add_dq(b, h, m, acc_dq);
+        }
       }
     }
   }

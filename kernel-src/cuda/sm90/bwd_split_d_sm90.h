@@ -92,47 +92,12 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       wgmma_wait<1>();
       fence_acc(acc_s);
 
-      // P^T (row = key j0 + 8 hf, column = query m * BM + q0 + nt * 8 + qc + e)
-      int lo = -(1 << 30), hi = 1 << 30;
-      if (p.has_band && tile_needs_mask(p, m, t.n, BM, BN)) {
-        const int64_t base = int64_t(j0) - (int64_t(m) * BM + q0 + qc);
-        lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
-        hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
-      }
-      int64_t gb = 0, gm = 0;
-      if constexpr (kTerms == kBwdTermsGlobal) {
-        gb = int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh;
-        gm = int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh;
-      }
-#pragma unroll
-      for (int nt = 0; nt < NTQ; ++nt) {
-        const float2 l2 = lds_f32x2(sm.lse(s) + (q0 + nt * 8 + qc) * 4);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
-            float z = -(e ? l2.y : l2.x);
-            bool vis = key_ok[hf] && d >= lo && d <= hi;
-            if constexpr (kTerms == kBwdTermsGlobal) {
-              const int64_t i = min(m * BM + q0 + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
-              if (p.bias.ptr != nullptr)
-                z = fmaf(ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk), kLog2e, z);
-              if (p.mask.ptr != nullptr)
-                vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq +
-                                   j * p.mask.sk) != 0;
-            }
-            acc_s[nt][x] = vis ? fast_exp2(fmaf(acc_s[nt][x], p.scale_log2, z)) : 0.f;
-          }
-      }
+      // P^T (row = key j0 + 8 hf, column = query m * BM + q0 + nt * 8 + qc + e), then dS^T once dP^T is in
+      const int no_bias_off[2][2] = {};  // (no staged tile here)
+      p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), 0, no_bias_off, key_ok, b, h, m, t.n, j0, q0, qc);
       wgmma_wait<0>();
       fence_acc(acc_dp);
-#pragma unroll
-      for (int nt = 0; nt < NTQ; ++nt) {
-        const float2 d2 = lds_f32x2(sm.delta(s) + (q0 + nt * 8 + qc) * 4);
-#pragma unroll
-        for (int x = 0; x < 4; ++x) acc_dp[nt][x] = acc_s[nt][x] * (acc_dp[nt][x] - ((x & 1) ? d2.y : d2.x));
-      }
+      ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), q0, qc);
       if constexpr (kTerms == kBwdTermsGlobal)
         if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane, q0);
 
