@@ -232,7 +232,8 @@ void choose_bias_mode(KParams& p, int block_n) {
 //   * sm90/fwd_windows_sm90.h: window-mode forward, D = 32 windows of <= 256 keys, D = 64 of <= 64
 //     (plan_fwd_windows_sm90);
 //   * sm90/bwd_windows_sm90.h: window-mode backward, D = 32, <= 64 tokens (plan_bwd_windows_sm90);
-//     WINATTN_SM90_WINDOWS=0 turns both window kernels off.
+//   * sm90/bwd_windows_wide_sm90.h: the same for 65 .. 144 tokens (plan_bwd_wide_sm90);
+//     WINATTN_SM90_WINDOWS=0 turns the window kernels off.
 // Elsewhere the v1 kernels run; both pass the same tests, so each choice is a speed decision (benchmarks/RESULTS.md).
 bool has_sm90_fwd(int dk) { return dk == 32 || dk == 64 || dk == 96 || dk == 128; }
 template <typename F>
@@ -451,6 +452,7 @@ struct BwdPlan {
   int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
   int cfg = 0;  // backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
   bool sm90_windows = false;  // Hopper window-mode kernel (plan_bwd_windows_sm90)
+  int sm90_wide = 0;          // Hopper wide-window kernel for windows of up to this many tokens (plan_bwd_wide_sm90)
   bool v3 = false;            // Hopper backward v3 (plan_bwd_v3)
   BwdV3Buffers v3buf;         // its padded row count and dbias mode (run_bwd_v3 adds the workspace pointers)
   int64_t off_lse2 = -1;
@@ -481,6 +483,34 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
   pl.smem = smem;
   pl.window = wants_accum;
   pl.sm90_windows = true;
+  return true;
+}
+
+// Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 144, no GQA, an fp16
+// additive term as the only score term (the combined table term is one) with its period dividing B, and a gradient
+// summed over windows (the table's, or a dbias broadcast over them): the calls that otherwise take v1's window mode
+// (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS sums go to partials [grid][Sq][Sk]
+// (bn = Sk, one key block), reduced like v1's; lse2 / delta come from the v3 preprocess.
+bool plan_bwd_wide_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_per_item, bool wants_accum) {
+  KParams& p = pl.p;
+  const int n = std::max(p.Sq, p.Sk);
+  if (pl.dk != 32 || n <= 64 || n > 144 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
+      p.bias.ptr == nullptr || p.bias.dtype != 0 || p.mask.ptr != nullptr || p.kp != nullptr || p.has_band ||
+      dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_SM90_WINDOWS", 1) == 0)
+    return false;
+  const int period = p.bias.period;
+  if (p.B % period != 0) return false;
+  const int wide = n <= 128 ? 128 : 144;
+  const int smem = wide == 128 ? bwd_windows_wide_sm90_smem<128>(dt) : bwd_windows_wide_sm90_smem<144>(dt);
+  if (smem == 0 || smem > dev.smem_optin) return false;
+  pl.grid = window_grid(p, period, 1, 1, dev, "WINATTN_BWD_G");
+  pl.smem = smem;
+  pl.sm90_wide = wide;
+  pl.window = true;
+  pl.bn = p.Sk;
+  pl.nblocks = 1;
+  pl.v3buf.sq_pad = ceil_div(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
+  p.dq_mode = DqMode::kDirect;
   return true;
 }
 
@@ -588,7 +618,8 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
   // (the Hopper window kernel sets G, Pg, the grid and the shared memory itself; v3 its own workspace)
-  const bool sm90_windows = plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum);
+  const bool sm90_windows = plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum) ||
+                            plan_bwd_wide_sm90(pl, dev, dt, dbias && dbias_store, wants_accum);
   if (!sm90_windows && plan_bwd_v3(pl, bp, dev, dt)) return pl;
   if (!sm90_windows) {
     const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
@@ -686,7 +717,12 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
   pl.zero_bytes = cv.size;
   if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
-  if (!pl.sm90_windows) pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);  // the windows kernel makes its own
+  if (pl.sm90_wide) {  // the v3 preprocess rows
+    pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.v3buf.sq_pad * 4);
+    pl.off_delta = cv.take(int64_t(p.B) * p.H * pl.v3buf.sq_pad * 4);
+  } else if (!pl.sm90_windows) {  // (the 64-token windows kernel makes its own)
+    pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
+  }
   if (pl.window) pl.off_partials = cv.take(pl.grid * p.Sq * pl.bn * 4);
   if (pl.dtable && pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
   pl.ws_bytes = cv.size;
@@ -766,6 +802,23 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
 }
 
+// The v3 preprocess (aux_kernels.h bwd_prep_v3_kernel): lse2 = lse * log2(e) and delta = rowsum(dO * O) - dlse per
+// (b, h) row padded to sq_pad; used by v3 and the wide-window kernel.
+static void run_bwd_prep_v3(const BwdParams& params, const KParams& p, float* lse2, float* delta, int sq_pad,
+                            cudaStream_t stream) {
+  const int64_t threads = int64_t(p.B) * p.H * sq_pad * 4;
+  const int blocks = int((threads + 255) / 256);
+  auto prep = [&](auto elem) {
+    using E = decltype(elem);
+    bwd_prep_v3_kernel<E><<<blocks, 256, 0, stream>>>(lse2, delta, sq_pad, static_cast<const E*>(p.dout), p.do_sb,
+                                                     p.do_ss, p.do_sh, static_cast<const E*>(p.o), p.o_sb, p.o_ss,
+                                                     p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
+    check_cuda(cudaGetLastError(), "window_attention bwd v3 preprocess");
+  };
+  if (dtype_code(params.dtype) == 0) prep(__half());
+  else prep(__nv_bfloat16());
+}
+
 // Backward v3: preprocess (delta, lse * log2 e into padded rows), the pipelined kernel (dK, dV, dbias written by it),
 // dQ from its fp32 fragment-order accumulator. The workspace's zero-filled part is cleared by the caller.
 static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStream_t stream) {
@@ -777,17 +830,7 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
   vb.dbias = params.dbias;
   const int dt = dtype_code(params.dtype);
-  const int64_t threads = int64_t(p.B) * p.H * vb.sq_pad * 4;
-  const int blocks = int((threads + 255) / 256);
-  auto prep = [&](auto elem) {
-    using E = decltype(elem);
-    bwd_prep_v3_kernel<E><<<blocks, 256, 0, stream>>>(vb.lse2, vb.delta, vb.sq_pad, static_cast<const E*>(p.dout),
-                                                     p.do_sb, p.do_ss, p.do_sh, static_cast<const E*>(p.o), p.o_sb,
-                                                     p.o_ss, p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
-    check_cuda(cudaGetLastError(), "window_attention bwd v3 preprocess");
-  };
-  if (dt == 0) prep(__half());
-  else prep(__nv_bfloat16());
+  run_bwd_prep_v3(params, p, vb.lse2, vb.delta, vb.sq_pad, stream);
   dispatch_bwd_v3_hdim(pl.dk, [&](auto d) {
     run_bwd_pipelined_sm90<decltype(d)::value>(p, vb, dt, device_info().smem_optin, stream);
   });
@@ -877,7 +920,9 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     run_bwd_v3(params, pl, ws, stream);
     return;
   }
-  if (!pl.sm90_windows) {  // delta = rowsum(dO * O) - dlse
+  if (pl.sm90_wide) {
+    run_bwd_prep_v3(params, p, static_cast<float*>(at(pl.off_lse2)), delta, pl.v3buf.sq_pad, stream);
+  } else if (!pl.sm90_windows) {  // delta = rowsum(dO * O) - dlse
     const int64_t threads = B * Sq * H * 4;
     const int blocks = int((threads + 255) / 256);
     if (dt == 0)
@@ -891,7 +936,13 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     check_cuda(cudaGetLastError(), "window_attention bwd preprocess");
   }
 
-  if (pl.sm90_windows)
+  if (pl.sm90_wide == 128)
+    run_bwd_windows_wide_sm90<128>(p, static_cast<float*>(at(pl.off_lse2)), delta, pl.v3buf.sq_pad, dt, pl.grid,
+                                   stream);
+  else if (pl.sm90_wide == 144)
+    run_bwd_windows_wide_sm90<144>(p, static_cast<float*>(at(pl.off_lse2)), delta, pl.v3buf.sq_pad, dt, pl.grid,
+                                   stream);
+  else if (pl.sm90_windows)
     run_bwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
   else
     dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, pl.cfg, stream); });

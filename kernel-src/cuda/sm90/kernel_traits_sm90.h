@@ -173,6 +173,36 @@ struct BwdWindowTraitsSm90 {
 template <int D> struct BwdWindowTraitsSm90For;
 template <> struct BwdWindowTraitsSm90For<32> { using type = BwdWindowTraitsSm90<32, 64, 3>; };
 
+// Wide-window backward (bwd_windows_wide_sm90.h): head dim 32, windows of 65 .. kQueries tokens, the whole window
+// resident. kKeyBlocks warpgroups own 64 keys each (kKeys rows of K / V, zero past Sk); the queries go by in
+// kQueries / kQChunk chunks of kQChunk, one per warpgroup (chunk m's dQ is computed by warpgroup m). Per stage:
+// Q, dO [kQueries x 32], K, V [kKeys x 32], lse2 and delta [kQueries] fp32; then two dS^T staging tiles
+// [kDqKeys x 64] (the dQ GEMM's K range: the keys a window can have, in 16-key steps) and the fp16 term table
+// [warpgroup][chunk][kQChunk / 8][128 threads] (uint2 entries). One CTA per SM: the window's N x N dS sums take
+// kQueries / 2 fp32 per thread, in registers for the first kRegChunks chunks and in shared memory (fragment order,
+// [chunk][kQChunk / 8][threads] float4) for the rest: at three warpgroups (168 registers a thread) all three chunks
+// in registers spilled 256 bytes.
+template <int kKeyBlocks_, int kQChunk_, int kRegChunks_>
+struct BwdWideWindowTraitsSm90 {
+  static constexpr int kHeadDim = 32, kKeyBlocks = kKeyBlocks_, kQChunk = kQChunk_, kQChunks = kKeyBlocks_;
+  static constexpr int kRegChunks = kRegChunks_;
+  static constexpr int kNThreads = 128 * kKeyBlocks;
+  static constexpr int kKeys = 64 * kKeyBlocks, kQueries = kQChunk * kQChunks, kDqKeys = kQueries;
+  static constexpr int kQBytes = kQueries * 64, kKVBytes = kKeys * 64;
+  static constexpr int kStageBytes = (2 * kQBytes + 2 * kKVBytes + 2 * kQueries * 4 + 1023) / 1024 * 1024;
+  static constexpr int kDSBytes = kDqKeys * 64 * 2;  // [kDqKeys keys][64 query columns] 16-bit
+  static constexpr int kTermBytes = kKeyBlocks * (kQueries / 8) * 128 * 8;
+  static constexpr int kDbiasBytes = (kQChunks - kRegChunks) * (kQChunk / 8) * kNThreads * 16;
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + 2 * kDSBytes + kTermBytes + kDbiasBytes;
+  static_assert(kQChunk % 16 == 0 && kQChunk <= 64, "k16 steps over a chunk; its dQ rows fit one 64-row tile");
+  static_assert(kQBytes % 512 == 0 && kDSBytes % 1024 == 0, "swizzle atoms stay aligned");
+};
+// N <= 128 (W9 .. W11): two warpgroups, 64-query chunks; N <= 144 (W12): three, 48-query chunks (3 x 48 = 144, so
+// the 64-row key blocks carry the padding, not the chunks).
+template <int N> struct BwdWideWindowTraitsSm90For;
+template <> struct BwdWideWindowTraitsSm90For<128> { using type = BwdWideWindowTraitsSm90<2, 64, 2>; };
+template <> struct BwdWideWindowTraitsSm90For<144> { using type = BwdWideWindowTraitsSm90<3, 48, 2>; };
+
 // Fast path (only an additive term) with the raw term tile small enough to borrow the second window buffer (it is
 // read once, into the term table, before the first window's compute: fwd/bwd_windows_sm90.h).
 template <typename Tr>

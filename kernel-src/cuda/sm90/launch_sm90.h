@@ -12,6 +12,7 @@
 #include "tensor_map_sm90.h"
 #include "fwd_windows_sm90.h"
 #include "bwd_windows_sm90.h"
+#include "bwd_windows_wide_sm90.h"
 
 namespace winattn {
 namespace cuda {
@@ -89,6 +90,42 @@ int bwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
 template <int D>
 void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
   launch_family<BwdWindowsSm90<D>>(p, dtype, grid, smem, stream);
+}
+
+// Wide-window backward (bwd_windows_wide_sm90.h), windows of up to N tokens: its own parameter struct (the v3
+// preprocess rows), a fixed shared-memory size, one CTA per SM.
+template <int N>
+struct BwdWideWindowsSm90 {
+  using Tr = typename sm90::BwdWideWindowTraitsSm90For<N>::type;
+  using Fn = void (*)(sm90::BwdWideWindowParams);
+  static Fn pick(int dtype) {
+    return dtype == 0 ? sm90::bwd_windows_wide_kernel_sm90<Tr, __half>
+                      : sm90::bwd_windows_wide_kernel_sm90<Tr, __nv_bfloat16>;
+  }
+  static constexpr const char* kName = "window_attention bwd (sm90 wide windows)";
+};
+template <int N>
+int bwd_windows_wide_sm90_smem(int dtype) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, BwdWideWindowsSm90<N>::pick(dtype)) != cudaSuccess) {
+    (void)cudaGetLastError();  // no image for this device
+    return 0;
+  }
+  return attr.binaryVersion == 90 ? BwdWideWindowsSm90<N>::Tr::kSmemBytes : 0;
+}
+template <int N>
+void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, const float* delta2, int sq_pad, int dtype,
+                               int64_t grid, cudaStream_t stream) {
+  using K = BwdWideWindowsSm90<N>;
+  sm90::BwdWideWindowParams args;
+  args.p = p;
+  args.lse2 = lse2;
+  args.delta2 = delta2;
+  args.sq_pad = sq_pad;
+  auto kernel = K::pick(dtype);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
+  kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), K::Tr::kSmemBytes, stream>>>(args);
+  check_cuda(cudaGetLastError(), K::kName);
 }
 
 // Forward v3 (fwd_pipelined_sm90.h): picks the score-term mode and the tile, builds the Q / K / V (and bias) tensor
@@ -186,6 +223,11 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
   template void run_bwd_windows_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
+
+#define WINATTN_INSTANTIATE_BWD_WINDOWS_WIDE_SM90(N)                                                \
+  template int bwd_windows_wide_sm90_smem<N>(int);                                                   \
+  template void run_bwd_windows_wide_sm90<N>(const KParams&, const float*, const float*, int, int, int64_t, \
+                                             cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D, BN)                                                  \
   template int fwd_windows_sm90_blocks_per_sm<D, BN>(int, int);                                      \

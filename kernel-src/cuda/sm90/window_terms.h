@@ -50,6 +50,32 @@ __device__ __forceinline__ void build_term_table(void* sTerm, const unsigned cha
   }
 }
 
+// The kHalf table for the wide-window backward's transposed tiles (bwd_windows_wide_sm90.h: rows = keys, columns =
+// queries), [NQC chunks of QC queries][QC / 8][128 threads] for the warp whose first key row is key0, read straight
+// from the fp16 term in global memory (once per CTA: no staged tile needed); -inf past Sk and past Sq, so padding
+// rows and columns get P = 0 whatever their scores.
+template <int NQC, int QC>
+__device__ __forceinline__ void build_term_table_keys(uint2* table, const KParams& p, int b, int h, int key0,
+                                                      int wtid) {
+  const int lane = wtid & 31, qr = lane >> 2, qc = (lane & 3) * 2;
+  const Operand4d& op = p.bias;
+  const __half* t = static_cast<const __half*>(op.ptr) + int64_t(b % op.period) * op.sb + int64_t(h) * op.sh;
+#pragma unroll
+  for (int m = 0; m < NQC; ++m)
+#pragma unroll
+    for (int nt = 0; nt < QC / 8; ++nt) {
+      __half e[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kk = key0 + qr + (i >> 1) * 8, qq = m * QC + nt * 8 + qc + (i & 1);
+        e[i] = kk < p.Sk && qq < p.Sq ? t[int64_t(qq) * op.sq + int64_t(kk) * op.sk] : __float2half(-INFINITY);
+      }
+      const __half2 lo = __halves2half2(e[0], e[1]), hi = __halves2half2(e[2], e[3]);
+      table[(m * (QC / 8) + nt) * 128 + wtid] =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    }
+}
+
 // Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf).
 template <int NT, bool kHalf>
 __device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], const void* sTerm, float scale_log2, int tid) {

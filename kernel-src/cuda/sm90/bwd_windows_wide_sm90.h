@@ -1,0 +1,267 @@
+// Hopper backward for wide windows (sm_90a): Swin windows of 65 .. 144 tokens (W9 .. W12), head dim 32, with the
+// gradient of the additive term (the relative-position table's) summed on chip. The counterpart of the wide tiles
+// of fwd_windows_sm90.h; windows of <= 64 tokens take bwd_windows_sm90.h.
+//
+// One CTA per (head, term period residue Pg, G windows), the whole window resident and double buffered. Each of the
+// kKeyBlocks warpgroups owns 64 of the window's keys and works in the transposed layout (rows = keys), walking the
+// queries in chunks of kQChunk:
+//   S^T = K_j Q_m^T, dP^T = V_j dO_m^T                 (SS, both K-major)
+//   P^T = exp2(S^T * scale * log2e + term * log2e - lse2), dS^T = P^T (dP^T - delta)
+//       (registers; delta comes from the v3 preprocess: a warpgroup sees 64 keys of a row, not the rowsum(P dP))
+//   dV_j += P^T dO_m, dK_j += dS^T Q_m                 (RS: the accumulators are the A fragments as they stand)
+//   dQ_m = dS_m K                                      (SS, from the dS^T tiles all warpgroups stage in shared memory;
+//                                                       warpgroup m % kKeyBlocks computes chunk m, after one barrier)
+// Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
+// thousands of windows. Here dS^T summed over the CTA's windows stays in registers ([chunk][kQChunk / 8][4] per
+// thread: the window's N x N spread over the CTA's register file, which bounds N, see the traits) until one flush to
+// the CTA's partial slot [Sq][Sk], reduced in a fixed order afterwards like every window mode.
+#pragma once
+#include "../block_info.h"
+#include "../gemm.h"
+#include "../kernel_params.h"
+#include "../softmax.h"
+#include "../tile_io.h"
+#include "kernel_traits_sm90.h"
+#include "tile_sm90.h"
+#include "window_terms.h"
+#include "wgmma_ops.h"
+
+namespace winattn {
+namespace cuda {
+namespace sm90 {
+
+// The kernel's arguments: the common ones plus the v3 preprocess rows (padded per (b, h) to sq_pad >= Sq).
+struct BwdWideWindowParams {
+  KParams p;
+  const float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e) (0 where lse = -inf), +inf past Sq
+  const float* delta2 = nullptr;  // [B, H, sq_pad] rowsum(dO * O) - dlse, 0 past Sq
+  int sq_pad = 0;
+};
+
+// threadIdx.x as the compiler cannot prove loop-invariant (see load_window).
+__device__ __forceinline__ int thread_index_opaque() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
+template <typename Tr, typename Elem>
+__global__ void __launch_bounds__(Tr::kNThreads, 1)
+    bwd_windows_wide_kernel_sm90(const __grid_constant__ BwdWideWindowParams args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const KParams& p = args.p;
+  constexpr int NKB = Tr::kKeyBlocks, QC = Tr::kQChunk, NQC = Tr::kQChunks, NT = QC / 8;
+  constexpr int KEYS = Tr::kKeys, QROWS = Tr::kQueries, DQK = Tr::kDqKeys, NTH = Tr::kNThreads;
+  constexpr int RB = kSwizzleRowBytes;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = align_1024(smem_raw);
+  // two window stages [Q | dO | K | V | lse2 | delta], two dS^T staging tiles, the term table
+  auto sQ = [&](int st) { return smem + st * Tr::kStageBytes; };
+  auto sdO = [&](int st) { return sQ(st) + Tr::kQBytes; };
+  auto sK = [&](int st) { return sdO(st) + Tr::kQBytes; };
+  auto sV = [&](int st) { return sK(st) + Tr::kKVBytes; };
+  auto sLse = [&](int st) { return reinterpret_cast<float*>(sV(st) + Tr::kKVBytes); };
+  auto sDelta = [&](int st) { return sLse(st) + QROWS; };
+  unsigned char* sDS = smem + 2 * Tr::kStageBytes;
+  uint2* sTerm = reinterpret_cast<uint2*>(sDS + 2 * Tr::kDSBytes);
+  const uint32_t db_a = smem_u32(sDS + 2 * Tr::kDSBytes + Tr::kTermBytes);  // sums of chunks past kRegChunks
+
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
+  const int key0 = wg * 64 + warp * 16;  // this warp's first key row
+  const Work w = decode_work(p, p.H);    // H == Hkv on this path
+  const int h = w.hx;
+  const Elem* q = static_cast<const Elem*>(p.q);
+  const Elem* k = static_cast<const Elem*>(p.k);
+  const Elem* v = static_cast<const Elem*>(p.v);
+  const Elem* dout = static_cast<const Elem*>(p.dout);
+  Elem* dq = static_cast<Elem*>(p.dq);
+  Elem* dk = static_cast<Elem*>(p.dk);
+  Elem* dv = static_cast<Elem*>(p.dv);
+  const int64_t dq_ss = int64_t(p.H) * p.D, dq_sb = int64_t(p.Sq) * dq_ss;
+  const int64_t dk_ss = int64_t(p.H) * p.D, dk_sb = int64_t(p.Sk) * dk_ss;
+  const int vec_rows = min(QROWS, args.sq_pad);
+
+  // (the thread index is re-read inside: otherwise the compiler keeps every cp.async's address pieces live through
+  // the window loop, about 25 registers that spilled at three warpgroups, inside the chunk loop)
+  auto load_window = [&](int b, int st) {
+    const int tid = thread_index_opaque();
+    load_tile_async<Elem, QROWS, 32, NTH>(sQ(st), q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh, p.q_ss, p.Sq, p.D,
+                                          p.q, tid);
+    load_tile_async<Elem, QROWS, 32, NTH>(sdO(st), dout + int64_t(b) * p.do_sb + int64_t(h) * p.do_sh, p.do_ss, p.Sq,
+                                          p.D, p.dout, tid);
+    load_tile_async<Elem, KEYS, 32, NTH>(sK(st), k + int64_t(b) * p.k_sb + int64_t(h) * p.k_sh, p.k_ss, p.Sk, p.D,
+                                         p.k, tid);
+    load_tile_async<Elem, KEYS, 32, NTH>(sV(st), v + int64_t(b) * p.v_sb + int64_t(h) * p.v_sh, p.v_ss, p.Sk, p.D,
+                                         p.v, tid);
+    const int64_t row0 = (int64_t(b) * p.H + h) * args.sq_pad;
+    load_vec_async<QROWS, NTH>(sLse(st), args.lse2 + row0, vec_rows, tid);
+    load_vec_async<QROWS, NTH>(sDelta(st), args.delta2 + row0, vec_rows, tid);
+  };
+
+  load_window(w.batch(p, 0), 0);
+  cp_async_commit();
+  // the term is the same for every window of the CTA; each thread builds (and later reads) only its own entries
+  uint2* term = sTerm + wg * NQC * NT * 128;
+  build_term_table_keys<NQC, QC>(term, p, w.batch(p, 0), h, key0, wtid);
+
+  // dS^T summed over this CTA's windows (fp32, before rounding): chunk m < RC in registers, the rest in shared
+  // memory at db_at(m, nt) (m, nt are compile-time in the unrolled loops, so each branch below resolves statically)
+  constexpr int RC = Tr::kRegChunks;
+  float acc_db[RC][NT][4];
+  auto db_at = [&](int m, int nt) { return db_a + (((m - RC) * NT + nt) * NTH + tid) * 16; };
+#pragma unroll
+  for (int m = 0; m < NQC; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float z[4] = {0.f, 0.f, 0.f, 0.f};
+      if (m < RC) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_db[m < RC ? m : 0][nt][e] = 0.f;
+      } else {
+        sts_f32x4(db_at(m, nt), z);
+      }
+    }
+
+  int chunks_done = 0;  // parity = the dS^T staging tile
+  for (int t = 0; t < w.nitems; ++t) {
+    const int b = w.batch(p, t), st = t & 1;
+    cp_async_wait_all();
+    fence_view_async_shared();
+    __syncthreads();  // window t landed; every warpgroup is done with window t - 1 (stage st ^ 1)
+    if (t + 1 < w.nitems) load_window(w.batch(p, t + 1), st ^ 1);
+    cp_async_commit();
+    const uint32_t q_a = smem_u32(sQ(st)), do_a = smem_u32(sdO(st)), k_all = smem_u32(sK(st));
+    const uint32_t k_a = k_all + wg * 64 * RB, v_a = smem_u32(sV(st)) + wg * 64 * RB;
+    const uint32_t lse_a = smem_u32(sLse(st)), delta_a = smem_u32(sDelta(st));
+
+    float acc_dk[1][4][4], acc_dv[1][4][4];
+#pragma unroll
+    for (int m = 0; m < NQC; ++m) {
+      // S^T = K_j Q_m^T and dP^T = V_j dO_m^T (head dim 32: two k16 steps within the 64-byte rows)
+      float acc_s[1][NT][4], acc_dp[1][NT][4];
+      const uint32_t qm = m * QC * RB;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        wgmma_ss<0, 0>(Int<QC>(), Elem(), acc_s[0], make_desc(k_a + ks * 32, 16, 512),
+                       make_desc(q_a + qm + ks * 32, 16, 512), ks > 0);
+        wgmma_ss<0, 0>(Int<QC>(), Elem(), acc_dp[0], make_desc(v_a + ks * 32, 16, 512),
+                       make_desc(do_a + qm + ks * 32, 16, 512), ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(acc_s[0]);
+      fence_acc(acc_dp[0]);
+
+      // P^T and dS^T in place (columns = queries: lse2 / delta per column pair), dS^T into the window sums
+      apply_term_table<NT, true>(acc_s[0], term + m * NT * 128, p.scale_log2, wtid);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int c = m * QC + nt * 8 + qc;
+        const float2 l2 = lds_f32x2(lse_a + c * 4), dl = lds_f32x2(delta_a + c * 4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
+          acc_s[0][nt][e] = pv;
+          acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
+        }
+        if (m < RC) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_db[m < RC ? m : 0][nt][e] += acc_dp[0][nt][e];
+        } else {
+          const float4 o = lds_f32x4(db_at(m, nt));
+          const float sum[4] = {o.x + acc_dp[0][nt][0], o.y + acc_dp[0][nt][1], o.z + acc_dp[0][nt][2],
+                                o.w + acc_dp[0][nt][3]};
+          sts_f32x4(db_at(m, nt), sum);
+        }
+      }
+      uint32_t pf[1][NT / 2][4], dsf[1][NT / 2][4];
+      acc_to_afrag<Elem, 1, NT>(pf, acc_s);
+      acc_to_afrag<Elem, 1, NT>(dsf, acc_dp);
+
+      // dV_j += P^T dO_m, dK_j += dS^T Q_m (B: the chunk's rows of dO / Q, N-major)
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < QC / 16; ++ks) {
+        const uint32_t off = qm + ks * 16 * RB;
+        wgmma_rs<1>(Int<32>(), Elem(), acc_dv[0], pf[0][ks], make_desc(do_a + off, QROWS * RB, 512), m + ks > 0);
+        wgmma_rs<1>(Int<32>(), Elem(), acc_dk[0], dsf[0][ks], make_desc(q_a + off, QROWS * RB, 512), m + ks > 0);
+      }
+      wgmma_commit();
+
+      // dS^T -> staging tile (rows = keys, 64 query columns; warps past the dQ key range hold only padding keys)
+      const uint32_t ds_a = smem_u32(sDS) + (chunks_done & 1) * Tr::kDSBytes;
+      // (from the packed A fragments: register kk holds rows qr / qr + 8 of column tiles 2 kk / 2 kk + 1)
+      if (key0 < DQK) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int r = key0 + qr + (x & 1) * 8;
+#pragma unroll
+          for (int kk = 0; kk < NT / 2; ++kk)
+            sts_u32(ds_a + tile_chunk_offset<DQK>(r, 2 * kk + (x >> 1)) + qc * 2, dsf[0][kk][x]);
+        }
+      }
+      fence_view_async_shared();
+      __syncthreads();  // chunk m's dS^T is staged by every warpgroup (and the tile written two chunks ago was read)
+
+      if (m % NKB == wg) {
+        // dQ_m = dS_m K over the window's keys (A = the staging tile read transposed, B = K N-major)
+        float acc_dq[1][4][4];
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < DQK / 16; ++ks)
+          wgmma_ss<1, 1>(Int<32>(), Elem(), acc_dq[0], make_desc(ds_a + ks * 16 * RB, DQK * RB, 512),
+                         make_desc(k_all + ks * 16 * RB, KEYS * RB, 512), ks > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(acc_dq[0]);
+        store_acc_rows<Elem, 1, 4>(dq + int64_t(b) * dq_sb + int64_t(m * QC + warp * 16) * dq_ss + int64_t(h) * p.D,
+                                   dq_ss, acc_dq, p.scale, min(QC, p.Sq - m * QC) - warp * 16, p.D, lane);
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_frag(pf[0]);
+      fence_frag(dsf[0]);
+      fence_acc(acc_dk[0]);
+      fence_acc(acc_dv[0]);
+      ++chunks_done;
+    }
+
+    const int64_t kv_off = int64_t(b) * dk_sb + int64_t(key0) * dk_ss + int64_t(h) * p.D;
+    store_acc_rows<Elem, 1, 4>(dk + kv_off, dk_ss, acc_dk, p.scale, p.Sk - key0, p.D, lane);
+    store_acc_rows<Elem, 1, 4>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - key0, p.D, lane);
+  }
+
+  // this CTA's summed dS -> its partial slot [Sq][Sk]: the register chunks join the shared ones in fragment order
+  // (over the staging tiles and the term table, free now), then coalesced rows go out. (Flushing from registers
+  // directly kept its addresses live through the loop: 72 bytes of spills at three warpgroups.)
+  if (p.partials != nullptr) {
+    const uint32_t reg_a = smem_u32(sDS);
+    static_assert(RC * NT * NTH * 16 <= 2 * Tr::kDSBytes + Tr::kTermBytes, "register sums fit before the shared ones");
+    __syncthreads();  // the last dQ GEMM has read its staging tile
+#pragma unroll
+    for (int m = 0; m < RC; ++m)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) sts_f32x4(reg_a + ((m * NT + nt) * NTH + tid) * 16, acc_db[m][nt]);
+    __syncthreads();
+    float* dst = p.partials + int64_t(blockIdx.x) * p.Sq * p.Sk;
+    for (int idx = tid; idx < p.Sq * p.Sk; idx += NTH) {
+      const int qq = idx / p.Sk, kk = idx % p.Sk;
+      // the thread and element that held (key kk, query qq): S^T accumulator layout
+      const int m = qq / QC, nt = (qq % QC) / 8, c8 = qq % 8;
+      const int owner = (kk >> 6) * 128 + ((kk >> 4) & 3) * 32 + (kk & 7) * 4 + c8 / 2;
+      const int e = ((kk >> 3) & 1) * 2 + (c8 & 1);
+      const uint32_t at = m < RC ? reg_a + ((m * NT + nt) * NTH + owner) * 16
+                                 : db_a + (((m - RC) * NT + nt) * NTH + owner) * 16;
+      dst[idx] = lds_f32(at + e * 4);
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_windows_wide_sm90_ready)
+#endif
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace winattn
