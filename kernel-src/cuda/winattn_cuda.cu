@@ -509,7 +509,7 @@ bool plan_bwd_wide_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_p
   pl.window = true;
   pl.bn = p.Sk;
   pl.nblocks = 1;
-  pl.v3buf.sq_pad = ceil_div(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
+  pl.v3buf.sq_pad = wide;  // the kernel loads one whole preprocess row per window
   p.dq_mode = DqMode::kDirect;
   return true;
 }

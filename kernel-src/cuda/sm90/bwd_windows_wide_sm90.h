@@ -22,6 +22,8 @@
 #include "../softmax.h"
 #include "../tile_io.h"
 #include "kernel_traits_sm90.h"
+#include "pipeline_sm90.h"
+#include "tensor_map_sm90.h"
 #include "tile_sm90.h"
 #include "window_terms.h"
 #include "wgmma_ops.h"
@@ -30,19 +32,21 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-// The kernel's arguments: the common ones plus the v3 preprocess rows (padded per (b, h) to sq_pad >= Sq).
+// The kernel's arguments: the common ones, the TMA maps of Q, dO (boxes of kQueries rows) and K, V (kKeys rows),
+// and the v3 preprocess rows, padded per (b, h) to sq_pad = kQueries (one bulk copy each).
 struct BwdWideWindowParams {
+  CUtensorMap tq, tdo, tk, tv;
   KParams p;
   const float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e) (0 where lse = -inf), +inf past Sq
   const float* delta2 = nullptr;  // [B, H, sq_pad] rowsum(dO * O) - dlse, 0 past Sq
   int sq_pad = 0;
 };
 
-// threadIdx.x as the compiler cannot prove loop-invariant (see load_window).
-__device__ __forceinline__ int thread_index_opaque() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  return t;
+// 1-D bulk copy global -> shared (bytes and both addresses multiples of 16), completing on bar.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, int bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
 }
 
 template <typename Tr, typename Elem>
@@ -52,10 +56,12 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   const KParams& p = args.p;
   constexpr int NKB = Tr::kKeyBlocks, QC = Tr::kQChunk, NQC = Tr::kQChunks, NT = QC / 8;
   constexpr int KEYS = Tr::kKeys, QROWS = Tr::kQueries, DQK = Tr::kDqKeys, NTH = Tr::kNThreads;
-  constexpr int RB = kSwizzleRowBytes;
+  constexpr int SLOTS = Tr::kWarpSlots, RC = Tr::kRegChunks, RB = kSwizzleRowBytes;
+  static_assert(NQC == NKB, "chunk m's dQ belongs to warpgroup m");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
-  // two window stages [Q | dO | K | V | lse2 | delta], two dS^T staging tiles, the term table
+  // two window stages [Q | dO | K | V | lse2 | delta], one dS^T staging tile per warpgroup, the term table, the
+  // dS sums of the chunks past RC
   auto sQ = [&](int st) { return smem + st * Tr::kStageBytes; };
   auto sdO = [&](int st) { return sQ(st) + Tr::kQBytes; };
   auto sK = [&](int st) { return sdO(st) + Tr::kQBytes; };
@@ -63,74 +69,77 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   auto sLse = [&](int st) { return reinterpret_cast<float*>(sV(st) + Tr::kKVBytes); };
   auto sDelta = [&](int st) { return sLse(st) + QROWS; };
   unsigned char* sDS = smem + 2 * Tr::kStageBytes;
-  uint2* sTerm = reinterpret_cast<uint2*>(sDS + 2 * Tr::kDSBytes);
-  const uint32_t db_a = smem_u32(sDS + 2 * Tr::kDSBytes + Tr::kTermBytes);  // sums of chunks past kRegChunks
+  uint2* sTerm = reinterpret_cast<uint2*>(sDS + NKB * Tr::kDSBytes);
+  const uint32_t db_a = smem_u32(sDS + NKB * Tr::kDSBytes + Tr::kTermBytes);
 
-  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2;
-  const int key0 = wg * 64 + warp * 16;  // this warp's first key row
-  const Work w = decode_work(p, p.H);    // H == Hkv on this path
+  const int slot = wg * 4 + warp, key0 = slot * 16;  // this warp's first key row
+  const bool real = slot < SLOTS;                    // (else: padding keys only, nothing to compute or keep)
+  const Work w = decode_work(p, p.H);                // H == Hkv on this path
   const int h = w.hx;
-  const Elem* q = static_cast<const Elem*>(p.q);
-  const Elem* k = static_cast<const Elem*>(p.k);
-  const Elem* v = static_cast<const Elem*>(p.v);
-  const Elem* dout = static_cast<const Elem*>(p.dout);
   Elem* dq = static_cast<Elem*>(p.dq);
   Elem* dk = static_cast<Elem*>(p.dk);
   Elem* dv = static_cast<Elem*>(p.dv);
   const int64_t dq_ss = int64_t(p.H) * p.D, dq_sb = int64_t(p.Sq) * dq_ss;
   const int64_t dk_ss = int64_t(p.H) * p.D, dk_sb = int64_t(p.Sk) * dk_ss;
-  const int vec_rows = min(QROWS, args.sq_pad);
 
-  // (the thread index is re-read inside: otherwise the compiler keeps every cp.async's address pieces live through
-  // the window loop, about 25 registers that spilled at three warpgroups, inside the chunk loop)
-  auto load_window = [&](int b, int st) {
-    const int tid = thread_index_opaque();
-    load_tile_async<Elem, QROWS, 32, NTH>(sQ(st), q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh, p.q_ss, p.Sq, p.D,
-                                          p.q, tid);
-    load_tile_async<Elem, QROWS, 32, NTH>(sdO(st), dout + int64_t(b) * p.do_sb + int64_t(h) * p.do_sh, p.do_ss, p.Sq,
-                                          p.D, p.dout, tid);
-    load_tile_async<Elem, KEYS, 32, NTH>(sK(st), k + int64_t(b) * p.k_sb + int64_t(h) * p.k_sh, p.k_ss, p.Sk, p.D,
-                                         p.k, tid);
-    load_tile_async<Elem, KEYS, 32, NTH>(sV(st), v + int64_t(b) * p.v_sb + int64_t(h) * p.v_sh, p.v_ss, p.Sk, p.D,
-                                         p.v, tid);
-    const int64_t row0 = (int64_t(b) * p.H + h) * args.sq_pad;
-    load_vec_async<QROWS, NTH>(sLse(st), args.lse2 + row0, vec_rows, tid);
-    load_vec_async<QROWS, NTH>(sDelta(st), args.delta2 + row0, vec_rows, tid);
+  // A window's tiles arrive by TMA on the stage's mbarrier, issued by one thread (cp.async by every thread took a
+  // fifth of the kernel's instructions in address arithmetic, and its wait was the top stall). Rows past Sq / Sk
+  // and columns past D read as zero.
+  const uint32_t full_a = smem_u32(smem + Tr::kBarsOffset);  // two mbarriers, one per stage
+  auto issue_window = [&](int b, int st) {
+    const uint32_t bar = full_a + st * 8;
+    mbar_arrive_expect_tx(bar, 2 * Tr::kQBytes + 2 * Tr::kKVBytes + 2 * QROWS * 4);
+    tma_load_4d(smem_u32(sQ(st)), &args.tq, bar, 0, 0, h, b);
+    tma_load_4d(smem_u32(sdO(st)), &args.tdo, bar, 0, 0, h, b);
+    tma_load_4d(smem_u32(sK(st)), &args.tk, bar, 0, 0, h, b);
+    tma_load_4d(smem_u32(sV(st)), &args.tv, bar, 0, 0, h, b);
+    const int64_t row0 = (int64_t(b) * p.H + h) * QROWS;
+    bulk_load(smem_u32(sLse(st)), args.lse2 + row0, QROWS * 4, bar);
+    bulk_load(smem_u32(sDelta(st)), args.delta2 + row0, QROWS * 4, bar);
   };
+  if (tid == 0) {
+    mbar_init(full_a, 1);
+    mbar_init(full_a + 8, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (tid == 0) issue_window(w.batch(p, 0), 0);
 
-  load_window(w.batch(p, 0), 0);
-  cp_async_commit();
   // the term is the same for every window of the CTA; each thread builds (and later reads) only its own entries
-  uint2* term = sTerm + wg * NQC * NT * 128;
-  build_term_table_keys<NQC, QC>(term, p, w.batch(p, 0), h, key0, wtid);
+  const uint32_t term = smem_u32(sTerm + slot * NQC * NT * 32);
+  if (real) build_term_table_keys<NQC, QC>(sTerm + slot * NQC * NT * 32, p, w.batch(p, 0), h, key0, lane);
 
   // dS^T summed over this CTA's windows (fp32, before rounding): chunk m < RC in registers, the rest in shared
   // memory at db_at(m, nt) (m, nt are compile-time in the unrolled loops, so each branch below resolves statically)
-  constexpr int RC = Tr::kRegChunks;
   float acc_db[RC][NT][4];
-  auto db_at = [&](int m, int nt) { return db_a + (((m - RC) * NT + nt) * NTH + tid) * 16; };
+  auto db_at = [&](int m, int nt) { return db_a + ((((m - RC) * NT + nt) * SLOTS + slot) * 32 + lane) * 16; };
 #pragma unroll
   for (int m = 0; m < NQC; ++m)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      float z[4] = {0.f, 0.f, 0.f, 0.f};
+      const float z[4] = {0.f, 0.f, 0.f, 0.f};
       if (m < RC) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_db[m < RC ? m : 0][nt][e] = 0.f;
-      } else {
+      } else if (real) {
         sts_f32x4(db_at(m, nt), z);
       }
     }
 
-  int chunks_done = 0;  // parity = the dS^T staging tile
+  // The dS^T exchange, without a CTA-wide barrier per chunk: every warpgroup writes its 64 rows of the staging
+  // tile of chunk m, then arrives at staged(m); warpgroup m waits there, computes dQ_m and arrives at freed(m);
+  // the others wait at freed(m) before writing that tile again, one window later. So the warpgroups drift apart
+  // (one's softmax overlaps another's MMAs) instead of moving in lock-step.
+  auto staged = [](int m) { return 1 + m; };
+  auto freed = [](int m) { return 1 + NKB + m; };
+
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
-    cp_async_wait_all();
-    fence_view_async_shared();
-    __syncthreads();  // window t landed; every warpgroup is done with window t - 1 (stage st ^ 1)
-    if (t + 1 < w.nitems) load_window(w.batch(p, t + 1), st ^ 1);
-    cp_async_commit();
+    mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed
+    __syncthreads();                           // every warpgroup is done with window t - 1 (stage st ^ 1)
+    if (tid == 0 && t + 1 < w.nitems) issue_window(w.batch(p, t + 1), st ^ 1);
     const uint32_t q_a = smem_u32(sQ(st)), do_a = smem_u32(sdO(st)), k_all = smem_u32(sK(st));
     const uint32_t k_a = k_all + wg * 64 * RB, v_a = smem_u32(sV(st)) + wg * 64 * RB;
     const uint32_t lse_a = smem_u32(sLse(st)), delta_a = smem_u32(sDelta(st));
@@ -155,25 +164,27 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       fence_acc(acc_dp[0]);
 
       // P^T and dS^T in place (columns = queries: lse2 / delta per column pair), dS^T into the window sums
-      apply_term_table<NT, true>(acc_s[0], term + m * NT * 128, p.scale_log2, wtid);
+      if (real) {
+        apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int c = m * QC + nt * 8 + qc;
-        const float2 l2 = lds_f32x2(lse_a + c * 4), dl = lds_f32x2(delta_a + c * 4);
+        for (int nt = 0; nt < NT; ++nt) {
+          const int c = m * QC + nt * 8 + qc;
+          const float2 l2 = lds_f32x2(lse_a + c * 4), dl = lds_f32x2(delta_a + c * 4);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
-          acc_s[0][nt][e] = pv;
-          acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
-        }
-        if (m < RC) {
+          for (int e = 0; e < 4; ++e) {
+            const float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
+            acc_s[0][nt][e] = pv;
+            acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
+          }
+          if (m < RC) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc_db[m < RC ? m : 0][nt][e] += acc_dp[0][nt][e];
-        } else {
-          const float4 o = lds_f32x4(db_at(m, nt));
-          const float sum[4] = {o.x + acc_dp[0][nt][0], o.y + acc_dp[0][nt][1], o.z + acc_dp[0][nt][2],
-                                o.w + acc_dp[0][nt][3]};
-          sts_f32x4(db_at(m, nt), sum);
+            for (int e = 0; e < 4; ++e) acc_db[m < RC ? m : 0][nt][e] += acc_dp[0][nt][e];
+          } else {
+            const float4 o = lds_f32x4(db_at(m, nt));
+            const float sum[4] = {o.x + acc_dp[0][nt][0], o.y + acc_dp[0][nt][1], o.z + acc_dp[0][nt][2],
+                                  o.w + acc_dp[0][nt][3]};
+            sts_f32x4(db_at(m, nt), sum);
+          }
         }
       }
       uint32_t pf[1][NT / 2][4], dsf[1][NT / 2][4];
@@ -190,10 +201,12 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       }
       wgmma_commit();
 
-      // dS^T -> staging tile (rows = keys, 64 query columns; warps past the dQ key range hold only padding keys)
-      const uint32_t ds_a = smem_u32(sDS) + (chunks_done & 1) * Tr::kDSBytes;
-      // (from the packed A fragments: register kk holds rows qr / qr + 8 of column tiles 2 kk / 2 kk + 1)
-      if (key0 < DQK) {
+      // dS^T -> chunk m's staging tile (rows = keys, 64 query columns), from the packed A fragments: register x
+      // of pair kk holds row qr + 8 (x & 1) of column tile 2 kk + (x >> 1)
+      const uint32_t ds_a = smem_u32(sDS) + m * Tr::kDSBytes;
+      const bool owner = wg == m;
+      if (!owner && t > 0) named_sync(freed(m), NTH);  // warpgroup m has read the tile (previous window)
+      if (real) {
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const int r = key0 + qr + (x & 1) * 8;
@@ -203,9 +216,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         }
       }
       fence_view_async_shared();
-      __syncthreads();  // chunk m's dS^T is staged by every warpgroup (and the tile written two chunks ago was read)
-
-      if (m % NKB == wg) {
+      if (owner) {
+        named_sync(staged(m), NTH);
         // dQ_m = dS_m K over the window's keys (A = the staging tile read transposed, B = K N-major)
         float acc_dq[1][4][4];
         wgmma_fence();
@@ -216,16 +228,17 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(acc_dq[0]);
+        if (t + 1 < w.nitems) named_arrive(freed(m), NTH);
         store_acc_rows<Elem, 1, 4>(dq + int64_t(b) * dq_sb + int64_t(m * QC + warp * 16) * dq_ss + int64_t(h) * p.D,
                                    dq_ss, acc_dq, p.scale, min(QC, p.Sq - m * QC) - warp * 16, p.D, lane);
       } else {
+        named_arrive(staged(m), NTH);
         wgmma_wait<0>();
       }
       fence_frag(pf[0]);
       fence_frag(dsf[0]);
       fence_acc(acc_dk[0]);
       fence_acc(acc_dv[0]);
-      ++chunks_done;
     }
 
     const int64_t kv_off = int64_t(b) * dk_sb + int64_t(key0) * dk_ss + int64_t(h) * p.D;
@@ -233,28 +246,30 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     store_acc_rows<Elem, 1, 4>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - key0, p.D, lane);
   }
 
-  // this CTA's summed dS -> its partial slot [Sq][Sk]: the register chunks join the shared ones in fragment order
-  // (over the staging tiles and the term table, free now), then coalesced rows go out. (Flushing from registers
-  // directly kept its addresses live through the loop: 72 bytes of spills at three warpgroups.)
+  // this CTA's summed dS -> its partial slot [Sq][Sk]: the register chunks join the shared ones in the same
+  // [chunk][nt][warp slot][lane] order (over the staging tiles and the term table, free now), then coalesced rows
+  // go out. (Flushing from the fragments directly spilled more: its addresses stayed live through the loop.)
   if (p.partials != nullptr) {
     const uint32_t reg_a = smem_u32(sDS);
-    static_assert(RC * NT * NTH * 16 <= 2 * Tr::kDSBytes + Tr::kTermBytes, "register sums fit before the shared ones");
-    __syncthreads();  // the last dQ GEMM has read its staging tile
+    auto at = [&](int m, int nt, int s, int l) {
+      return m < RC ? reg_a + (((m * NT + nt) * SLOTS + s) * 32 + l) * 16
+                    : db_a + ((((m - RC) * NT + nt) * SLOTS + s) * 32 + l) * 16;
+    };
+    static_assert(RC * NT * SLOTS * 32 * 16 <= NKB * Tr::kDSBytes + Tr::kTermBytes, "register sums fit there");
+    __syncthreads();  // the last dQ GEMMs have read their staging tiles
+    if (real) {
 #pragma unroll
-    for (int m = 0; m < RC; ++m)
+      for (int m = 0; m < RC; ++m)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) sts_f32x4(reg_a + ((m * NT + nt) * NTH + tid) * 16, acc_db[m][nt]);
+        for (int nt = 0; nt < NT; ++nt) sts_f32x4(at(m, nt, slot, lane), acc_db[m][nt]);
+    }
     __syncthreads();
     float* dst = p.partials + int64_t(blockIdx.x) * p.Sq * p.Sk;
     for (int idx = tid; idx < p.Sq * p.Sk; idx += NTH) {
       const int qq = idx / p.Sk, kk = idx % p.Sk;
-      // the thread and element that held (key kk, query qq): S^T accumulator layout
-      const int m = qq / QC, nt = (qq % QC) / 8, c8 = qq % 8;
-      const int owner = (kk >> 6) * 128 + ((kk >> 4) & 3) * 32 + (kk & 7) * 4 + c8 / 2;
-      const int e = ((kk >> 3) & 1) * 2 + (c8 & 1);
-      const uint32_t at = m < RC ? reg_a + ((m * NT + nt) * NTH + owner) * 16
-                                 : db_a + (((m - RC) * NT + nt) * NTH + owner) * 16;
-      dst[idx] = lds_f32(at + e * 4);
+      // the warp slot, lane and element that held (key kk, query qq) in the S^T accumulator layout
+      const int c8 = qq % 8, e = ((kk >> 3) & 1) * 2 + (c8 & 1);
+      dst[idx] = lds_f32(at(qq / QC, (qq % QC) / 8, kk >> 4, (kk & 7) * 4 + c8 / 2) + e * 4);
     }
   }
 #else

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     build_term_table<NT, Tr::kHalfTerms>(sTerm, has_bias ? sBias : nullptr, p, wr, rows, tid);
   }
 
-  const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV);
+  const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV), term_a = smem_u32(sTerm);
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
     cp_async_wait_all();
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     fence_acc(acc_s[0]);
 
     if (fast) {
-      apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], sTerm, p.scale_log2, tid);
+      apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
     } else if constexpr (Tr::kGeneralTerms) {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }

@@ -175,25 +175,26 @@ template <> struct BwdWindowTraitsSm90For<32> { using type = BwdWindowTraitsSm90
 
 // Wide-window backward (bwd_windows_wide_sm90.h): head dim 32, windows of 65 .. kQueries tokens, the whole window
 // resident. kKeyBlocks warpgroups own 64 keys each (kKeys rows of K / V, zero past Sk); the queries go by in
-// kQueries / kQChunk chunks of kQChunk, one per warpgroup (chunk m's dQ is computed by warpgroup m). Per stage:
-// Q, dO [kQueries x 32], K, V [kKeys x 32], lse2 and delta [kQueries] fp32; then two dS^T staging tiles
-// [kDqKeys x 64] (the dQ GEMM's K range: the keys a window can have, in 16-key steps) and the fp16 term table
-// [warpgroup][chunk][kQChunk / 8][128 threads] (uint2 entries). One CTA per SM: the window's N x N dS sums take
-// kQueries / 2 fp32 per thread, in registers for the first kRegChunks chunks and in shared memory (fragment order,
-// [chunk][kQChunk / 8][threads] float4) for the rest: at three warpgroups (168 registers a thread) all three chunks
-// in registers spilled 256 bytes.
+// kQChunks chunks of kQChunk, chunk m's dQ computed by warpgroup m. Warps whose 16 keys all lie past kDqKeys (the
+// most keys a window can have) hold padding only: kWarpSlots warps are real, and only they have term-table and
+// dS-sum slots. Per stage: Q, dO [kQueries x 32], K, V [kKeys x 32], lse2 and delta [kQueries] fp32; then one dS^T
+// staging tile [kDqKeys x 64] per warpgroup (the one its chunk's dQ reads), the fp16 term table
+// [real warp][chunk][kQChunk / 8][32 lanes] (uint2) and the dS sums of the chunks past kRegChunks
+// [chunk][kQChunk / 8][real warp][32 lanes] (float4), and the stages' mbarriers. One CTA per SM: the window's N x N dS sums take kQueries / 2
+// fp32 per thread; at three warpgroups (168 registers a thread) all three chunks in registers spilled 256 bytes.
 template <int kKeyBlocks_, int kQChunk_, int kRegChunks_>
 struct BwdWideWindowTraitsSm90 {
   static constexpr int kHeadDim = 32, kKeyBlocks = kKeyBlocks_, kQChunk = kQChunk_, kQChunks = kKeyBlocks_;
-  static constexpr int kRegChunks = kRegChunks_;
-  static constexpr int kNThreads = 128 * kKeyBlocks;
+  static constexpr int kRegChunks = kRegChunks_, kNThreads = 128 * kKeyBlocks;
   static constexpr int kKeys = 64 * kKeyBlocks, kQueries = kQChunk * kQChunks, kDqKeys = kQueries;
+  static constexpr int kWarpSlots = (kDqKeys + 15) / 16;
   static constexpr int kQBytes = kQueries * 64, kKVBytes = kKeys * 64;
   static constexpr int kStageBytes = (2 * kQBytes + 2 * kKVBytes + 2 * kQueries * 4 + 1023) / 1024 * 1024;
   static constexpr int kDSBytes = kDqKeys * 64 * 2;  // [kDqKeys keys][64 query columns] 16-bit
-  static constexpr int kTermBytes = kKeyBlocks * (kQueries / 8) * 128 * 8;
-  static constexpr int kDbiasBytes = (kQChunks - kRegChunks) * (kQChunk / 8) * kNThreads * 16;
-  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + 2 * kDSBytes + kTermBytes + kDbiasBytes;
+  static constexpr int kTermBytes = kWarpSlots * 32 * (kQueries / 8) * 8;
+  static constexpr int kDbiasBytes = (kQChunks - kRegChunks) * (kQChunk / 8) * kWarpSlots * 32 * 16;
+  static constexpr int kBarsOffset = 2 * kStageBytes + kKeyBlocks * kDSBytes + kTermBytes + kDbiasBytes;
+  static constexpr int kSmemBytes = 1024 + kBarsOffset + 64;  // + the two stage mbarriers
   static_assert(kQChunk % 16 == 0 && kQChunk <= 64, "k16 steps over a chunk; its dQ rows fit one 64-row tile");
   static_assert(kQBytes % 512 == 0 && kDSBytes % 1024 == 0, "swizzle atoms stay aligned");
 };

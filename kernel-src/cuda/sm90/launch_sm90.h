@@ -118,10 +118,17 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, const float*
                                int64_t grid, cudaStream_t stream) {
   using K = BwdWideWindowsSm90<N>;
   sm90::BwdWideWindowParams args;
+  args.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kQueries);
+  args.tdo = sm90::make_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, K::Tr::kQueries);
+  args.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kKeys);
+  args.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kKeys);
   args.p = p;
   args.lse2 = lse2;
   args.delta2 = delta2;
   args.sq_pad = sq_pad;
+  if (sq_pad != K::Tr::kQueries)
+    throw std::logic_error("window_attention (cuda): the wide-window backward needs its preprocess rows padded to " +
+                           std::to_string(K::Tr::kQueries));
   auto kernel = K::pick(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), K::Tr::kSmemBytes, stream>>>(args);

@@ -5,6 +5,7 @@
 #pragma once
 #include "../kernel_params.h"
 #include "../utils.h"
+#include "tile_sm90.h"
 
 namespace winattn {
 namespace cuda {
@@ -51,13 +52,13 @@ __device__ __forceinline__ void build_term_table(void* sTerm, const unsigned cha
 }
 
 // The kHalf table for the wide-window backward's transposed tiles (bwd_windows_wide_sm90.h: rows = keys, columns =
-// queries), [NQC chunks of QC queries][QC / 8][128 threads] for the warp whose first key row is key0, read straight
-// from the fp16 term in global memory (once per CTA: no staged tile needed); -inf past Sk and past Sq, so padding
-// rows and columns get P = 0 whatever their scores.
+// queries): one warp's [NQC chunks of QC queries][QC / 8][32 lanes] (warps holding only padding keys have none),
+// read straight from the fp16 term in global memory (once per CTA: no staged tile needed); -inf past Sk and past
+// Sq, so padding rows and columns get P = 0 whatever their scores.
 template <int NQC, int QC>
 __device__ __forceinline__ void build_term_table_keys(uint2* table, const KParams& p, int b, int h, int key0,
-                                                      int wtid) {
-  const int lane = wtid & 31, qr = lane >> 2, qc = (lane & 3) * 2;
+                                                      int lane) {
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
   const Operand4d& op = p.bias;
   const __half* t = static_cast<const __half*>(op.ptr) + int64_t(b % op.period) * op.sb + int64_t(h) * op.sh;
 #pragma unroll
@@ -71,24 +72,27 @@ __device__ __forceinline__ void build_term_table_keys(uint2* table, const KParam
         e[i] = kk < p.Sk && qq < p.Sq ? t[int64_t(qq) * op.sq + int64_t(kk) * op.sk] : __float2half(-INFINITY);
       }
       const __half2 lo = __halves2half2(e[0], e[1]), hi = __halves2half2(e[2], e[3]);
-      table[(m * (QC / 8) + nt) * 128 + wtid] =
+      table[(m * (QC / 8) + nt) * 32 + lane] =
           make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
     }
 }
 
-// Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf).
-template <int NT, bool kHalf>
-__device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], const void* sTerm, float scale_log2, int tid) {
+// Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf). Entry nt of
+// thread `tid` is at nt * kStride + tid (128: a warpgroup's table, 32: one warp's) of the table at shared address
+// `table` (read with ld.shared: through a generic pointer the compiler no longer knows is shared, the reads were
+// generic loads waiting on the long scoreboard).
+template <int NT, bool kHalf, int kStride = 128>
+__device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], uint32_t table, float scale_log2, int tid) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     float e[4];
     if constexpr (kHalf) {
-      const uint2 u = static_cast<const uint2*>(sTerm)[nt * 128 + tid];
+      const float2 u = lds_f32x2(table + (nt * kStride + tid) * 8);  // (two half2, moved as raw bits)
       const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
       const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
       e[0] = lo.x * kLog2e, e[1] = lo.y * kLog2e, e[2] = hi.x * kLog2e, e[3] = hi.y * kLog2e;
     } else {
-      const float4 f = static_cast<const float4*>(sTerm)[nt * 128 + tid];
+      const float4 f = lds_f32x4(table + (nt * kStride + tid) * 16);
       e[0] = f.x, e[1] = f.y, e[2] = f.z, e[3] = f.w;
     }
 #pragma unroll
