@@ -126,6 +126,16 @@ __global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, int sq_pad, const
   }
 }
 
+// lse2 of the v3 preprocess alone (the wide-window backward computes delta itself): lse2[b, h, i] = lse * log2(e),
+// 0 where lse = -inf, +inf for the padding rows Sq <= i < sq_pad. One thread per element, contiguous writes.
+__global__ void lse2_rows_kernel(float* lse2, int sq_pad, const float* lse, int64_t rows, int Sq) {
+  const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (e >= rows * sq_pad) return;
+  const int i = int(e % sq_pad);
+  const float l = i < Sq ? lse[(e / sq_pad) * Sq + i] : INFINITY;
+  lse2[e] = l == -INFINITY ? 0.f : i < Sq ? l * kLog2e : INFINITY;
+}
+
 // dq (Elem, contiguous [B, Sq, H, D]) <- scale * the v3 accumulator [B, H, m-blocks, 64 * DK] in the consumers'
 // fragment order: within a 64-row tile, float4 number ((w * 4 + wi) * DK / 16 + nt) * 32 + lane holds rows
 // 16 wi + lane / 4 (+ 8 for elements 2, 3) and columns w * DK / 2 + 8 nt + 2 (lane % 4) (+ 1) (bwd_pipelined_sm90.h).

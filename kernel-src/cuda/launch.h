@@ -47,13 +47,13 @@ template <int D>
 void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 
 // Wide-window backward on Hopper (sm90/bwd_windows_wide_sm90.h), head dim 32, windows of up to N = 128 / 144
-// tokens: `smem` is its shared-memory size, or 0 when this binary has no sm_90a code for it; lse2 / delta2 are the
-// v3 preprocess rows ([B, H, sq_pad]).
+// tokens: `smem` is its shared-memory size, or 0 when this binary has no sm_90a code for it; lse2 holds the v3
+// preprocess rows ([B, H, sq_pad = N]).
 template <int N>
 int bwd_windows_wide_sm90_smem(int dtype);
 template <int N>
-void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, const float* delta2, int sq_pad, int dtype,
-                               int64_t grid, cudaStream_t stream);
+void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, int dtype, int64_t grid,
+                               cudaStream_t stream);
 
 void check_cuda(cudaError_t err, const char* what);
 

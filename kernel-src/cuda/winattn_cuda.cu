@@ -490,7 +490,7 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
 // additive term as the only score term (the combined table term is one) with its period dividing B, and a gradient
 // summed over windows (the table's, or a dbias broadcast over them): the calls that otherwise take v1's window mode
 // (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS sums go to partials [grid][Sq][Sk]
-// (bn = Sk, one key block), reduced like v1's; lse2 / delta come from the v3 preprocess.
+// (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel, delta from the kernel itself.
 bool plan_bwd_wide_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_per_item, bool wants_accum) {
   KParams& p = pl.p;
   const int n = std::max(p.Sq, p.Sk);
@@ -717,9 +717,8 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
   pl.zero_bytes = cv.size;
   if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
-  if (pl.sm90_wide) {  // the v3 preprocess rows
+  if (pl.sm90_wide) {  // lse2 rows (aux_kernels.h lse2_rows_kernel)
     pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.v3buf.sq_pad * 4);
-    pl.off_delta = cv.take(int64_t(p.B) * p.H * pl.v3buf.sq_pad * 4);
   } else if (!pl.sm90_windows) {  // (the 64-token windows kernel makes its own)
     pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
   }
@@ -803,7 +802,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
 }
 
 // The v3 preprocess (aux_kernels.h bwd_prep_v3_kernel): lse2 = lse * log2(e) and delta = rowsum(dO * O) - dlse per
-// (b, h) row padded to sq_pad; used by v3 and the wide-window kernel.
+// (b, h) row padded to sq_pad.
 static void run_bwd_prep_v3(const BwdParams& params, const KParams& p, float* lse2, float* delta, int sq_pad,
                             cudaStream_t stream) {
   const int64_t threads = int64_t(p.B) * p.H * sq_pad * 4;
@@ -897,7 +896,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   p.dq_sems = static_cast<int*>(at(pl.off_dqsem));
   float* delta = static_cast<float*>(at(pl.off_delta));
   p.delta = delta;
-  p.dlse = pl.sm90_windows ? params.dlse : nullptr;
+  p.dlse = pl.sm90_windows || pl.sm90_wide ? params.dlse : nullptr;  // (kernels that compute delta themselves)
   p.partials = static_cast<float*>(at(pl.off_partials));
   float* dtb = static_cast<float*>(at(pl.off_dtb));
   float* dbias32 = static_cast<float*>(params.dbias);  // v1 paths: float32 (bwd_dbias_layout's default)
@@ -921,7 +920,10 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     return;
   }
   if (pl.sm90_wide) {
-    run_bwd_prep_v3(params, p, static_cast<float*>(at(pl.off_lse2)), delta, pl.v3buf.sq_pad, stream);
+    const int64_t n = int64_t(p.B) * p.H * pl.v3buf.sq_pad;
+    lse2_rows_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(static_cast<float*>(at(pl.off_lse2)),
+                                                                    pl.v3buf.sq_pad, p.lse, int64_t(p.B) * p.H, p.Sq);
+    check_cuda(cudaGetLastError(), "window_attention bwd lse2");
   } else if (!pl.sm90_windows) {  // delta = rowsum(dO * O) - dlse
     const int64_t threads = B * Sq * H * 4;
     const int blocks = int((threads + 255) / 256);
@@ -937,11 +939,9 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
 
   if (pl.sm90_wide == 128)
-    run_bwd_windows_wide_sm90<128>(p, static_cast<float*>(at(pl.off_lse2)), delta, pl.v3buf.sq_pad, dt, pl.grid,
-                                   stream);
+    run_bwd_windows_wide_sm90<128>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
   else if (pl.sm90_wide == 144)
-    run_bwd_windows_wide_sm90<144>(p, static_cast<float*>(at(pl.off_lse2)), delta, pl.v3buf.sq_pad, dt, pl.grid,
-                                   stream);
+    run_bwd_windows_wide_sm90<144>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
   else if (pl.sm90_windows)
     run_bwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
   else

@@ -7,7 +7,8 @@
 // queries in chunks of kQChunk:
 //   S^T = K_j Q_m^T, dP^T = V_j dO_m^T                 (SS, both K-major)
 //   P^T = exp2(S^T * scale * log2e + term * log2e - lse2), dS^T = P^T (dP^T - delta)
-//       (registers; delta comes from the v3 preprocess: a warpgroup sees 64 keys of a row, not the rowsum(P dP))
+//       (registers; delta = rowsum(dO * O) - dlse from the window's O tile (window_delta): a warpgroup sees 64 keys
+//       of a row, so rowsum(P dP) is not at hand, and reading dO and O in a preprocess took 0.24 ms of 1.74 at W12)
 //   dV_j += P^T dO_m, dK_j += dS^T Q_m                 (RS: the accumulators are the A fragments as they stand)
 //   dQ_m = dS_m K                                      (SS, from the dS^T tiles all warpgroups stage in shared memory;
 //                                                       warpgroup m % kKeyBlocks computes chunk m, after one barrier)
@@ -32,13 +33,12 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-// The kernel's arguments: the common ones, the TMA maps of Q, dO (boxes of kQueries rows) and K, V (kKeys rows),
-// and the v3 preprocess rows, padded per (b, h) to sq_pad = kQueries (one bulk copy each).
+// The kernel's arguments: the common ones, the TMA maps of Q, dO, O (boxes of kQueries rows) and K, V (kKeys
+// rows), and lse2 from the v3 preprocess, padded per (b, h) to sq_pad = kQueries (one bulk copy).
 struct BwdWideWindowParams {
-  CUtensorMap tq, tdo, tk, tv;
+  CUtensorMap tq, tdo, to, tk, tv;
   KParams p;
-  const float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e) (0 where lse = -inf), +inf past Sq
-  const float* delta2 = nullptr;  // [B, H, sq_pad] rowsum(dO * O) - dlse, 0 past Sq
+  const float* lse2 = nullptr;  // [B, H, sq_pad] lse * log2(e) (0 where lse = -inf), +inf past Sq
   int sq_pad = 0;
 };
 
@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
   // two window stages [Q | dO | K | V | lse2 | delta], one dS^T staging tile per warpgroup, the term table, the
-  // dS sums of the chunks past RC
+  // dS sums of the chunks past RC, the O tile (one buffer: read into delta before the barrier after which the next
+  // window's loads are issued)
   auto sQ = [&](int st) { return smem + st * Tr::kStageBytes; };
   auto sdO = [&](int st) { return sQ(st) + Tr::kQBytes; };
   auto sK = [&](int st) { return sdO(st) + Tr::kQBytes; };
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   unsigned char* sDS = smem + 2 * Tr::kStageBytes;
   uint2* sTerm = reinterpret_cast<uint2*>(sDS + NKB * Tr::kDSBytes);
   const uint32_t db_a = smem_u32(sDS + NKB * Tr::kDSBytes + Tr::kTermBytes);
+  unsigned char* sO = smem + Tr::kOOffset;
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2;
@@ -90,14 +92,14 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   const uint32_t full_a = smem_u32(smem + Tr::kBarsOffset);  // two mbarriers, one per stage
   auto issue_window = [&](int b, int st) {
     const uint32_t bar = full_a + st * 8;
-    mbar_arrive_expect_tx(bar, 2 * Tr::kQBytes + 2 * Tr::kKVBytes + 2 * QROWS * 4);
+    mbar_arrive_expect_tx(bar, 3 * Tr::kQBytes + 2 * Tr::kKVBytes + QROWS * 4);
     tma_load_4d(smem_u32(sQ(st)), &args.tq, bar, 0, 0, h, b);
     tma_load_4d(smem_u32(sdO(st)), &args.tdo, bar, 0, 0, h, b);
+    tma_load_4d(smem_u32(sO), &args.to, bar, 0, 0, h, b);
     tma_load_4d(smem_u32(sK(st)), &args.tk, bar, 0, 0, h, b);
     tma_load_4d(smem_u32(sV(st)), &args.tv, bar, 0, 0, h, b);
     const int64_t row0 = (int64_t(b) * p.H + h) * QROWS;
     bulk_load(smem_u32(sLse(st)), args.lse2 + row0, QROWS * 4, bar);
-    bulk_load(smem_u32(sDelta(st)), args.delta2 + row0, QROWS * 4, bar);
   };
   if (tid == 0) {
     mbar_init(full_a, 1);
@@ -106,6 +108,32 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   }
   __syncthreads();
   if (tid == 0) issue_window(w.batch(p, 0), 0);
+
+  // delta = rowsum(dO * O) - dlse of the window in stage st, from its landed dO and O tiles: four threads per row,
+  // one 16-byte chunk each (rows past Sq read zeros), `n` threads from thread 0 (a multiple of 32: whole quads).
+  // Window 0's is computed here by all; window t + 1's at the end of window t by the warpgroups that do not own the
+  // last chunk's dQ (they finish first), so it stays off the critical path.
+  auto window_delta = [&](int b, int st, int n) {
+    for (int task = tid; task < QROWS * 4; task += n) {
+      const int r = task >> 2, off = tile_chunk_offset<QROWS>(r, task & 3);
+      const float4 x = lds_f32x4(smem_u32(sdO(st)) + off), y = lds_f32x4(smem_u32(sO) + off);  // (raw 16-bit pairs)
+      const uint32_t xs[4] = {__float_as_uint(x.x), __float_as_uint(x.y), __float_as_uint(x.z), __float_as_uint(x.w)};
+      const uint32_t ys[4] = {__float_as_uint(y.x), __float_as_uint(y.y), __float_as_uint(y.z), __float_as_uint(y.w)};
+      float acc = 0.f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float2 fx = ElemTraits<Elem>::unpack(xs[u]), fy = ElemTraits<Elem>::unpack(ys[u]);
+        acc = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, acc));
+      }
+      acc = quad_sum(acc);
+      if ((task & 3) == 0) {
+        if (p.dlse != nullptr && r < p.Sq) acc -= p.dlse[(int64_t(b) * p.H + h) * p.Sq + r];
+        sts_f32(smem_u32(sDelta(st) + r), acc);
+      }
+    }
+  };
+  mbar_wait(full_a, 0);
+  window_delta(w.batch(p, 0), 0, NTH);
 
   // the term is the same for every window of the CTA; each thread builds (and later reads) only its own entries
   const uint32_t term = smem_u32(sTerm + slot * NQC * NT * 32);
@@ -137,8 +165,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
 
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
-    mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed
-    __syncthreads();                           // every warpgroup is done with window t - 1 (stage st ^ 1)
+    mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed (its delta is in: see window_delta)
+    __syncthreads();  // every warpgroup is done with window t - 1 (stage st ^ 1) and with O
     if (tid == 0 && t + 1 < w.nitems) issue_window(w.batch(p, t + 1), st ^ 1);
     const uint32_t q_a = smem_u32(sQ(st)), do_a = smem_u32(sdO(st)), k_all = smem_u32(sK(st));
     const uint32_t k_a = k_all + wg * 64 * RB, v_a = smem_u32(sV(st)) + wg * 64 * RB;
@@ -244,6 +272,10 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     const int64_t kv_off = int64_t(b) * dk_sb + int64_t(key0) * dk_ss + int64_t(h) * p.D;
     store_acc_rows<Elem, 1, 4>(dk + kv_off, dk_ss, acc_dk, p.scale, p.Sk - key0, p.D, lane);
     store_acc_rows<Elem, 1, 4>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - key0, p.D, lane);
+    if (wg < NKB - 1 && t + 1 < w.nitems) {
+      mbar_wait(full_a + (st ^ 1) * 8, ((t + 1) >> 1) & 1);
+      window_delta(w.batch(p, t + 1), st ^ 1, (NKB - 1) * 128);
+    }
   }
 
   // this CTA's summed dS -> its partial slot [Sq][Sk]: the register chunks join the shared ones in the same

@@ -180,7 +180,8 @@ template <> struct BwdWindowTraitsSm90For<32> { using type = BwdWindowTraitsSm90
 // dS-sum slots. Per stage: Q, dO [kQueries x 32], K, V [kKeys x 32], lse2 and delta [kQueries] fp32; then one dS^T
 // staging tile [kDqKeys x 64] per warpgroup (the one its chunk's dQ reads), the fp16 term table
 // [real warp][chunk][kQChunk / 8][32 lanes] (uint2) and the dS sums of the chunks past kRegChunks
-// [chunk][kQChunk / 8][real warp][32 lanes] (float4), and the stages' mbarriers. One CTA per SM: the window's N x N dS sums take kQueries / 2
+// [chunk][kQChunk / 8][real warp][32 lanes] (float4), one O tile [kQueries x 32] and the stages' mbarriers.
+// One CTA per SM: the window's N x N dS sums take kQueries / 2
 // fp32 per thread; at three warpgroups (168 registers a thread) all three chunks in registers spilled 256 bytes.
 template <int kKeyBlocks_, int kQChunk_, int kRegChunks_>
 struct BwdWideWindowTraitsSm90 {
@@ -193,7 +194,8 @@ struct BwdWideWindowTraitsSm90 {
   static constexpr int kDSBytes = kDqKeys * 64 * 2;  // [kDqKeys keys][64 query columns] 16-bit
   static constexpr int kTermBytes = kWarpSlots * 32 * (kQueries / 8) * 8;
   static constexpr int kDbiasBytes = (kQChunks - kRegChunks) * (kQChunk / 8) * kWarpSlots * 32 * 16;
-  static constexpr int kBarsOffset = 2 * kStageBytes + kKeyBlocks * kDSBytes + kTermBytes + kDbiasBytes;
+  static constexpr int kOOffset = 2 * kStageBytes + kKeyBlocks * kDSBytes + kTermBytes + kDbiasBytes;
+  static constexpr int kBarsOffset = kOOffset + kQBytes;
   static constexpr int kSmemBytes = 1024 + kBarsOffset + 64;  // + the two stage mbarriers
   static_assert(kQChunk % 16 == 0 && kQChunk <= 64, "k16 steps over a chunk; its dQ rows fit one 64-row tile");
   static_assert(kQBytes % 512 == 0 && kDSBytes % 1024 == 0, "swizzle atoms stay aligned");

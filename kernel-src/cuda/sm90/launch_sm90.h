@@ -114,17 +114,17 @@ int bwd_windows_wide_sm90_smem(int dtype) {
   return attr.binaryVersion == 90 ? BwdWideWindowsSm90<N>::Tr::kSmemBytes : 0;
 }
 template <int N>
-void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, const float* delta2, int sq_pad, int dtype,
-                               int64_t grid, cudaStream_t stream) {
+void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, int dtype, int64_t grid,
+                               cudaStream_t stream) {
   using K = BwdWideWindowsSm90<N>;
   sm90::BwdWideWindowParams args;
   args.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kQueries);
   args.tdo = sm90::make_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, K::Tr::kQueries);
+  args.to = sm90::make_rows_map(p.o, p.B, p.Sq, p.H, p.D, p.o_sb, p.o_ss, p.o_sh, K::Tr::kQueries);
   args.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kKeys);
   args.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kKeys);
   args.p = p;
   args.lse2 = lse2;
-  args.delta2 = delta2;
   args.sq_pad = sq_pad;
   if (sq_pad != K::Tr::kQueries)
     throw std::logic_error("window_attention (cuda): the wide-window backward needs its preprocess rows padded to " +
@@ -233,8 +233,7 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_WIDE_SM90(N)                                                \
   template int bwd_windows_wide_sm90_smem<N>(int);                                                   \
-  template void run_bwd_windows_wide_sm90<N>(const KParams&, const float*, const float*, int, int, int64_t, \
-                                             cudaStream_t);
+  template void run_bwd_windows_wide_sm90<N>(const KParams&, const float*, int, int, int64_t, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D, BN)                                                  \
   template int fwd_windows_sm90_blocks_per_sm<D, BN>(int, int);                                      \
