@@ -1,8 +1,8 @@
 """CUDA graphs and torch.compile capture the ops (issue 16, "small calls"; marked `gpu`, skipped without a GPU).
 
 A captured call costs no host time on replay, which is what small calls need most. Checked here:
-- torch.cuda.graph capture + replay of a forward, and of a forward + backward, for the Swin W7 shape (rel-pos table,
-  shift mask) and a dense-bias long-sequence call (deterministic): replay on new input values gives bitwise the
+- torch.cuda.graph capture + replay of a forward, and of a forward + backward, for the Swin W7 and W12 shapes
+  (rel-pos table, shift mask) and a dense-bias long-sequence call (deterministic): replay on new input values gives bitwise the
   outputs and gradients that eager calls give on the same values.
 - torch.compile(fullgraph=True) of a module calling each op gives the eager results (forward and gradients), and
   mode="reduce-overhead" (inductor's CUDA graphs) does so without skipping the graph.
@@ -30,20 +30,20 @@ def _seed():
     torch.manual_seed(0)
 
 
-def _swin_index():
-    return swin_relative_index(WS, "cuda")
+def _swin_index(ws=WS):
+    return swin_relative_index(ws, "cuda")
 
 
-def _shift_mask():
-    region = torch.randint(0, 4, (NW, N), device="cuda")
+def _shift_mask(ws=WS, nw=NW):
+    region = torch.randint(0, 4, (nw, ws * ws), device="cuda")
     return torch.where(region[:, :, None] == region[:, None, :], 0.0, -100.0)
 
 
-def _swin_case(batch=4):
+def _swin_case(batch=4, ws=WS, nw=NW):
     """(leaves, call): q/k/v [batch * nW, N, H, D] bf16 and the fp32 table get gradients."""
-    leaves = [rand(batch * NW, N, H, D, dtype=BF16, grad=True) for _ in range(3)]
-    leaves.append((torch.randn((2 * WS - 1) ** 2, H, device="cuda") * 0.5).requires_grad_(True))
-    index, mask = _swin_index(), _shift_mask()
+    leaves = [rand(batch * nw, ws * ws, H, D, dtype=BF16, grad=True) for _ in range(3)]
+    leaves.append((torch.randn((2 * ws - 1) ** 2, H, device="cuda") * 0.5).requires_grad_(True))
+    index, mask = _swin_index(ws), _shift_mask(ws, nw)
 
     def call(kernel, q, k, v, table):
         return kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
@@ -61,7 +61,8 @@ def _dense_case(S=2048, heads=4):
     return leaves, call
 
 
-CASES = {"swin_w7": _swin_case, "dense_bias": _dense_case}
+# swin_w12: the wide-window kernels (N = 144: the 3-warpgroup backward with its TMA stages and named barriers)
+CASES = {"swin_w7": _swin_case, "swin_w12": lambda: _swin_case(batch=2, ws=12, nw=16), "dense_bias": _dense_case}
 
 
 def _step(kernel, call, leaves, dout, backward):
@@ -99,7 +100,7 @@ def test_graph_replay_is_bitwise_eager(kernel, case, backward):
         graph.replay()
         eager = _step(kernel, call, leaves, dout, backward)
         torch.cuda.synchronize()
-        names = ("out", "dq", "dk", "dv", "dtable" if case == "swin_w7" else "dbias")
+        names = ("out", "dq", "dk", "dv", "dtable" if case.startswith("swin") else "dbias")
         for name, got, want in zip(names, static, eager):
             assert got.dtype == want.dtype and got.shape == want.shape, name
             assert torch.equal(got, want), f"{case} trial {trial}: replayed {name} differs from eager"

@@ -104,3 +104,11 @@ def test_wide_kernel_is_the_default_on_hopper(kernel, win):
         torch.cuda.synchronize()
     names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
     assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+
+
+@pytest.mark.parametrize("win,D", [(8, 32), (14, 32), (12, 48), (16, 32)])
+def test_swin_around_the_wide_kernel(kernel, win, D):
+    # the neighbours of its range, through the other backward kernels: N = 64 (the 64-token window kernel), 196 and
+    # 256 (v1's window mode) and head dim 48 (kernel head dim 64: v1)
+    inp = swin_inputs(2, win, 4, 2, D, BF16)
+    run_case(kernel, inp, {}, swin=True)
