@@ -501,8 +501,11 @@ bool plan_bwd_wide_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_p
   const int period = p.bias.period;
   if (p.B % period != 0) return false;
   const int wide = n <= 128 ? 128 : 144;
-  const int smem = wide == 128 ? bwd_windows_wide_sm90_smem<128>(dt) : bwd_windows_wide_sm90_smem<144>(dt);
-  if (smem == 0 || smem > dev.smem_optin) return false;
+  static int smem_of[2][2] = {};  // per (dtype, instance): 0 unknown, -1 no sm_90a code, else its shared memory
+  int& smem = smem_of[dt == 0 ? 0 : 1][wide == 128 ? 0 : 1];
+  if (smem == 0) smem = wide == 128 ? bwd_windows_wide_sm90_smem<128>(dt) : bwd_windows_wide_sm90_smem<144>(dt);
+  if (smem == 0) smem = -1;
+  if (smem < 0 || smem > dev.smem_optin) return false;
   pl.grid = window_grid(p, period, 1, 1, dev, "WINATTN_BWD_G");
   pl.smem = smem;
   pl.sm90_wide = wide;
@@ -617,7 +620,7 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   // D = 32 kernel, gave up the staged tile for a third CTA per SM that never became resident.
   const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
   const bool wants_accum = pl.dtable || (dbias && !dbias_store);
-  // (the Hopper window kernel sets G, Pg, the grid and the shared memory itself; v3 its own workspace)
+  // (the Hopper window kernels set G, Pg, the grid and the shared memory themselves; v3 its own workspace)
   const bool sm90_windows = plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum) ||
                             plan_bwd_wide_sm90(pl, dev, dt, dbias && dbias_store, wants_accum);
   if (!sm90_windows && plan_bwd_v3(pl, bp, dev, dt)) return pl;
@@ -801,23 +804,6 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
 }
 
-// The v3 preprocess (aux_kernels.h bwd_prep_v3_kernel): lse2 = lse * log2(e) and delta = rowsum(dO * O) - dlse per
-// (b, h) row padded to sq_pad.
-static void run_bwd_prep_v3(const BwdParams& params, const KParams& p, float* lse2, float* delta, int sq_pad,
-                            cudaStream_t stream) {
-  const int64_t threads = int64_t(p.B) * p.H * sq_pad * 4;
-  const int blocks = int((threads + 255) / 256);
-  auto prep = [&](auto elem) {
-    using E = decltype(elem);
-    bwd_prep_v3_kernel<E><<<blocks, 256, 0, stream>>>(lse2, delta, sq_pad, static_cast<const E*>(p.dout), p.do_sb,
-                                                     p.do_ss, p.do_sh, static_cast<const E*>(p.o), p.o_sb, p.o_ss,
-                                                     p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
-    check_cuda(cudaGetLastError(), "window_attention bwd v3 preprocess");
-  };
-  if (dtype_code(params.dtype) == 0) prep(__half());
-  else prep(__nv_bfloat16());
-}
-
 // Backward v3: preprocess (delta, lse * log2 e into padded rows), the pipelined kernel (dK, dV, dbias written by it),
 // dQ from its fp32 fragment-order accumulator. The workspace's zero-filled part is cleared by the caller.
 static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStream_t stream) {
@@ -829,7 +815,17 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
   vb.dbias = params.dbias;
   const int dt = dtype_code(params.dtype);
-  run_bwd_prep_v3(params, p, vb.lse2, vb.delta, vb.sq_pad, stream);
+  const int64_t threads = int64_t(p.B) * p.H * vb.sq_pad * 4;
+  const int blocks = int((threads + 255) / 256);
+  auto prep = [&](auto elem) {
+    using E = decltype(elem);
+    bwd_prep_v3_kernel<E><<<blocks, 256, 0, stream>>>(vb.lse2, vb.delta, vb.sq_pad, static_cast<const E*>(p.dout),
+                                                     p.do_sb, p.do_ss, p.do_sh, static_cast<const E*>(p.o), p.o_sb,
+                                                     p.o_ss, p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
+    check_cuda(cudaGetLastError(), "window_attention bwd v3 preprocess");
+  };
+  if (dt == 0) prep(__half());
+  else prep(__nv_bfloat16());
   dispatch_bwd_v3_hdim(pl.dk, [&](auto d) {
     run_bwd_pipelined_sm90<decltype(d)::value>(p, vb, dt, device_info().smem_optin, stream);
   });

@@ -11,7 +11,7 @@
 //       of a row, so rowsum(P dP) is not at hand, and reading dO and O in a preprocess took 0.24 ms of 1.74 at W12)
 //   dV_j += P^T dO_m, dK_j += dS^T Q_m                 (RS: the accumulators are the A fragments as they stand)
 //   dQ_m = dS_m K                                      (SS, from the dS^T tiles all warpgroups stage in shared memory;
-//                                                       warpgroup m % kKeyBlocks computes chunk m, after one barrier)
+//                                                       warpgroup m computes chunk m's, behind a named barrier)
 // Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
 // thousands of windows. Here dS^T summed over the CTA's windows stays in registers ([chunk][kQChunk / 8][4] per
 // thread: the window's N x N spread over the CTA's register file, which bounds N, see the traits) until one flush to
@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   }
 
   // this CTA's summed dS -> its partial slot [Sq][Sk]: the register chunks join the shared ones in the same
-  // [chunk][nt][warp slot][lane] order (over the staging tiles and the term table, free now), then coalesced rows
-  // go out. (Flushing from the fragments directly spilled more: its addresses stayed live through the loop.)
+  // [chunk][nt][warp slot][lane] order (over the staging tiles and the term table, free now), then the slot is
+  // written in coalesced rows (from the fragments, the transposed layout would scatter 4-byte stores).
   if (p.partials != nullptr) {
     const uint32_t reg_a = smem_u32(sDS);
     auto at = [&](int m, int nt, int s, int l) {
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     }
   }
 #else
-  __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_windows_wide_sm90_ready)
+  __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_windows_wide_sm90_smem)
 #endif
 }
 
