@@ -11,8 +11,6 @@ causal and sliding windows with Sq != Sk (key blocks no query sees), key padding
 bitwise-deterministic dQ tickets, and which kernel actually ran (profiler).
 """
 
-import os
-
 import pytest
 import torch
 
@@ -22,12 +20,6 @@ from ._helpers import rand, run_case
 pytestmark = pytest.mark.gpu
 
 BF16, FP16 = torch.bfloat16, torch.float16
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
-    yield
 
 
 def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):

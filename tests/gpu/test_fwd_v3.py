@@ -7,8 +7,6 @@ GQA 32 / 8, causal and sliding windows with Sq != Sk (tiles with no visible key)
 v1 kernels still selectable from the same binary. Forward only (the backward is checked by the other files).
 """
 
-import os
-
 import pytest
 import torch
 
@@ -17,12 +15,6 @@ from ._helpers import qkv, rand, run_case
 pytestmark = pytest.mark.gpu
 
 BF16, FP16 = torch.bfloat16, torch.float16
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
-    yield
 
 
 def fwd(kernel, inp, **kwargs):
