@@ -58,14 +58,14 @@ __device__ __forceinline__ bool tile_needs_mask(const KParams& p, int m, int n, 
   return !((j0 - i1 >= p.band_lo) && (j1_full - i0 <= p.band_hi));
 }
 
-// CTA decomposition (see KParams): blockIdx.x = ((blk * Hx + hx) * NR + rc).
+// CTA decomposition (see KParams): cta = ((blk * Hx + hx) * NR + rc), cta = blockIdx.x unless several CTAs share
+// one work item (the split wide-window backward's clusters).
 struct Work {
   int blk, hx, r, c, nitems;
   __device__ __forceinline__ int batch(const KParams& p, int t) const { return r + p.Pg * (c * p.G + t); }
 };
-__device__ __forceinline__ Work decode_work(const KParams& p, int Hx) {
+__device__ __forceinline__ Work decode_work(const KParams& p, int Hx, int cta = blockIdx.x) {
   Work w;
-  const int cta = blockIdx.x;
   const int rc = cta % p.NR;
   const int rest = cta / p.NR;
   w.hx = rest % Hx;

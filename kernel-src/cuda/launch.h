@@ -46,9 +46,9 @@ int bwd_windows_sm90_blocks_per_sm(int dtype, int smem);
 template <int D>
 void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 
-// Wide-window backward on Hopper (sm90/bwd_windows_wide_sm90.h), head dim 32, windows of up to N = 128 / 144
+// Wide-window backward on Hopper (sm90/bwd_windows_wide_sm90.h), head dim 32, windows of up to N = 128 / 144 / 256
 // tokens: `smem` is its shared-memory size, or 0 when this binary has no sm_90a code for it; lse2 holds the v3
-// preprocess rows ([B, H, sq_pad = N]).
+// preprocess rows ([B, H, sq_pad = N]); `grid` counts work items (N = 256: a cluster of four CTAs each).
 template <int N>
 int bwd_windows_wide_sm90_smem(int dtype);
 template <int N>

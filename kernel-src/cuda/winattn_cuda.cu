@@ -232,7 +232,7 @@ void choose_bias_mode(KParams& p, int block_n) {
 //   * sm90/fwd_windows_sm90.h: window-mode forward, D = 32 windows of <= 256 keys, D = 64 of <= 64
 //     (plan_fwd_windows_sm90);
 //   * sm90/bwd_windows_sm90.h: window-mode backward, D = 32, <= 64 tokens (plan_bwd_windows_sm90);
-//   * sm90/bwd_windows_wide_sm90.h: the same for 65 .. 144 tokens (plan_bwd_wide_sm90);
+//   * sm90/bwd_windows_wide_sm90.h: the same for 65 .. 256 tokens (plan_bwd_wide_sm90);
 //     WINATTN_SM90_WINDOWS=0 turns the window kernels off.
 // Elsewhere the v1 kernels run; both pass the same tests, so each choice is a speed decision (benchmarks/RESULTS.md).
 bool has_sm90_fwd(int dk) { return dk == 32 || dk == 64 || dk == 96 || dk == 128; }
@@ -486,27 +486,33 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
   return true;
 }
 
-// Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 144, no GQA, an fp16
+// Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 256, no GQA, an fp16
 // additive term as the only score term (the combined table term is one) with its period dividing B, and a gradient
 // summed over windows (the table's, or a dbias broadcast over them): the calls that otherwise take v1's window mode
 // (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS sums go to partials [grid][Sq][Sk]
 // (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel, delta from the kernel itself.
+// Windows of more than 144 tokens take the split instance: four CTAs (a cluster) per work item, so its G is chosen
+// for four times the work items' CTAs, and pl.grid counts work items (the slots of the partials).
 bool plan_bwd_wide_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_per_item, bool wants_accum) {
   KParams& p = pl.p;
   const int n = std::max(p.Sq, p.Sk);
-  if (pl.dk != 32 || n <= 64 || n > 144 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
+  if (pl.dk != 32 || n <= 64 || n > 256 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
       p.bias.ptr == nullptr || p.bias.dtype != 0 || p.mask.ptr != nullptr || p.kp != nullptr || p.has_band ||
       dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_SM90_WINDOWS", 1) == 0)
     return false;
   const int period = p.bias.period;
   if (p.B % period != 0) return false;
-  const int wide = n <= 128 ? 128 : 144;
-  static int smem_of[2][2] = {};  // per (dtype, instance): 0 unknown, -1 no sm_90a code, else its shared memory
-  int& smem = smem_of[dt == 0 ? 0 : 1][wide == 128 ? 0 : 1];
-  if (smem == 0) smem = wide == 128 ? bwd_windows_wide_sm90_smem<128>(dt) : bwd_windows_wide_sm90_smem<144>(dt);
+  const int wide = n <= 128 ? 128 : n <= 144 ? 144 : 256;
+  static int smem_of[2][3] = {};  // per (dtype, instance): 0 unknown, -1 no sm_90a code, else its shared memory
+  int& smem = smem_of[dt == 0 ? 0 : 1][wide == 128 ? 0 : wide == 144 ? 1 : 2];
+  if (smem == 0)
+    smem = wide == 128   ? bwd_windows_wide_sm90_smem<128>(dt)
+           : wide == 144 ? bwd_windows_wide_sm90_smem<144>(dt)
+                         : bwd_windows_wide_sm90_smem<256>(dt);
   if (smem == 0) smem = -1;
   if (smem < 0 || smem > dev.smem_optin) return false;
-  pl.grid = window_grid(p, period, 1, 1, dev, "WINATTN_BWD_G");
+  const int ctas_per_item = wide == 256 ? 4 : 1;
+  pl.grid = window_grid(p, period, ctas_per_item, 1, dev, "WINATTN_BWD_G") / ctas_per_item;
   pl.smem = smem;
   pl.sm90_wide = wide;
   pl.window = true;
@@ -938,6 +944,8 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     run_bwd_windows_wide_sm90<128>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
   else if (pl.sm90_wide == 144)
     run_bwd_windows_wide_sm90<144>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
+  else if (pl.sm90_wide == 256)
+    run_bwd_windows_wide_sm90<256>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
   else if (pl.sm90_windows)
     run_bwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
   else

@@ -43,10 +43,10 @@ def main():
         out = kern.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
         out.sum().backward()
     # 4. wide windows (sm90 window forward, key blocks 128 / 160 / 256, several query tiles; the wide-window
-    # backward at N = 81 / 100 / 144 with 3 windows per CTA: its named-barrier dS^T exchange and TMA stages), table +
-    # shift mask
+    # backward at N = 81 / 100 / 144 / 196 / 256 with 3 windows per CTA: its named-barrier dS^T exchange, TMA stages
+    # and, past 144, the cluster's st.async exchange), table + shift mask
     os.environ["WINATTN_BWD_G"] = "3"
-    for N in (81, 100, 144, 256):
+    for N in (81, 100, 144, 196, 256):
         q, k, v = r(8, N, 2, 32), r(8, N, 2, 32), r(8, N, 2, 32)
         table = torch.randn(961, 2, device=dev).requires_grad_(True)
         index = torch.randint(0, 961, (N, N), device=dev)

@@ -143,7 +143,7 @@ def test_swin_window_mode_forced(kernel, G, monkeypatch):
 
 
 # win 12 (N = 144): the wide-window kernels (on Hopper, the wide backward's dbias from its partials)
-@pytest.mark.parametrize("win", [7, 12])
+@pytest.mark.parametrize("win", [7, 12, 16])
 def test_swin_shift_mask_grad(kernel, win):
     # [nW, N, N] additive shift mask with a gradient: dbias grouped by window index (b % nW)
     inp = swin_inputs(4, win, 8, 2, 32, BF16, shift=False)
@@ -151,7 +151,7 @@ def test_swin_shift_mask_grad(kernel, win):
     run_case(kernel, inp, {}, swin=True)
 
 
-@pytest.mark.parametrize("win", [7, 12])
+@pytest.mark.parametrize("win", [7, 12, 16])
 def test_swin_infinite_mask_hides_rows(kernel, win):
     # -inf shift-mask entries must survive the fp16 table-term expansion: a row hidden entirely by them outputs 0
     # (not the uniform average a saturated -65504 would give), partly hidden rows ignore exactly those keys

@@ -61,8 +61,10 @@ def _dense_case(S=2048, heads=4):
     return leaves, call
 
 
-# swin_w12: the wide-window kernels (N = 144: the 3-warpgroup backward with its TMA stages and named barriers)
-CASES = {"swin_w7": _swin_case, "swin_w12": lambda: _swin_case(batch=2, ws=12, nw=16), "dense_bias": _dense_case}
+# swin_w12 / swin_w16: the wide-window kernels (N = 144: the 3-warpgroup backward with its TMA stages and named
+# barriers; N = 256: the split one, a cluster launch)
+CASES = {"swin_w7": _swin_case, "swin_w12": lambda: _swin_case(batch=2, ws=12, nw=16),
+         "swin_w16": lambda: _swin_case(batch=2, ws=16, nw=4), "dense_bias": _dense_case}
 
 
 def _step(kernel, call, leaves, dout, backward):

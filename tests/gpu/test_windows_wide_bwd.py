@@ -1,8 +1,8 @@
-"""The Hopper wide-window backward (kernel-src/cuda/sm90/bwd_windows_wide_sm90.h): Swin windows of 65 .. 144 tokens
+"""The Hopper wide-window backward (kernel-src/cuda/sm90/bwd_windows_wide_sm90.h): Swin windows of 65 .. 256 tokens
 with the relative-position table's gradient, checked against the float64 reference by the FlashAttention rule and
-dtable / dbias by relative L2 (marked `gpu`). Shapes walk the kernel's edges: both instances (<= 128 and <= 144
-tokens), padding key rows inside a warp and whole padding warps, windows per CTA forced to odd counts, fp16 and
-bf16, and bitwise determinism of dtable. (A learnable shift mask and fully hidden rows at N = 144 are in
+dtable / dbias by relative L2 (marked `gpu`). Shapes walk the kernel's edges: the three instances (<= 128, <= 144
+and the split one, four CTAs per window, <= 256 tokens), padding key rows inside a warp and whole padding warps,
+windows per CTA forced to odd counts, fp16 and bf16, and bitwise determinism of dtable. (A learnable shift mask and fully hidden rows at N = 144 are in
 test_cuda_kernels.py, parametrized over W7 and W12.)
 """
 
@@ -23,8 +23,9 @@ def _hopper():
 
 
 # win 9 / 10 / 11: the two-warpgroup instance (N = 81, 100, 121: padding rows in the last key warp, and at 81 / 100
-# whole padding warps); 12: the three-warpgroup one (N = 144, 16 real keys in its last warpgroup)
-@pytest.mark.parametrize("win", [9, 10, 11, 12])
+# whole padding warps); 12: the three-warpgroup one (N = 144, 16 real keys in its last warpgroup); 13 / 14 / 16: the
+# split one (N = 169, 196, 256: second halves of 41, 68 and 128 tokens)
+@pytest.mark.parametrize("win", [9, 10, 11, 12, 13, 14, 16])
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 @pytest.mark.parametrize("shift", [False, True])
 def test_swin_wide(kernel, win, dtype, shift):
@@ -33,7 +34,7 @@ def test_swin_wide(kernel, win, dtype, shift):
 
 
 @pytest.mark.parametrize("G", ["1", "3", "7"])
-@pytest.mark.parametrize("win", [10, 12])
+@pytest.mark.parametrize("win", [10, 12, 14])
 def test_windows_per_cta_forced(kernel, G, win, monkeypatch):
     # G windows per CTA: the last CTA of a period column takes fewer; the dS sums must still cover each window once
     monkeypatch.setenv("WINATTN_BWD_G", G)
@@ -42,7 +43,7 @@ def test_windows_per_cta_forced(kernel, G, win, monkeypatch):
     run_case(kernel, inp, {}, swin=True)
 
 
-@pytest.mark.parametrize("Sq,Sk", [(144, 100), (100, 144), (70, 128)])
+@pytest.mark.parametrize("Sq,Sk", [(144, 100), (100, 144), (70, 128), (256, 150), (100, 200), (200, 256)])
 def test_cross_lengths(kernel, Sq, Sk):
     # queries and keys of different lengths with a learnable fp16 bias broadcast over the windows
     B, H = 12, 2
@@ -51,9 +52,10 @@ def test_cross_lengths(kernel, Sq, Sk):
     run_case(kernel, inp, {})
 
 
-def test_dtable_bitwise_deterministic(kernel):
-    inp = swin_inputs(8, 12, 4, 3, 32, BF16)
-    dout = torch.randn(32, 144, 3, 32, device="cuda", dtype=BF16)
+@pytest.mark.parametrize("win", [12, 16])
+def test_dtable_bitwise_deterministic(kernel, win):
+    inp = swin_inputs(8, win, 4, 3, 32, BF16)
+    dout = torch.randn(32, win * win, 3, 32, device="cuda", dtype=BF16)
     grads = []
     for _ in range(2):
         t = inp["rel_pos_table"].detach().clone().requires_grad_(True)
@@ -66,7 +68,7 @@ def test_dtable_bitwise_deterministic(kernel):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("win", [10, 12])
+@pytest.mark.parametrize("win", [10, 12, 16])
 def test_wide_kernel_is_the_default_on_hopper(kernel, win):
     _hopper()
     inp = swin_inputs(2, win, 4, 2, 32, BF16)
@@ -83,9 +85,9 @@ def test_wide_kernel_is_the_default_on_hopper(kernel, win):
     assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
 
 
-@pytest.mark.parametrize("win,D", [(8, 32), (14, 32), (12, 48), (16, 32)])
+@pytest.mark.parametrize("win,D", [(8, 32), (17, 32), (12, 48), (16, 64)])
 def test_swin_around_the_wide_kernel(kernel, win, D):
-    # the neighbours of its range, through the other backward kernels: N = 64 (the 64-token window kernel), 196 and
-    # 256 (v1's window mode) and head dim 48 (kernel head dim 64: v1)
+    # the neighbours of its range, through the other backward kernels: N = 64 (the 64-token window kernel), 289 (v1's
+    # window mode) and head dims 48 / 64 (kernel head dim 64: v1)
     inp = swin_inputs(2, win, 4, 2, D, BF16)
     run_case(kernel, inp, {}, swin=True)

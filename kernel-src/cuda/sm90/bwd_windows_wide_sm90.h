@@ -1,8 +1,9 @@
-// Hopper backward for wide windows (sm_90a): Swin windows of 65 .. 144 tokens (W9 .. W12), head dim 32, with the
+// Hopper backward for wide windows (sm_90a): Swin windows of 65 .. 256 tokens (W9 .. W16), head dim 32, with the
 // gradient of the additive term (the relative-position table's) summed on chip. The counterpart of the wide tiles
 // of fwd_windows_sm90.h; windows of <= 64 tokens take bwd_windows_sm90.h.
 //
-// One CTA per (head, term period residue Pg, G windows), the whole window resident and double buffered. Each of the
+// One CTA per (head, term period residue Pg, G windows), the whole window resident and double buffered (windows of
+// more than 144 tokens: a cluster of four CTAs, one per 128 x 128 quarter, see "Split windows" below). Each of the
 // kKeyBlocks warpgroups owns 64 of the window's keys and works in the transposed layout (rows = keys), walking the
 // queries in chunks of kQChunk:
 //   S^T = K_j Q_m^T, dP^T = V_j dO_m^T                 (SS, both K-major)
@@ -16,6 +17,14 @@
 // thousands of windows. Here dS^T summed over the CTA's windows stays in registers ([chunk][kQChunk / 8][4] per
 // thread: the window's N x N spread over the CTA's register file, which bounds N, see the traits) until one flush to
 // the CTA's partial slot [Sq][Sk], reduced in a fixed order afterwards like every window mode.
+//
+// Split windows (Tr::kSplit, 145 .. 256 tokens): the sums of a 256-token window (256 KB fp32) do not fit one SM, so
+// CTA (qh, kh) of a four-CTA cluster runs the kernel above on query half qh and key half kh of every window of the
+// work item (its quarter of the sums stays on chip, the four quarters share one partial slot). A query half's dQ is
+// then the sum of two CTAs' parts, and so are a key half's dK and dV: the "home" CTA of each adds its peer's part,
+// which the peer writes into the home's receive tile with st.async (completing on the home's `xfull` mbarrier; the
+// home frees the tile by arriving on the peer's `xfree`). CTA (h, h) is dQ's home, CTA (1 - h, h) dK / dV's, so
+// each CTA sends one part and receives one. Two fp32 terms sum the same in either order: deterministic.
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -74,11 +83,17 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   const uint32_t db_a = smem_u32(sDS + NKB * Tr::kDSBytes + Tr::kTermBytes);
   unsigned char* sO = smem + Tr::kOOffset;
 
+  constexpr bool kSplit = Tr::kSplit;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   const int slot = wg * 4 + warp, key0 = slot * 16;  // this warp's first key row
   const bool real = slot < SLOTS;                    // (else: padding keys only, nothing to compute or keep)
-  const Work w = decode_work(p, p.H);                // H == Hkv on this path
+  // this CTA's quarter of a split window (rank = qh * 2 + kh; else the whole window), and its two peers
+  const int rank = kSplit ? int(cluster_ctarank()) : 0, qh = rank >> 1, kh = rank & 1;
+  const int q0 = qh * QROWS, k0 = kh * KEYS, work = kSplit ? blockIdx.x >> 2 : blockIdx.x;
+  const bool dq_home = !kSplit || qh == kh, kv_home = !kSplit || qh != kh;
+  const uint32_t dq_peer = qh * 2 + (kh ^ 1), kv_peer = (qh ^ 1) * 2 + kh;
+  const Work w = decode_work(p, p.H, work);  // H == Hkv on this path
   const int h = w.hx;
   Elem* dq = static_cast<Elem*>(p.dq);
   Elem* dk = static_cast<Elem*>(p.dk);
@@ -90,23 +105,50 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   // fifth of the kernel's instructions in address arithmetic, and its wait was the top stall). Rows past Sq / Sk
   // and columns past D read as zero.
   const uint32_t full_a = smem_u32(smem + Tr::kBarsOffset);  // two mbarriers, one per stage
+  // split windows: xfull(i) / xfree(i) for part i of the exchange (0, 1: dQ chunks; 2: dK and dV), and the receive
+  // tile (part i's [4][128 threads] float4 at recv + i * kPartBytes; dK and dV: [tensor][warpgroup])
+  auto xfull = [&](int i) { return full_a + 16 + i * 8; };
+  auto xfree = [&](int i) { return full_a + 40 + i * 8; };
+  const uint32_t recv = smem_u32(smem + Tr::kRecvOffset);
+  const int wtid = tid & 127;
+  auto send_part = [&](uint32_t dst, const float (&acc)[4][4], int part, uint32_t peer) {
+    const uint32_t to = peer_addr(dst, peer), bar = peer_addr(xfull(part), peer);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st_async_f32x4(to + (j * 128 + wtid) * 16, acc[j], bar);
+  };
+  auto add_part = [&](uint32_t src, float (&acc)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 v = lds_f32x4(src + (j * 128 + wtid) * 16);
+      acc[j][0] += v.x, acc[j][1] += v.y, acc[j][2] += v.z, acc[j][3] += v.w;
+    }
+  };
   auto issue_window = [&](int b, int st) {
     const uint32_t bar = full_a + st * 8;
     mbar_arrive_expect_tx(bar, 3 * Tr::kQBytes + 2 * Tr::kKVBytes + QROWS * 4);
-    tma_load_4d(smem_u32(sQ(st)), &args.tq, bar, 0, 0, h, b);
-    tma_load_4d(smem_u32(sdO(st)), &args.tdo, bar, 0, 0, h, b);
-    tma_load_4d(smem_u32(sO), &args.to, bar, 0, 0, h, b);
-    tma_load_4d(smem_u32(sK(st)), &args.tk, bar, 0, 0, h, b);
-    tma_load_4d(smem_u32(sV(st)), &args.tv, bar, 0, 0, h, b);
-    const int64_t row0 = (int64_t(b) * p.H + h) * QROWS;
+    tma_load_4d(smem_u32(sQ(st)), &args.tq, bar, 0, q0, h, b);
+    tma_load_4d(smem_u32(sdO(st)), &args.tdo, bar, 0, q0, h, b);
+    tma_load_4d(smem_u32(sO), &args.to, bar, 0, q0, h, b);
+    tma_load_4d(smem_u32(sK(st)), &args.tk, bar, 0, k0, h, b);
+    tma_load_4d(smem_u32(sV(st)), &args.tv, bar, 0, k0, h, b);
+    const int64_t row0 = (int64_t(b) * p.H + h) * Tr::kWindow + q0;
     bulk_load(smem_u32(sLse(st)), args.lse2 + row0, QROWS * 4, bar);
   };
   if (tid == 0) {
     mbar_init(full_a, 1);
     mbar_init(full_a + 8, 1);
+    if (kSplit) {
+      for (int i = 0; i < 3; ++i) {
+        mbar_init(xfull(i), 1);                  // the home's expect_tx; the peer's bytes
+        mbar_init(xfree(i), i < 2 ? 4 : 4 * NKB);  // one arrival per home warp that read the part
+      }
+    }
     mbar_fence_init();
   }
-  __syncthreads();
+  if constexpr (kSplit)
+    cluster_sync();  // the peers' barriers are initialized before anyone signals them
+  else
+    __syncthreads();
   if (tid == 0) issue_window(w.batch(p, 0), 0);
 
   // delta = rowsum(dO * O) - dlse of the window in stage st, from its landed dO and O tiles: four threads per row,
@@ -127,7 +169,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       }
       acc = quad_sum(acc);
       if ((task & 3) == 0) {
-        if (p.dlse != nullptr && r < p.Sq) acc -= p.dlse[(int64_t(b) * p.H + h) * p.Sq + r];
+        if (p.dlse != nullptr && q0 + r < p.Sq) acc -= p.dlse[(int64_t(b) * p.H + h) * p.Sq + q0 + r];
         sts_f32(smem_u32(sDelta(st) + r), acc);
       }
     }
@@ -137,7 +179,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
 
   // the term is the same for every window of the CTA; each thread builds (and later reads) only its own entries
   const uint32_t term = smem_u32(sTerm + slot * NQC * NT * 32);
-  if (real) build_term_table_keys<NQC, QC>(sTerm + slot * NQC * NT * 32, p, w.batch(p, 0), h, key0, lane);
+  if (real) build_term_table_keys<NQC, QC>(sTerm + slot * NQC * NT * 32, p, w.batch(p, 0), h, k0 + key0, q0, lane);
 
   // dS^T summed over this CTA's windows (fp32, before rounding): chunk m < RC in registers, the rest in shared
   // memory at db_at(m, nt) (m, nt are compile-time in the unrolled loops, so each branch below resolves statically)
@@ -257,8 +299,20 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         wgmma_wait<0>();
         fence_acc(acc_dq[0]);
         if (t + 1 < w.nitems) named_arrive(freed(m), NTH);
-        store_acc_rows<Elem, 1, 4>(dq + int64_t(b) * dq_sb + int64_t(m * QC + warp * 16) * dq_ss + int64_t(h) * p.D,
-                                   dq_ss, acc_dq, p.scale, min(QC, p.Sq - m * QC) - warp * 16, p.D, lane);
+        if (kSplit && dq_home) {  // + the peer's part (the other key half)
+          if (wtid == 0) mbar_arrive_expect_tx(xfull(m), Tr::kPartBytes);
+          mbar_wait_cluster(xfull(m), t & 1);
+          add_part(recv + m * Tr::kPartBytes, acc_dq[0]);
+          __syncwarp();
+          if (lane == 0 && t + 1 < w.nitems) mbar_arrive_remote(peer_addr(xfree(m), dq_peer));
+        } else if (kSplit) {  // -> the home, once it has read the previous window's
+          if (t > 0) mbar_wait_cluster(xfree(m), (t - 1) & 1);
+          send_part(recv + m * Tr::kPartBytes, acc_dq[0], m, dq_peer);
+        }
+        if (dq_home)
+          store_acc_rows<Elem, 1, 4>(
+              dq + int64_t(b) * dq_sb + int64_t(q0 + m * QC + warp * 16) * dq_ss + int64_t(h) * p.D, dq_ss, acc_dq,
+              p.scale, min(QC, p.Sq - q0 - m * QC) - warp * 16, p.D, lane);
       } else {
         named_arrive(staged(m), NTH);
         wgmma_wait<0>();
@@ -269,9 +323,23 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       fence_acc(acc_dv[0]);
     }
 
-    const int64_t kv_off = int64_t(b) * dk_sb + int64_t(key0) * dk_ss + int64_t(h) * p.D;
-    store_acc_rows<Elem, 1, 4>(dk + kv_off, dk_ss, acc_dk, p.scale, p.Sk - key0, p.D, lane);
-    store_acc_rows<Elem, 1, 4>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - key0, p.D, lane);
+    if (kSplit && kv_home) {  // + the peer's parts (the other query half)
+      if (tid == 0) mbar_arrive_expect_tx(xfull(2), 2 * NKB * Tr::kPartBytes);
+      mbar_wait_cluster(xfull(2), t & 1);
+      add_part(recv + wg * Tr::kPartBytes, acc_dk[0]);
+      add_part(recv + (NKB + wg) * Tr::kPartBytes, acc_dv[0]);
+      __syncwarp();
+      if (lane == 0 && t + 1 < w.nitems) mbar_arrive_remote(peer_addr(xfree(2), kv_peer));
+    } else if (kSplit) {
+      if (t > 0) mbar_wait_cluster(xfree(2), (t - 1) & 1);
+      send_part(recv + wg * Tr::kPartBytes, acc_dk[0], 2, kv_peer);
+      send_part(recv + (NKB + wg) * Tr::kPartBytes, acc_dv[0], 2, kv_peer);
+    }
+    if (kv_home) {
+      const int64_t kv_off = int64_t(b) * dk_sb + int64_t(k0 + key0) * dk_ss + int64_t(h) * p.D;
+      store_acc_rows<Elem, 1, 4>(dk + kv_off, dk_ss, acc_dk, p.scale, p.Sk - k0 - key0, p.D, lane);
+      store_acc_rows<Elem, 1, 4>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - k0 - key0, p.D, lane);
+    }
     if (wg < NKB - 1 && t + 1 < w.nitems) {
       mbar_wait(full_a + (st ^ 1) * 8, ((t + 1) >> 1) & 1);
       window_delta(w.batch(p, t + 1), st ^ 1, (NKB - 1) * 128);
@@ -296,14 +364,17 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         for (int nt = 0; nt < NT; ++nt) sts_f32x4(at(m, nt, slot, lane), acc_db[m][nt]);
     }
     __syncthreads();
-    float* dst = p.partials + int64_t(blockIdx.x) * p.Sq * p.Sk;
-    for (int idx = tid; idx < p.Sq * p.Sk; idx += NTH) {
-      const int qq = idx / p.Sk, kk = idx % p.Sk;
+    // (a split window's CTA: its quarter of the work item's slot)
+    const int rows = min(QROWS, p.Sq - q0), cols = min(KEYS, p.Sk - k0);
+    float* dst = p.partials + int64_t(work) * p.Sq * p.Sk + int64_t(q0) * p.Sk + k0;
+    for (int idx = tid; idx < rows * cols; idx += NTH) {
+      const int qq = idx / cols, kk = idx % cols;
       // the warp slot, lane and element that held (key kk, query qq) in the S^T accumulator layout
       const int c8 = qq % 8, e = ((kk >> 3) & 1) * 2 + (c8 & 1);
-      dst[idx] = lds_f32(at(qq / QC, (qq % QC) / 8, kk >> 4, (kk & 7) * 4 + c8 / 2) + e * 4);
+      dst[int64_t(qq) * p.Sk + kk] = lds_f32(at(qq / QC, (qq % QC) / 8, kk >> 4, (kk & 7) * 4 + c8 / 2) + e * 4);
     }
   }
+  if constexpr (kSplit) cluster_sync();  // no peer signals or writes this CTA's shared memory any more
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_windows_wide_sm90_smem)
 #endif

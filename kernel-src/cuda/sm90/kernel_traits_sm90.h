@@ -173,21 +173,27 @@ struct BwdWindowTraitsSm90 {
 template <int D> struct BwdWindowTraitsSm90For;
 template <> struct BwdWindowTraitsSm90For<32> { using type = BwdWindowTraitsSm90<32, 64, 3>; };
 
-// Wide-window backward (bwd_windows_wide_sm90.h): head dim 32, windows of 65 .. kQueries tokens, the whole window
-// resident. kKeyBlocks warpgroups own 64 keys each (kKeys rows of K / V, zero past Sk); the queries go by in
-// kQChunks chunks of kQChunk, chunk m's dQ computed by warpgroup m. Warps whose 16 keys all lie past kDqKeys (the
-// most keys a window can have) hold padding only: kWarpSlots warps are real, and only they have term-table and
-// dS-sum slots. Per stage: Q, dO [kQueries x 32], K, V [kKeys x 32], lse2 and delta [kQueries] fp32; then one dS^T
-// staging tile [kDqKeys x 64] per warpgroup (the one its chunk's dQ reads), the fp16 term table
-// [real warp][chunk][kQChunk / 8][32 lanes] (uint2) and the dS sums of the chunks past kRegChunks
-// [chunk][kQChunk / 8][real warp][32 lanes] (float4), one O tile [kQueries x 32] and the stages' mbarriers.
-// One CTA per SM: the window's N x N dS sums take kQueries / 2
-// fp32 per thread; at three warpgroups (168 registers a thread) all three chunks in registers spilled 256 bytes.
-template <int kKeyBlocks_, int kQChunk_, int kRegChunks_>
+// Wide-window backward (bwd_windows_wide_sm90.h): head dim 32, windows of 65 .. kWindow tokens. kKeyBlocks
+// warpgroups own 64 keys each (kKeys rows of K / V, zero past Sk); the queries go by in kQChunks chunks of kQChunk,
+// chunk m's dQ computed by warpgroup m. Warps whose 16 keys all lie past kDqKeys (the most keys a CTA can have) hold
+// padding only: kWarpSlots warps are real, and only they have term-table and dS-sum slots. Per stage: Q, dO
+// [kQueries x 32], K, V [kKeys x 32], lse2 and delta [kQueries] fp32; then one dS^T staging tile [kDqKeys x 64] per
+// warpgroup (the one its chunk's dQ reads), the fp16 term table [real warp][chunk][kQChunk / 8][32 lanes] (uint2)
+// and the dS sums of the chunks past kRegChunks [chunk][kQChunk / 8][real warp][32 lanes] (float4), one O tile
+// [kQueries x 32], the receive tile of the split mode and the mbarriers. One CTA per SM: the N x N dS sums take
+// kQueries / 2 fp32 per thread; at three warpgroups (168 registers a thread) all three chunks in registers spilled
+// 256 bytes.
+// kSplit (windows of 145 .. 256 tokens): a whole window's sums (256 KB at N = 256) do not fit one SM, so a cluster
+// of four CTAs takes each window, CTA (qh, kh) its 128 x 128 quarter (query half qh, key half kh). dQ of a query
+// half and dK / dV of a key half are then sums of two CTAs' parts: the receive tile (4 x [4][128 threads] float4,
+// 32 KB) takes the peer's part by st.async (bwd_windows_wide_sm90.h).
+template <int kKeyBlocks_, int kQChunk_, int kRegChunks_, bool kSplit_ = false>
 struct BwdWideWindowTraitsSm90 {
   static constexpr int kHeadDim = 32, kKeyBlocks = kKeyBlocks_, kQChunk = kQChunk_, kQChunks = kKeyBlocks_;
   static constexpr int kRegChunks = kRegChunks_, kNThreads = 128 * kKeyBlocks;
+  static constexpr bool kSplit = kSplit_;
   static constexpr int kKeys = 64 * kKeyBlocks, kQueries = kQChunk * kQChunks, kDqKeys = kQueries;
+  static constexpr int kWindow = kSplit ? 2 * kQueries : kQueries;  // tokens per window (the lse2 row padding)
   static constexpr int kWarpSlots = (kDqKeys + 15) / 16;
   static constexpr int kQBytes = kQueries * 64, kKVBytes = kKeys * 64;
   static constexpr int kStageBytes = (2 * kQBytes + 2 * kKVBytes + 2 * kQueries * 4 + 1023) / 1024 * 1024;
@@ -195,16 +201,20 @@ struct BwdWideWindowTraitsSm90 {
   static constexpr int kTermBytes = kWarpSlots * 32 * (kQueries / 8) * 8;
   static constexpr int kDbiasBytes = (kQChunks - kRegChunks) * (kQChunk / 8) * kWarpSlots * 32 * 16;
   static constexpr int kOOffset = 2 * kStageBytes + kKeyBlocks * kDSBytes + kTermBytes + kDbiasBytes;
-  static constexpr int kBarsOffset = kOOffset + kQBytes;
-  static constexpr int kSmemBytes = 1024 + kBarsOffset + 64;  // + the two stage mbarriers
+  static constexpr int kPartBytes = 128 * 16 * 4;  // one warpgroup's 64 x 32 fp32 accumulator
+  static constexpr int kRecvOffset = kOOffset + kQBytes;
+  static constexpr int kBarsOffset = kRecvOffset + (kSplit ? 2 * kKeyBlocks * kPartBytes : 0);
+  static constexpr int kSmemBytes = 1024 + kBarsOffset + 64;  // + the stage and exchange mbarriers
   static_assert(kQChunk % 16 == 0 && kQChunk <= 64, "k16 steps over a chunk; its dQ rows fit one 64-row tile");
   static_assert(kQBytes % 512 == 0 && kDSBytes % 1024 == 0, "swizzle atoms stay aligned");
+  static_assert(!kSplit || (kKeys == kQueries && kKeys == 128), "the split mode's quarters are 128 x 128");
 };
 // N <= 128 (W9 .. W11): two warpgroups, 64-query chunks; N <= 144 (W12): three, 48-query chunks (3 x 48 = 144, so
-// the 64-row key blocks carry the padding, not the chunks).
+// the 64-row key blocks carry the padding, not the chunks); N <= 256 (W13 .. W16): the N <= 128 CTA per quarter.
 template <int N> struct BwdWideWindowTraitsSm90For;
 template <> struct BwdWideWindowTraitsSm90For<128> { using type = BwdWideWindowTraitsSm90<2, 64, 2>; };
 template <> struct BwdWideWindowTraitsSm90For<144> { using type = BwdWideWindowTraitsSm90<3, 48, 2>; };
+template <> struct BwdWideWindowTraitsSm90For<256> { using type = BwdWideWindowTraitsSm90<2, 64, 2, true>; };
 
 // Fast path (only an additive term) with the raw term tile small enough to borrow the second window buffer (it is
 // read once, into the term table, before the first window's compute: fwd/bwd_windows_sm90.h).

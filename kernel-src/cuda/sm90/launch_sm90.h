@@ -93,7 +93,8 @@ void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
 }
 
 // Wide-window backward (bwd_windows_wide_sm90.h), windows of up to N tokens: its own parameter struct (the v3
-// preprocess rows), a fixed shared-memory size, one CTA per SM.
+// preprocess rows), a fixed shared-memory size, one CTA per SM; `grid` counts work items (the split instance runs
+// four CTAs, one cluster, per item).
 template <int N>
 struct BwdWideWindowsSm90 {
   using Tr = typename sm90::BwdWideWindowTraitsSm90For<N>::type;
@@ -126,12 +127,28 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
   args.p = p;
   args.lse2 = lse2;
   args.sq_pad = sq_pad;
-  if (sq_pad != K::Tr::kQueries)
+  if (sq_pad != K::Tr::kWindow)
     throw std::logic_error("window_attention (cuda): the wide-window backward needs its preprocess rows padded to " +
-                           std::to_string(K::Tr::kQueries));
+                           std::to_string(K::Tr::kWindow));
   auto kernel = K::pick(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
-  kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), K::Tr::kSmemBytes, stream>>>(args);
+  if constexpr (K::Tr::kSplit) {  // a cluster of four CTAs per work item (one per window quarter)
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(4 * grid));
+    cfg.blockDim = dim3(K::Tr::kNThreads);
+    cfg.dynamicSmemBytes = K::Tr::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 4;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&cfg, kernel, args), K::kName);
+  } else {
+    kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), K::Tr::kSmemBytes, stream>>>(args);
+  }
   check_cuda(cudaGetLastError(), K::kName);
 }
 

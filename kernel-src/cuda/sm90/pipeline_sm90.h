@@ -1,5 +1,5 @@
-// Asynchronous-copy plumbing of the pipelined Hopper kernels (sm_90): mbarriers, TMA bulk tensor loads, named
-// barriers between warpgroups and `setmaxnreg`.
+// Asynchronous-copy plumbing of the pipelined Hopper kernels (sm_90): mbarriers, TMA bulk tensor loads, cluster
+// peers' shared memory, named barriers between warpgroups and `setmaxnreg`.
 //
 // Why hand-written PTX and not CuTe's TMA / pipeline classes: the sm90 kernels already speak raw wgmma descriptors
 // over their own 64-byte-swizzled tile layout (tile_sm90.h), and TMA's SWIZZLE_64B writes exactly that layout, so
@@ -100,6 +100,44 @@ __device__ __forceinline__ void regs_dealloc() {
 template <int N>
 __device__ __forceinline__ void regs_alloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Thread-block clusters: one CTA writes into a peer's shared memory and signals the peer's mbarriers. Peer
+// addresses are shared::cluster addresses of the same offsets (mapa); a waiter on data or arrivals from a peer uses
+// mbar_wait_cluster (acquire at cluster scope).
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster: after it, the peers' barriers are initialized (before any remote
+// access) or no more remote accesses are in flight (before exit).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t peer_addr(uint32_t local, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+// 16 bytes into a peer's shared memory, completing 16 transaction bytes on the peer's mbarrier (both peer_addr).
+__device__ __forceinline__ void st_async_f32x4(uint32_t remote, const float (&v)[4], uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   remote),
+               "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "r"(remote_bar)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
 // Named barriers (ids 1..15; 0 is __syncthreads) between the threads of some warpgroups.

@@ -54,9 +54,10 @@ __device__ __forceinline__ void build_term_table(void* sTerm, const unsigned cha
 // The kHalf table for the wide-window backward's transposed tiles (bwd_windows_wide_sm90.h: rows = keys, columns =
 // queries): one warp's [NQC chunks of QC queries][QC / 8][32 lanes] (warps holding only padding keys have none),
 // read straight from the fp16 term in global memory (once per CTA: no staged tile needed); -inf past Sk and past
-// Sq, so padding rows and columns get P = 0 whatever their scores.
+// Sq, so padding rows and columns get P = 0 whatever their scores. The warp's first key is key0, the CTA's first
+// query q0 (a split window's quarter).
 template <int NQC, int QC>
-__device__ __forceinline__ void build_term_table_keys(uint2* table, const KParams& p, int b, int h, int key0,
+__device__ __forceinline__ void build_term_table_keys(uint2* table, const KParams& p, int b, int h, int key0, int q0,
                                                       int lane) {
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   const Operand4d& op = p.bias;
@@ -68,7 +69,7 @@ __device__ __forceinline__ void build_term_table_keys(uint2* table, const KParam
       __half e[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int kk = key0 + qr + (i >> 1) * 8, qq = m * QC + nt * 8 + qc + (i & 1);
+        const int kk = key0 + qr + (i >> 1) * 8, qq = q0 + m * QC + nt * 8 + qc + (i & 1);
         e[i] = kk < p.Sk && qq < p.Sq ? t[int64_t(qq) * op.sq + int64_t(kk) * op.sk] : __float2half(-INFINITY);
       }
       const __half2 lo = __halves2half2(e[0], e[1]), hi = __halves2half2(e[2], e[3]);
