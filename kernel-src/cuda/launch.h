@@ -52,6 +52,8 @@ void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
 template <int N>
 int bwd_windows_wide_sm90_smem(int dtype);
 template <int N>
+int bwd_windows_wide_sm90_cluster_slots(int dtype);  // resident CTAs in whole clusters (split instance), else 0
+template <int N>
 void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, int dtype, int64_t grid,
                                cudaStream_t stream);
 

@@ -512,7 +512,15 @@ bool plan_bwd_wide_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_p
   if (smem == 0) smem = -1;
   if (smem < 0 || smem > dev.smem_optin) return false;
   const int ctas_per_item = wide == 256 ? 4 : 1;
-  pl.grid = window_grid(p, period, ctas_per_item, 1, dev, "WINATTN_BWD_G") / ctas_per_item;
+  DeviceInfo resident = dev;  // (the split instance: only whole clusters of four are resident)
+  if (wide == 256) {
+    static int cluster_slots[2] = {-1, -1};  // per dtype
+    int& slots = cluster_slots[dt == 0 ? 0 : 1];
+    if (slots < 0) slots = bwd_windows_wide_sm90_cluster_slots<256>(dt);
+    if (slots == 0) return false;  // no cluster of four fits
+    resident.sms = slots;
+  }
+  pl.grid = window_grid(p, period, ctas_per_item, 1, resident, "WINATTN_BWD_G") / ctas_per_item;
   pl.smem = smem;
   pl.sm90_wide = wide;
   pl.window = true;

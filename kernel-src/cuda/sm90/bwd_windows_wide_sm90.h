@@ -23,8 +23,11 @@
 // work item (its quarter of the sums stays on chip, the four quarters share one partial slot). A query half's dQ is
 // then the sum of two CTAs' parts, and so are a key half's dK and dV: the "home" CTA of each adds its peer's part,
 // which the peer writes into the home's receive tile with st.async (completing on the home's `xfull` mbarrier; the
-// home frees the tile by arriving on the peer's `xfree`). CTA (h, h) is dQ's home, CTA (1 - h, h) dK / dV's, so
-// each CTA sends one part and receives one. Two fp32 terms sum the same in either order: deterministic.
+// home frees the tile by arriving on the peer's `xfree`). The diagonal CTAs (h, h) are the homes of query half h's
+// dQ and key half h's dK / dV; the other two only send. So the waits run one way (senders -> homes) and a sender can
+// run up to a window ahead. (Homes that each received one part and sent one formed a ring of waits that held all
+// four CTAs in lock-step: 4.45 ms at W16, the waits a third of the samples.) Two fp32 terms sum the same in either
+// order: deterministic.
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -91,7 +94,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   // this CTA's quarter of a split window (rank = qh * 2 + kh; else the whole window), and its two peers
   const int rank = kSplit ? int(cluster_ctarank()) : 0, qh = rank >> 1, kh = rank & 1;
   const int q0 = qh * QROWS, k0 = kh * KEYS, work = kSplit ? blockIdx.x >> 2 : blockIdx.x;
-  const bool dq_home = !kSplit || qh == kh, kv_home = !kSplit || qh != kh;
+  const bool home = !kSplit || qh == kh;
   const uint32_t dq_peer = qh * 2 + (kh ^ 1), kv_peer = (qh ^ 1) * 2 + kh;
   const Work w = decode_work(p, p.H, work);  // H == Hkv on this path
   const int h = w.hx;
@@ -105,11 +108,14 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   // fifth of the kernel's instructions in address arithmetic, and its wait was the top stall). Rows past Sq / Sk
   // and columns past D read as zero.
   const uint32_t full_a = smem_u32(smem + Tr::kBarsOffset);  // two mbarriers, one per stage
-  // split windows: xfull(i) / xfree(i) for part i of the exchange (0, 1: dQ chunks; 2: dK and dV), and the receive
-  // tile (part i's [4][128 threads] float4 at recv + i * kPartBytes; dK and dV: [tensor][warpgroup])
+  // split windows: xfull(i) / xfree(i) for part i of the exchange (0, 1: dQ chunks; 2: dK and dV), and the home's
+  // receive tile ([4][128 threads] float4 per warpgroup part: dQ chunk m at recv + m * kPartBytes, then dK and dV
+  // [tensor][warpgroup] at kv_recv). Waits are CTA-scope: the parts are transaction bytes of the mbarrier, as TMA's
+  // are, and a home has read a part into registers before it frees the tile (at cluster scope each wait also
+  // invalidated L1: CCTL.IVALL).
   auto xfull = [&](int i) { return full_a + 16 + i * 8; };
   auto xfree = [&](int i) { return full_a + 40 + i * 8; };
-  const uint32_t recv = smem_u32(smem + Tr::kRecvOffset);
+  const uint32_t recv = smem_u32(smem + Tr::kRecvOffset), kv_recv = recv + NQC * Tr::kPartBytes;
   const int wtid = tid & 127;
   auto send_part = [&](uint32_t dst, const float (&acc)[4][4], int part, uint32_t peer) {
     const uint32_t to = peer_addr(dst, peer), bar = peer_addr(xfull(part), peer);
@@ -299,17 +305,17 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         wgmma_wait<0>();
         fence_acc(acc_dq[0]);
         if (t + 1 < w.nitems) named_arrive(freed(m), NTH);
-        if (kSplit && dq_home) {  // + the peer's part (the other key half)
+        if (kSplit && home) {  // + the peer's part (the other key half)
           if (wtid == 0) mbar_arrive_expect_tx(xfull(m), Tr::kPartBytes);
-          mbar_wait_cluster(xfull(m), t & 1);
+          mbar_wait(xfull(m), t & 1);
           add_part(recv + m * Tr::kPartBytes, acc_dq[0]);
           __syncwarp();
           if (lane == 0 && t + 1 < w.nitems) mbar_arrive_remote(peer_addr(xfree(m), dq_peer));
         } else if (kSplit) {  // -> the home, once it has read the previous window's
-          if (t > 0) mbar_wait_cluster(xfree(m), (t - 1) & 1);
+          if (t > 0) mbar_wait(xfree(m), (t - 1) & 1);
           send_part(recv + m * Tr::kPartBytes, acc_dq[0], m, dq_peer);
         }
-        if (dq_home)
+        if (home)
           store_acc_rows<Elem, 1, 4>(
               dq + int64_t(b) * dq_sb + int64_t(q0 + m * QC + warp * 16) * dq_ss + int64_t(h) * p.D, dq_ss, acc_dq,
               p.scale, min(QC, p.Sq - q0 - m * QC) - warp * 16, p.D, lane);
@@ -323,19 +329,19 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       fence_acc(acc_dv[0]);
     }
 
-    if (kSplit && kv_home) {  // + the peer's parts (the other query half)
+    if (kSplit && home) {  // + the peer's parts (the other query half)
       if (tid == 0) mbar_arrive_expect_tx(xfull(2), 2 * NKB * Tr::kPartBytes);
-      mbar_wait_cluster(xfull(2), t & 1);
-      add_part(recv + wg * Tr::kPartBytes, acc_dk[0]);
-      add_part(recv + (NKB + wg) * Tr::kPartBytes, acc_dv[0]);
+      mbar_wait(xfull(2), t & 1);
+      add_part(kv_recv + wg * Tr::kPartBytes, acc_dk[0]);
+      add_part(kv_recv + (NKB + wg) * Tr::kPartBytes, acc_dv[0]);
       __syncwarp();
       if (lane == 0 && t + 1 < w.nitems) mbar_arrive_remote(peer_addr(xfree(2), kv_peer));
     } else if (kSplit) {
-      if (t > 0) mbar_wait_cluster(xfree(2), (t - 1) & 1);
-      send_part(recv + wg * Tr::kPartBytes, acc_dk[0], 2, kv_peer);
-      send_part(recv + (NKB + wg) * Tr::kPartBytes, acc_dv[0], 2, kv_peer);
+      if (t > 0) mbar_wait(xfree(2), (t - 1) & 1);
+      send_part(kv_recv + wg * Tr::kPartBytes, acc_dk[0], 2, kv_peer);
+      send_part(kv_recv + (NKB + wg) * Tr::kPartBytes, acc_dv[0], 2, kv_peer);
     }
-    if (kv_home) {
+    if (home) {
       const int64_t kv_off = int64_t(b) * dk_sb + int64_t(k0 + key0) * dk_ss + int64_t(h) * p.D;
       store_acc_rows<Elem, 1, 4>(dk + kv_off, dk_ss, acc_dk, p.scale, p.Sk - k0 - key0, p.D, lane);
       store_acc_rows<Elem, 1, 4>(dv + kv_off, dk_ss, acc_dv, 1.f, p.Sk - k0 - key0, p.D, lane);

@@ -185,8 +185,9 @@ template <> struct BwdWindowTraitsSm90For<32> { using type = BwdWindowTraitsSm90
 // 256 bytes.
 // kSplit (windows of 145 .. 256 tokens): a whole window's sums (256 KB at N = 256) do not fit one SM, so a cluster
 // of four CTAs takes each window, CTA (qh, kh) its 128 x 128 quarter (query half qh, key half kh). dQ of a query
-// half and dK / dV of a key half are then sums of two CTAs' parts: the receive tile (4 x [4][128 threads] float4,
-// 32 KB) takes the peer's part by st.async (bwd_windows_wide_sm90.h).
+// half and dK / dV of a key half are then sums of two CTAs' parts: the receive tile (6 x [4][128 threads] float4,
+// 48 KB: the two dQ chunks, then dK and dV per warpgroup) takes the peers' parts by st.async
+// (bwd_windows_wide_sm90.h).
 template <int kKeyBlocks_, int kQChunk_, int kRegChunks_, bool kSplit_ = false>
 struct BwdWideWindowTraitsSm90 {
   static constexpr int kHeadDim = 32, kKeyBlocks = kKeyBlocks_, kQChunk = kQChunk_, kQChunks = kKeyBlocks_;
@@ -203,7 +204,7 @@ struct BwdWideWindowTraitsSm90 {
   static constexpr int kOOffset = 2 * kStageBytes + kKeyBlocks * kDSBytes + kTermBytes + kDbiasBytes;
   static constexpr int kPartBytes = 128 * 16 * 4;  // one warpgroup's 64 x 32 fp32 accumulator
   static constexpr int kRecvOffset = kOOffset + kQBytes;
-  static constexpr int kBarsOffset = kRecvOffset + (kSplit ? 2 * kKeyBlocks * kPartBytes : 0);
+  static constexpr int kBarsOffset = kRecvOffset + (kSplit ? 3 * kKeyBlocks * kPartBytes : 0);
   static constexpr int kSmemBytes = 1024 + kBarsOffset + 64;  // + the stage and exchange mbarriers
   static_assert(kQChunk % 16 == 0 && kQChunk <= 64, "k16 steps over a chunk; its dQ rows fit one 64-row tile");
   static_assert(kQBytes % 512 == 0 && kDSBytes % 1024 == 0, "swizzle atoms stay aligned");

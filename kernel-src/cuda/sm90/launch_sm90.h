@@ -114,6 +114,35 @@ int bwd_windows_wide_sm90_smem(int dtype) {
   }
   return attr.binaryVersion == 90 ? BwdWideWindowsSm90<N>::Tr::kSmemBytes : 0;
 }
+// CTAs of the split instance that can be resident at once: whole clusters of four (on the H200 30 clusters, 120 of
+// the 132 SMs: the GPCs' SM counts are not all multiples of four); 0 for the unsplit instances or on failure.
+template <int N>
+int bwd_windows_wide_sm90_cluster_slots(int dtype) {
+  using K = BwdWideWindowsSm90<N>;
+  if constexpr (!K::Tr::kSplit) {
+    return 0;
+  } else {
+    auto kernel = K::pick(dtype);
+    raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(4);
+    cfg.blockDim = dim3(K::Tr::kNThreads);
+    cfg.dynamicSmemBytes = K::Tr::kSmemBytes;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 4;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return 4 * clusters;
+  }
+}
 template <int N>
 void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, int dtype, int64_t grid,
                                cudaStream_t stream) {
@@ -250,6 +279,7 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_WIDE_SM90(N)                                                \
   template int bwd_windows_wide_sm90_smem<N>(int);                                                   \
+  template int bwd_windows_wide_sm90_cluster_slots<N>(int);                                          \
   template void run_bwd_windows_wide_sm90<N>(const KParams&, const float*, int, int, int64_t, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D, BN)                                                  \

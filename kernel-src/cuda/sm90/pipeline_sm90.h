@@ -103,8 +103,7 @@ __device__ __forceinline__ void regs_alloc() {
 }
 
 // Thread-block clusters: one CTA writes into a peer's shared memory and signals the peer's mbarriers. Peer
-// addresses are shared::cluster addresses of the same offsets (mapa); a waiter on data or arrivals from a peer uses
-// mbar_wait_cluster (acquire at cluster scope).
+// addresses are shared::cluster addresses of the same offsets (mapa).
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -129,15 +128,6 @@ __device__ __forceinline__ void st_async_f32x4(uint32_t remote, const float (&v)
 }
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 }
 
 // Named barriers (ids 1..15; 0 is __syncthreads) between the threads of some warpgroups.
