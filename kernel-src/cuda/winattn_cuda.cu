@@ -302,7 +302,9 @@ int windows_per_cta(int per_r, int64_t groups, int64_t slots) {
 }
 
 // Grid of the Hopper window kernels: mtiles x H x Pg CTA columns (query tiles, heads, windows grouped by the term's
-// period) of NC CTAs with G windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size.
+// period) of NC CTAs with G windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size. (The
+// kernels order it: the window forward puts a work item's query tiles next to each other, the split wide-window
+// backward its four quarters.)
 int64_t window_grid(KParams& p, int period, int mtiles, int occupancy, const DeviceInfo& dev, const char* g_env) {
   const int per_r = p.B / period;
   int G = windows_per_cta(per_r, int64_t(mtiles) * p.H * period, int64_t(dev.sms) * std::max(occupancy, 1));

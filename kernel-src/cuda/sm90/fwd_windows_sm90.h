@@ -1,5 +1,5 @@
 // Hopper forward for window mode (sm_90a): many short sequences (Swin windows, N <= BN <= 256 keys), one head and
-// one 64-query tile (w.blk) per CTA, G windows per CTA, one warpgroup.
+// one 64-query tile per CTA, G windows per CTA, one warpgroup.
 //
 // The general sm90 forward (fwd_kernel_sm90.h) spends most of a Swin step on integer work (Nsight, Swin W7: 452 M
 // instructions for 65 536 window-heads, ALU the busiest pipe, 49% issue slots at 3 warps per scheduler), not on the
@@ -47,9 +47,13 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
-  const Work w = decode_work(p, p.H);
+  // The query tiles of a work item are adjacent CTAs (blockIdx.x = item * mtiles + tile), so they run together and
+  // read each window's K / V while it is in L2. In decode_work's order (the tile slowest) they ran whole waves
+  // apart, and every tile re-read K / V from DRAM: W16 moved 2.5x the bytes it needs (DRAM 49-54% busy).
+  const int mtiles = ceil_div(p.Sq, BM), tile = blockIdx.x % mtiles;
+  const Work w = decode_work(p, p.H, blockIdx.x / mtiles);
   const int h = w.hx, hkv = h / p.hgroup;
-  const int i0 = w.blk * BM, rows = min(BM, p.Sq - i0);  // this CTA's query tile of every window
+  const int i0 = tile * BM, rows = min(BM, p.Sq - i0);  // this CTA's query tile of every window
   const Elem* q = static_cast<const Elem*>(p.q);
   const Elem* k = static_cast<const Elem*>(p.k);
   const Elem* v = static_cast<const Elem*>(p.v);
