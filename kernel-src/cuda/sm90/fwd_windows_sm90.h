@@ -1,5 +1,5 @@
 // Hopper forward for window mode (sm_90a): many short sequences (Swin windows, N <= BN <= 256 keys), one head and
-// one 64-query tile per CTA, G windows per CTA, one warpgroup (wide windows: two, see "Key split").
+// one 64-query tile per CTA, G windows per CTA, one warpgroup.
 //
 // The general sm90 forward (fwd_kernel_sm90.h) spends most of a Swin step on integer work (Nsight, Swin W7: 452 M
 // instructions for 65 536 window-heads, ALU the busiest pipe, 49% issue slots at 3 warps per scheduler), not on the
@@ -16,12 +16,6 @@
 //     bound the occupancy.
 // Score terms this fast path does not cover (bool mask, key padding, causal / sliding band) take apply_terms(), in
 // the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v1).
-//
-// Key split (Tr::kKeySplit = 2: key blocks 160 / 256): warpgroup kh takes keys [kh * BN / 2, (kh + 1) * BN / 2) of
-// the shared Q / K / V tiles: S, its row max and sum and O = P V over its half. The second warpgroup leaves O, max
-// and sum in shared memory (named barrier 1), the first merges them the online-softmax way (each part rescaled by
-// exp2(its max - the row max)) and writes the tile's O and lse. Half the scores per thread: 128 registers instead of
-// 224-255, so two CTAs of eight warps share an SM instead of two of four.
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -29,7 +23,6 @@
 #include "../score_mod.h"
 #include "../softmax.h"
 #include "kernel_traits_sm90.h"
-#include "pipeline_sm90.h"
 #include "tile_sm90.h"
 #include "window_terms.h"
 #include "wgmma_ops.h"
@@ -39,26 +32,20 @@ namespace cuda {
 namespace sm90 {
 
 template <typename Tr, typename Elem>
-__global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
-    fwd_windows_kernel_sm90(const __grid_constant__ KParams p) {
+__global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(const __grid_constant__ KParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, DT = DK / 8, NTH = Tr::kNThreads;
-  constexpr int BNS = Tr::kSplitN, NT = BNS / 8;  // a warpgroup's keys
-  constexpr bool kSplit = Tr::kKeySplit > 1;
+  constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, NT = BN / 8, DT = DK / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
   // two window buffers [Q | K | V] (BM x DK, BN x DK, BN x DK swizzled; Q doubles as the O staging tile), then the
-  // score-term table [warpgroup][NT][128 threads] in fragment order, the key split's merge area (the second
-  // warpgroup's row max and sum [2][BM] fp32, then its O unless that goes into its K half), then (unless aliased)
-  // the raw term tile
+  // score-term table [NT][128 threads] in fragment order, then (unless aliased) the raw term tile
   unsigned char* sQ = smem;
   unsigned char* sK = sQ + Tr::kQBytes;
   unsigned char* sV = sK + Tr::kKVBytes;
   unsigned char* sTerm = smem + 2 * Tr::kStageBytes;
-  unsigned char* sMerge = sTerm + Tr::kTermBytes;
-  unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sMerge + Tr::kMergeBytes;
+  unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sTerm + Tr::kTermBytes;
 
-  const int tid = threadIdx.x, kh = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
   // The query tiles of a work item are adjacent CTAs (blockIdx.x = item * mtiles + tile), so they run together and
   // read each window's K / V while it is in L2. In decode_work's order (the tile slowest) they ran whole waves
@@ -75,30 +62,26 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
   const bool has_bias = p.bias.ptr != nullptr;
 
   auto load_window = [&](int b, int stage) {
-    load_tile_async<Elem, BM, DK, NTH>(sQ + stage * Tr::kStageBytes,
+    load_tile_async<Elem, BM, DK, 128>(sQ + stage * Tr::kStageBytes,
                                        q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh, p.q_ss,
                                        rows, p.D, p.q, tid);
-    load_tile_async<Elem, BN, DK, NTH>(sK + stage * Tr::kStageBytes, k + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh,
+    load_tile_async<Elem, BN, DK, 128>(sK + stage * Tr::kStageBytes, k + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh,
                                        p.k_ss, p.Sk, p.D, p.k, tid);
-    load_tile_async<Elem, BN, DK, NTH>(sV + stage * Tr::kStageBytes, v + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh,
+    load_tile_async<Elem, BN, DK, 128>(sV + stage * Tr::kStageBytes, v + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh,
                                        p.v_ss, p.Sk, p.D, p.v, tid);
   };
 
   // the additive tile (the same for every window of this CTA) and the first window
-  if (has_bias) load_bias_tile<BM, BN, NTH>(sBias, p, w.batch(p, 0), h, i0, 0, tid);
+  if (has_bias) load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, i0, 0, tid);
   load_window(w.batch(p, 0), 0);
   cp_async_commit();
-  constexpr int kTermWgBytes = Tr::kTermBytes / Tr::kKeySplit;
   if (fast) {
     cp_async_wait_all();
     __syncthreads();
-    build_term_table<NT, Tr::kHalfTerms>(sTerm + kh * kTermWgBytes, has_bias ? sBias : nullptr, p, wr, rows, wtid,
-                                         kh * BNS);
+    build_term_table<NT, Tr::kHalfTerms>(sTerm, has_bias ? sBias : nullptr, p, wr, rows, tid);
   }
 
-  // (this warpgroup's K / V rows start kh * BNS rows into the tiles)
-  const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK) + kh * BNS * kSwizzleRowBytes;
-  const uint32_t sV_addr = smem_u32(sV) + kh * BNS * kSwizzleRowBytes, term_a = smem_u32(sTerm + kh * kTermWgBytes);
+  const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV), term_a = smem_u32(sTerm);
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
     cp_async_wait_all();
@@ -117,19 +100,19 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
           make_desc(sQ_addr + st * Tr::kStageBytes + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
       const uint64_t db =
           make_desc(sK_addr + st * Tr::kStageBytes + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-      wgmma_ss<0, 0>(Int<BNS>(), Elem(), acc_s[0], da, db, ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s[0], da, db, ks > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(acc_s[0]);
 
     if (fast) {
-      apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, wtid);
+      apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
     } else if constexpr (Tr::kGeneralTerms) {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }
 
-    // softmax over the one key block, or this warpgroup's half (rows may be fully hidden: max -inf -> base 0, sum 0)
+    // softmax over the one key block (rows may be fully hidden: max -inf -> base 0, sum 0)
     float row_max[2], row_sum[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -168,67 +151,25 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       fence_acc(acc_o);
     }
 
-    // key split: the second warpgroup's O, row max and sum -> the merge area; the first rescales both parts to the
-    // row's max (a hidden part, max -inf, weighs 0) and goes on with the merged state
-    if constexpr (kSplit) {
-      float* mstat = reinterpret_cast<float*>(sMerge);  // [max | sum][BM]
-      const uint32_t part_a =
-          Tr::kMergeInK ? smem_u32(sK + st * Tr::kStageBytes) + BNS * kSwizzleRowBytes : smem_u32(sMerge + 2 * BM * 4);
-      if (kh == 1) {
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) sts_f32x4(part_a + (dt * 128 + wtid) * 16, acc_o[dt]);
-        if ((lane & 3) == 0) {
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int r = wr + qr + hf * 8;
-            sts_f32(smem_u32(mstat + r), row_max[hf]);
-            sts_f32(smem_u32(mstat + BM + r), row_sum[hf]);
-          }
-        }
-        named_arrive(1, NTH);
-      } else {
-        named_sync(1, NTH);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = wr + qr + hf * 8;
-          const float m1 = lds_f32(smem_u32(mstat + r)), l1 = lds_f32(smem_u32(mstat + BM + r));
-          const float m = fmaxf(row_max[hf], m1);
-          const float a0 = row_max[hf] == -INFINITY ? 0.f : fast_exp2(row_max[hf] - m);
-          const float a1 = m1 == -INFINITY ? 0.f : fast_exp2(m1 - m);
-#pragma unroll
-          for (int dt = 0; dt < DT; ++dt) {
-            const float2 o1 = lds_f32x2(part_a + (dt * 128 + wtid) * 16 + hf * 8);
-            acc_o[dt][2 * hf] = acc_o[dt][2 * hf] * a0 + o1.x * a1;
-            acc_o[dt][2 * hf + 1] = acc_o[dt][2 * hf + 1] * a0 + o1.y * a1;
-          }
-          row_sum[hf] = row_sum[hf] * a0 + l1 * a1;
-          row_max[hf] = m;
-        }
-      }
-    }
-
-    // epilogue (the first warpgroup's state, merged): normalized O into this window's (consumed) Q stage, then
-    // 16-byte row chunks to global by all threads; lse
+    // epilogue: normalized O into this window's (consumed) Q stage, then 16-byte row chunks to global; lse
     unsigned char* sO = sQ + st * Tr::kStageBytes;
-    if (kh == 0) {
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const float inv = row_sum[hf] > 0.f ? 1.f / row_sum[hf] : 0.f;
-        const int r = wr + qr + hf * 8;
+    for (int hf = 0; hf < 2; ++hf) {
+      const float inv = row_sum[hf] > 0.f ? 1.f / row_sum[hf] : 0.f;
+      const int r = wr + qr + hf * 8;
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-          *reinterpret_cast<uint32_t*>(sO + tile_chunk_offset<BM>(r, dt) + qc * 2) =
-              ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv);
-        if ((lane & 3) == 0 && r < rows)
-          p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] =
-              row_sum[hf] > 0.f ? (row_max[hf] + log2f(row_sum[hf])) * kLn2 : -INFINITY;
-      }
+      for (int dt = 0; dt < DT; ++dt)
+        *reinterpret_cast<uint32_t*>(sO + tile_chunk_offset<BM>(r, dt) + qc * 2) =
+            ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv);
+      if ((lane & 3) == 0 && r < rows)
+        p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] =
+            row_sum[hf] > 0.f ? (row_max[hf] + log2f(row_sum[hf])) * kLn2 : -INFINITY;
     }
     __syncthreads();
     Elem* ob = o + int64_t(b) * p.o_sb + int64_t(i0) * p.o_ss + int64_t(h) * p.o_sh;
 #pragma unroll
-    for (int it = 0; it < BM * DT / NTH; ++it) {
-      const int idx = it * NTH + tid, r = idx / DT, c = idx % DT;
+    for (int it = 0; it < BM * DT / 128; ++it) {
+      const int idx = it * 128 + tid, r = idx / DT, c = idx % DT;
       if (r < rows && c * 8 < p.D)
         *reinterpret_cast<uint4*>(ob + int64_t(r) * p.o_ss + c * 8) =
             *reinterpret_cast<const uint4*>(sO + tile_chunk_offset<BM>(r, c));

@@ -128,19 +128,15 @@ template <> struct BwdPipeTraitsSm90For<256> {
   using deep = type;
 };
 
-// Window mode (fwd_windows_sm90.h): one 64-query tile of a window per CTA, windows of <= kBlockN keys, Q/K/V
-// double buffered, plus the score-term table [kKeySplit][kBlockN / kKeySplit / 8][128 threads] in fragment order:
-// float4 entries, or for wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which halves the
-// table (32 KB at kBlockN = 256). The raw additive tile is added by the planner when it cannot borrow the second
-// window buffer (window_term_aliased). kKeySplit warpgroups share the tile, each over its kBlockN / kKeySplit keys
-// (wide windows: a warpgroup holding a whole 160- or 256-key row of scores needed 224-255 registers, two CTAs of
-// four warps per SM); the second one's partial softmax state (O [64 x 32] fp32, row max and sum) is merged by the
-// first through kMergeBytes (O inside its own, consumed K half when that is 8 KB). kMinBlocks CTAs per SM caps the
-// registers (65536 / (kNThreads * kMinBlocks)).
-template <int kHeadDim_, int kBlockN_, int kMinBlocks_, int kKeySplit_ = 1>
+// Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
+// double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for
+// wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which halves the table (32 KB at
+// kBlockN = 256) so two CTAs fit an SM. The raw additive tile is added by the planner when it cannot borrow the
+// second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
+template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct FwdWindowTraitsSm90 {
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_, kKeySplit = kKeySplit_;
-  static constexpr int kBlockM = 64, kNThreads = 128 * kKeySplit, kSplitN = kBlockN / kKeySplit;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
+  static constexpr int kBlockM = 64, kNThreads = 128;
   static constexpr bool kHalfTerms = kBlockN > 160;
   // Only key block 64 also takes bool masks, key padding and bands (apply_terms); the wide tiles run the fast path
   // alone (an additive term at most) so its registers are not shared with the general one (ptxas: 244-255
@@ -149,22 +145,17 @@ struct FwdWindowTraitsSm90 {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kStageBytes = kQBytes + 2 * kKVBytes;  // one window: Q, K, V
   static constexpr int kTermBytes = (kBlockN / 8) * 128 * (kHalfTerms ? 8 : 16);
-  static constexpr int kPartBytes = kBlockM * kHeadDim * 4;           // the second warpgroup's O
-  static constexpr bool kMergeInK = kSplitN * kHeadDim * 2 >= kPartBytes;
-  static constexpr int kMergeBytes = kKeySplit == 1 ? 0 : (kMergeInK ? 0 : kPartBytes) + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + kTermBytes + kMergeBytes;
-  static_assert(kHeadDim % 32 == 0 && kSplitN % 16 == 0, "whole 32-column blocks, k16 steps");
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + kTermBytes;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "whole 32-column blocks, k16 steps");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
-  static_assert(kKeySplit == 1 || (kHeadDim == 32 && !kGeneralTerms), "the split tiles: D = 32, fast path");
 };
 // Window-mode tiles by head dim and key block: Swin (D = 32) windows of up to 64 / 128 / 160 / 256 keys (W8, W11,
-// W12, W16) and D = 64 windows of up to 64. Wider key blocks hold more accumulator registers: fewer CTAs per SM,
-// or (160 / 256) two warpgroups over halves of the keys.
+// W12, W16) and D = 64 windows of up to 64. Wider key blocks hold more accumulator registers: fewer CTAs per SM.
 template <int D, int BN> struct FwdWindowTraitsSm90For;
 template <> struct FwdWindowTraitsSm90For<32, 64> { using type = FwdWindowTraitsSm90<32, 64, 4>; };
 template <> struct FwdWindowTraitsSm90For<32, 128> { using type = FwdWindowTraitsSm90<32, 128, 3>; };
-template <> struct FwdWindowTraitsSm90For<32, 160> { using type = FwdWindowTraitsSm90<32, 160, 2, 2>; };
-template <> struct FwdWindowTraitsSm90For<32, 256> { using type = FwdWindowTraitsSm90<32, 256, 2, 2>; };
+template <> struct FwdWindowTraitsSm90For<32, 160> { using type = FwdWindowTraitsSm90<32, 160, 2>; };
+template <> struct FwdWindowTraitsSm90For<32, 256> { using type = FwdWindowTraitsSm90<32, 256, 2>; };
 template <> struct FwdWindowTraitsSm90For<64, 64> { using type = FwdWindowTraitsSm90<64, 64, 3>; };
 
 // Window-mode backward (bwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and keys; per window buffer

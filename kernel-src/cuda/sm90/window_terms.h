@@ -24,21 +24,20 @@ __device__ __forceinline__ float staged_term(const unsigned char* s, const KPara
 }
 
 // Fill this thread's column of the table from the staged tile sBias (nullptr: no additive term). The warp's
-// first row is wr, `rows` rows of the tile are real, its columns start at col0 (a warpgroup's share of the keys);
-// the caller has waited for the tile. `tid` is the thread's index in its warpgroup.
+// first row is wr, `rows` rows of the tile are real; the caller has waited for the tile.
 //   kHalf = false: float4 entries, term * log2(e), -inf past Sk;
 //   kHalf = true:  uint2 entries (two half2), the staged fp16 term itself (exact: the planner takes this table only
 //                  for fp16 tiles), -inf past Sk; log2(e) is applied in apply_term_table.
 template <int NT, bool kHalf>
 __device__ __forceinline__ void build_term_table(void* sTerm, const unsigned char* sBias, const KParams& p, int wr,
-                                                 int rows, int tid, int col0 = 0) {
+                                                 int rows, int tid) {
   const int lane = tid & 31, qr = lane >> 2, qc = (lane & 3) * 2;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     float e[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int r = wr + qr + (i >> 1) * 8, c = col0 + nt * 8 + qc + (i & 1);
+      const int r = wr + qr + (i >> 1) * 8, c = nt * 8 + qc + (i & 1);
       e[i] = c >= p.Sk ? -INFINITY : (sBias != nullptr && r < rows) ? staged_term(sBias, p, r, c) : 0.f;
     }
     if constexpr (kHalf) {
