@@ -153,15 +153,16 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
     }
 
     // epilogue: normalized O into this window's (consumed) Q stage, then 16-byte row chunks to global; lse
-    unsigned char* sO = sQ + st * Tr::kStageBytes;
+    // (st.shared / ld.shared by address: through generic pointers the reads waited on the long scoreboard)
+    const uint32_t sO_a = sQ_addr + st * Tr::kStageBytes;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const float inv = row_sum[hf] > 0.f ? 1.f / row_sum[hf] : 0.f;
       const int r = wr + qr + hf * 8;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt)
-        *reinterpret_cast<uint32_t*>(sO + tile_chunk_offset<BM>(r, dt) + qc * 2) =
-            ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv);
+        sts_u32(sO_a + tile_chunk_offset<BM>(r, dt) + qc * 2,
+                ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv));
       if ((lane & 3) == 0 && r < rows)
         p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] =
             row_sum[hf] > 0.f ? (row_max[hf] + log2f(row_sum[hf])) * kLn2 : -INFINITY;
@@ -171,9 +172,10 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
 #pragma unroll
     for (int it = 0; it < BM * DT / 128; ++it) {
       const int idx = it * 128 + tid, r = idx / DT, c = idx % DT;
-      if (r < rows && c * 8 < p.D)
-        *reinterpret_cast<uint4*>(ob + int64_t(r) * p.o_ss + c * 8) =
-            *reinterpret_cast<const uint4*>(sO + tile_chunk_offset<BM>(r, c));
+      if (r < rows && c * 8 < p.D) {
+        const float4 x = lds_f32x4(sO_a + tile_chunk_offset<BM>(r, c));  // (8 raw 16-bit values)
+        *reinterpret_cast<float4*>(ob + int64_t(r) * p.o_ss + c * 8) = x;
+      }
     }
   }
 #else
