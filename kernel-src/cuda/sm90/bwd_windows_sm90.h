@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = wr + qr + hf * 8;
-      const float lse = lds_f32(smem_u32(sLse(st) + r));  // (a generic load here waited on the long scoreboard)
+      const float lse = sLse(st)[r];
       const float base = lse == -INFINITY ? 0.f : lse * kLog2e;
       const bool row_ok = r < p.Sq;
       float delta = 0.f;
@@ -155,17 +155,16 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
     uint32_t dsf[1][NT / 2][4];
     acc_to_afrag<Elem, 1, NT>(dsf, acc_dp);
 
-    // P, dS -> shared memory (rows = queries) for the transposed GEMMs (st.shared: the generic stores these were
-    // resolved their address space each time)
-    const uint32_t p_a = smem_u32(sP), ds_a = smem_u32(sdS);
+    // P, dS -> shared memory (rows = queries) for the transposed GEMMs
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = wr + qr + hf * 8;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int off = tile_chunk_offset<BM>(r, nt) + qc * 2;
-        sts_u32(p_a + off, ElemTraits<Elem>::pack(acc_s[0][nt][2 * hf], acc_s[0][nt][2 * hf + 1]));
-        sts_u32(ds_a + off, ElemTraits<Elem>::pack(acc_dp[0][nt][2 * hf], acc_dp[0][nt][2 * hf + 1]));
+        *reinterpret_cast<uint32_t*>(sP + off) = ElemTraits<Elem>::pack(acc_s[0][nt][2 * hf], acc_s[0][nt][2 * hf + 1]);
+        *reinterpret_cast<uint32_t*>(sdS + off) =
+            ElemTraits<Elem>::pack(acc_dp[0][nt][2 * hf], acc_dp[0][nt][2 * hf + 1]);
       }
     }
     fence_view_async_shared();
@@ -173,6 +172,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
 
     // dQ = dS K (rows = queries), then dV = P^T dO and dK = dS^T Q (rows = keys); dQ is stored while they run
     float acc_dq[1][DT][4], acc_dk[1][DT][4], acc_dv[1][DT][4];
+    const uint32_t p_a = smem_u32(sP), ds_a = smem_u32(sdS);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
