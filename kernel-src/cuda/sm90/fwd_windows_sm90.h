@@ -11,6 +11,8 @@
 //   * one key block per window (BN = 64 / 128 / 160 / 256 by the window's keys): a plain softmax, no running-max
 //     rescale of O;
 //   * O goes out through shared memory in 16-byte row chunks (coalesced) instead of 4-byte fragment stores;
+//   * Q, K and V arrive by TMA (one thread issues a window's boxes on the stage's mbarrier; rows past Sq / Sk and
+//     columns past D read as zero): per-thread cp.async took ~15% of the instructions in 64-bit address arithmetic;
 //   * on that fast path the raw term tile is staged in the second window buffer, free until the first window
 //     has been read (window_term_aliased): 41 KB per CTA, so registers (four CTAs per SM), not shared memory,
 //     bound the occupancy.
@@ -23,6 +25,7 @@
 #include "../score_mod.h"
 #include "../softmax.h"
 #include "kernel_traits_sm90.h"
+#include "pipeline_sm90.h"
 #include "tile_sm90.h"
 #include "window_terms.h"
 #include "wgmma_ops.h"
@@ -31,18 +34,29 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
+// The kernel's arguments: the common ones and the TMA maps of Q (boxes of 64 rows) and K, V (kBlockN rows), 32
+// columns each.
+struct FwdWindowParams {
+  CUtensorMap tq, tk, tv;
+  KParams p;
+};
+
 template <typename Tr, typename Elem>
-__global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(const __grid_constant__ KParams p) {
+__global__ void __launch_bounds__(128, Tr::kMinBlocks)
+    fwd_windows_kernel_sm90(const __grid_constant__ FwdWindowParams args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const KParams& p = args.p;
   constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, NT = BN / 8, DT = DK / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
-  // two window buffers [Q | K | V] (BM x DK, BN x DK, BN x DK swizzled; Q doubles as the O staging tile), then the
-  // score-term table [NT][128 threads] in fragment order, then (unless aliased) the raw term tile
+  // two window buffers [Q | K | V] (BM x DK, BN x DK, BN x DK swizzled; Q doubles as the O staging tile), their
+  // two mbarriers, then the score-term table [NT][128 threads] in fragment order, then (unless aliased) the raw
+  // term tile
   unsigned char* sQ = smem;
   unsigned char* sK = sQ + Tr::kQBytes;
   unsigned char* sV = sK + Tr::kKVBytes;
-  unsigned char* sTerm = smem + 2 * Tr::kStageBytes;
+  const uint32_t full_a = smem_u32(smem + 2 * Tr::kStageBytes);
+  unsigned char* sTerm = smem + 2 * Tr::kStageBytes + Tr::kBarsBytes;
   unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sTerm + Tr::kTermBytes;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -55,41 +69,45 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) fwd_windows_kernel_sm90(c
   const Work w = decode_work(p, p.H, blockIdx.x / mtiles);
   const int h = w.hx, hkv = h / p.hgroup;
   const int i0 = tile * BM, rows = min(BM, p.Sq - i0);  // this CTA's query tile of every window
-  const Elem* q = static_cast<const Elem*>(p.q);
-  const Elem* k = static_cast<const Elem*>(p.k);
-  const Elem* v = static_cast<const Elem*>(p.v);
   Elem* o = static_cast<Elem*>(p.o);
   const bool fast = !Tr::kGeneralTerms || window_fast_terms(p);  // the planner checks the wide tiles' terms
   const bool has_bias = p.bias.ptr != nullptr;
 
-  auto load_window = [&](int b, int stage) {
-    load_tile_async<Elem, BM, DK, 128>(sQ + stage * Tr::kStageBytes,
-                                       q + int64_t(b) * p.q_sb + int64_t(i0) * p.q_ss + int64_t(h) * p.q_sh, p.q_ss,
-                                       rows, p.D, p.q, tid);
-    load_tile_async<Elem, BN, DK, 128>(sK + stage * Tr::kStageBytes, k + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh,
-                                       p.k_ss, p.Sk, p.D, p.k, tid);
-    load_tile_async<Elem, BN, DK, 128>(sV + stage * Tr::kStageBytes, v + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh,
-                                       p.v_ss, p.Sk, p.D, p.v, tid);
+  // window b's boxes into stage st (thread 0 only): one 32-column block of each tile per box
+  auto issue_window = [&](int b, int st) {
+    const uint32_t bar = full_a + st * 8, base = smem_u32(sQ) + st * Tr::kStageBytes;
+    mbar_arrive_expect_tx(bar, Tr::kStageBytes);
+#pragma unroll
+    for (int cb = 0; cb < DK / 32; ++cb) {
+      tma_load_4d(base + cb * BM * kSwizzleRowBytes, &args.tq, bar, cb * 32, i0, h, b);
+      tma_load_4d(base + Tr::kQBytes + cb * BN * kSwizzleRowBytes, &args.tk, bar, cb * 32, 0, hkv, b);
+      tma_load_4d(base + Tr::kQBytes + Tr::kKVBytes + cb * BN * kSwizzleRowBytes, &args.tv, bar, cb * 32, 0, hkv, b);
+    }
   };
+  if (tid == 0) {
+    mbar_init(full_a, 1);
+    mbar_init(full_a + 8, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (tid == 0) issue_window(w.batch(p, 0), 0);
 
-  // the additive tile (the same for every window of this CTA) and the first window
-  if (has_bias) load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, i0, 0, tid);
-  load_window(w.batch(p, 0), 0);
-  cp_async_commit();
-  if (fast) {
+  // the additive tile (the same for every window of this CTA; cp.async: a tile in the term's own dtype and pitch)
+  if (has_bias) {
+    load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, i0, 0, tid);
+    cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
-    build_term_table<NT, Tr::kHalfTerms>(sTerm, has_bias ? sBias : nullptr, p, wr, rows, tid);
   }
+  if (fast) build_term_table<NT, Tr::kHalfTerms>(sTerm, has_bias ? sBias : nullptr, p, wr, rows, tid);
 
   const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV), term_a = smem_u32(sTerm);
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
-    cp_async_wait_all();
-    fence_view_async_shared();
-    __syncthreads();
-    if (t + 1 < w.nitems) load_window(w.batch(p, t + 1), st ^ 1);
-    cp_async_commit();
+    mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed
+    fence_view_async_shared();  // (this thread's generic accesses of window t - 1's stage before TMA rewrites it)
+    __syncthreads();            // everyone is done with window t - 1 (stage st ^ 1) and, aliased, the raw term tile
+    if (tid == 0 && t + 1 < w.nitems) issue_window(w.batch(p, t + 1), st ^ 1);
 
     // S = Q K^T
     float acc_s[1][NT][4];

@@ -129,9 +129,9 @@ template <> struct BwdPipeTraitsSm90For<256> {
 };
 
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
-// double buffered, plus the score-term table [kBlockN / 8][128 threads] in fragment order: float4 entries, or for
-// wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which halves the table (32 KB at
-// kBlockN = 256) so two CTAs fit an SM. The raw additive tile is added by the planner when it cannot borrow the
+// double buffered (TMA, an mbarrier per stage), plus the score-term table [kBlockN / 8][128 threads] in fragment
+// order: float4 entries, or for wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which
+// halves the table (32 KB at kBlockN = 256) so two CTAs fit an SM. The raw additive tile is added by the planner when it cannot borrow the
 // second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
 template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct FwdWindowTraitsSm90 {
@@ -145,7 +145,8 @@ struct FwdWindowTraitsSm90 {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kStageBytes = kQBytes + 2 * kKVBytes;  // one window: Q, K, V
   static constexpr int kTermBytes = (kBlockN / 8) * 128 * (kHalfTerms ? 8 : 16);
-  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + kTermBytes;
+  static constexpr int kBarsBytes = 64;  // the two stages' mbarriers (and 16-byte alignment for the table)
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + kBarsBytes + kTermBytes;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "whole 32-column blocks, k16 steps");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };

@@ -32,9 +32,10 @@ struct FwdSm90 {
   static constexpr const char* kName = "window_attention fwd (sm90)";
 };
 template <int D, int BN>
-struct FwdWindowsSm90 {
+struct FwdWindowsSm90 {  // (its own parameter struct: the TMA maps)
   using Tr = typename sm90::FwdWindowTraitsSm90For<D, BN>::type;
-  static KernelFn pick(int dtype) {
+  using Fn = void (*)(sm90::FwdWindowParams);
+  static Fn pick(int dtype) {
     return dtype == 0 ? sm90::fwd_windows_kernel_sm90<Tr, __half> : sm90::fwd_windows_kernel_sm90<Tr, __nv_bfloat16>;
   }
   static constexpr const char* kName = "window_attention fwd (sm90 windows)";
@@ -81,7 +82,17 @@ int fwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
 }
 template <int D, int BN>
 void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
-  launch_family<FwdWindowsSm90<D, BN>>(p, dtype, grid, smem, stream);
+  using K = FwdWindowsSm90<D, BN>;
+  if (grid <= 0) return;
+  sm90::FwdWindowParams args;
+  args.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kBlockM);
+  args.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kBlockN);
+  args.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kBlockN);
+  args.p = p;
+  auto kernel = K::pick(dtype);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
+  kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), smem, stream>>>(args);
+  check_cuda(cudaGetLastError(), K::kName);
 }
 template <int D>
 int bwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
