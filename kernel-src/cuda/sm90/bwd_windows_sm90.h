@@ -11,8 +11,7 @@
 // The additive term is the same for every window of the CTA (windows grouped by its period, Pg), so it is applied
 // from the fp32 fragment-order table of the forward (fast path) and its gradient, dS summed over the CTA's
 // windows, stays in registers until one flush to the CTA's partial slot (reduced in a fixed order afterwards, as
-// the v1 window mode: deterministic). Q, dO, K and V arrive by TMA (one thread issues a window's boxes on the
-// stage's mbarrier, as in the window forward), lse by cp.async (its rows are not 16-byte aligned).
+// the v1 window mode: deterministic).
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -21,7 +20,6 @@
 #include "../softmax.h"
 #include "../tile_io.h"
 #include "kernel_traits_sm90.h"
-#include "pipeline_sm90.h"
 #include "tile_sm90.h"
 #include "window_terms.h"
 #include "wgmma_ops.h"
@@ -30,38 +28,15 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-// The TMA maps of Q, dO (boxes of 64 rows) and K, V (kBlockN rows): a second kernel argument next to KParams (inside
-// one struct with it, the kernel spilled 120 bytes at its 168-register cap).
-struct BwdWindowMaps {
-  CUtensorMap tq, tdo, tk, tv;
-};
-
-// Window b's Q, dO, K and V boxes into the stage at `stage` (shared address; its mbarrier at `bar`), issued by one
-// thread.
-template <typename Tr>
-__device__ __forceinline__ void issue_window_boxes(const BwdWindowMaps& args, uint32_t stage, uint32_t bar, int h,
-                                                   int b) {
-  constexpr int RB = kSwizzleRowBytes, BM = Tr::kBlockM, BN = Tr::kBlockN;
-  mbar_arrive_expect_tx(bar, 2 * Tr::kQBytes + 2 * Tr::kKVBytes);
-#pragma unroll
-  for (int cb = 0; cb < Tr::kHeadDim / 32; ++cb) {
-    tma_load_4d(stage + cb * BM * RB, &args.tq, bar, cb * 32, 0, h, b);
-    tma_load_4d(stage + Tr::kQBytes + cb * BM * RB, &args.tdo, bar, cb * 32, 0, h, b);
-    tma_load_4d(stage + 2 * Tr::kQBytes + cb * BN * RB, &args.tk, bar, cb * 32, 0, h, b);
-    tma_load_4d(stage + 2 * Tr::kQBytes + Tr::kKVBytes + cb * BN * RB, &args.tv, bar, cb * 32, 0, h, b);
-  }
-}
-
 template <typename Tr, typename Elem>
-__global__ void __launch_bounds__(128, Tr::kMinBlocks)
-    bwd_windows_kernel_sm90(const __grid_constant__ KParams p, const __grid_constant__ BwdWindowMaps maps) {
+__global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(const __grid_constant__ KParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = 64, BN = Tr::kBlockN, DK = Tr::kHeadDim, NT = BN / 8, DT = DK / 8;
   constexpr int RB = kSwizzleRowBytes;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
-  // two window buffers [Q | dO | K | V | lse], then P and dS (bf16, rows = queries), the stages' mbarriers, the
-  // fp32 term table, and (unless aliased with the second window buffer) the raw term tile
+  // two window buffers [Q | dO | K | V | lse], then P and dS (bf16, rows = queries), the fp32 term table,
+  // and (unless aliased with the second window buffer) the raw term tile
   auto sQ = [&](int st) { return smem + st * Tr::kStageBytes; };
   auto sdO = [&](int st) { return sQ(st) + Tr::kQBytes; };
   auto sK = [&](int st) { return sdO(st) + Tr::kQBytes; };
@@ -69,14 +44,17 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   auto sLse = [&](int st) { return reinterpret_cast<float*>(sV(st) + Tr::kKVBytes); };
   unsigned char* sP = smem + 2 * Tr::kStageBytes;
   unsigned char* sdS = sP + Tr::kPBytes;
-  const uint32_t full_a = smem_u32(sdS + Tr::kPBytes);
-  float4* sTerm = reinterpret_cast<float4*>(sdS + Tr::kPBytes + Tr::kBarsBytes);
+  float4* sTerm = reinterpret_cast<float4*>(sdS + Tr::kPBytes);
   unsigned char* sBias = window_term_aliased<Tr>(p) ? sQ(1) : reinterpret_cast<unsigned char*>(sTerm + NT * 128);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
   const Work w = decode_work(p, p.Hkv);  // H == Hkv on this path
   const int h = w.hx;
+  const Elem* q = static_cast<const Elem*>(p.q);
+  const Elem* k = static_cast<const Elem*>(p.k);
+  const Elem* v = static_cast<const Elem*>(p.v);
+  const Elem* dout = static_cast<const Elem*>(p.dout);
   Elem* dq = static_cast<Elem*>(p.dq);
   Elem* dk = static_cast<Elem*>(p.dk);
   Elem* dv = static_cast<Elem*>(p.dv);
@@ -85,18 +63,18 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   const bool fast = window_fast_terms(p);
   const bool has_bias = p.bias.ptr != nullptr;
 
-  // window b into stage st: the tiles by TMA from thread 0 (one 32-column block per box), lse by every thread
   auto load_window = [&](int b, int st) {
-    if (tid == 0) issue_window_boxes<Tr>(maps, smem_u32(sQ(st)), full_a + st * 8, h, b);
+    load_tile_async<Elem, BM, DK, 128>(sQ(st), q + int64_t(b) * p.q_sb + int64_t(h) * p.q_sh, p.q_ss, p.Sq, p.D, p.q,
+                                       tid);
+    load_tile_async<Elem, BM, DK, 128>(sdO(st), dout + int64_t(b) * p.do_sb + int64_t(h) * p.do_sh, p.do_ss, p.Sq, p.D,
+                                       p.dout, tid);
+    load_tile_async<Elem, BN, DK, 128>(sK(st), k + int64_t(b) * p.k_sb + int64_t(h) * p.k_sh, p.k_ss, p.Sk, p.D, p.k,
+                                       tid);
+    load_tile_async<Elem, BN, DK, 128>(sV(st), v + int64_t(b) * p.v_sb + int64_t(h) * p.v_sh, p.v_ss, p.Sk, p.D, p.v,
+                                       tid);
     const int64_t row0 = (int64_t(b) * p.H + h) * p.Sq;
     load_vec_async<BM, 128>(sLse(st), p.lse + row0, p.Sq, tid);
   };
-  if (tid == 0) {
-    mbar_init(full_a, 1);
-    mbar_init(full_a + 8, 1);
-    mbar_fence_init();
-  }
-  __syncthreads();
 
   if (has_bias) load_bias_tile<BM, BN, 128>(sBias, p, w.batch(p, 0), h, 0, 0, tid);
   load_window(w.batch(p, 0), 0);
@@ -116,8 +94,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
     cp_async_wait_all();
-    mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed
-    fence_view_async_shared();  // (also: this thread's generic accesses of stage st ^ 1 before TMA rewrites it)
+    fence_view_async_shared();
     __syncthreads();
     if (t + 1 < w.nitems) load_window(w.batch(p, t + 1), st ^ 1);
     cp_async_commit();

@@ -160,8 +160,7 @@ template <> struct FwdWindowTraitsSm90For<32, 256> { using type = FwdWindowTrait
 template <> struct FwdWindowTraitsSm90For<64, 64> { using type = FwdWindowTraitsSm90<64, 64, 3>; };
 
 // Window-mode backward (bwd_windows_sm90.h): one warpgroup, windows of <= 64 queries and keys; per window buffer
-// Q, dO, K, V (swizzled, by TMA) and lse; then P and dS [64 x kBlockN] bf16, the stages' mbarriers and the fp32 term
-// table.
+// Q, dO, K, V (swizzled) and lse; then P and dS [64 x kBlockN] bf16 and the fp32 term table.
 template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct BwdWindowTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
@@ -169,8 +168,7 @@ struct BwdWindowTraitsSm90 {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kStageBytes = (2 * kQBytes + 2 * kKVBytes + kBlockM * 4 + 1023) / 1024 * 1024;
   static constexpr int kPBytes = kBlockM * kBlockN * 2;
-  static constexpr int kBarsBytes = 64;  // the two stages' mbarriers
-  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + 2 * kPBytes + kBarsBytes + (kBlockN / 8) * 128 * 16;
+  static constexpr int kSmemBytes = 1024 + 2 * kStageBytes + 2 * kPBytes + (kBlockN / 8) * 128 * 16;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 32 == 0, "whole 32-column blocks");
 };
 template <int D> struct BwdWindowTraitsSm90For;

@@ -41,10 +41,9 @@ struct FwdWindowsSm90 {  // (its own parameter struct: the TMA maps)
   static constexpr const char* kName = "window_attention fwd (sm90 windows)";
 };
 template <int D>
-struct BwdWindowsSm90 {  // (a second argument: the TMA maps)
+struct BwdWindowsSm90 {
   using Tr = typename sm90::BwdWindowTraitsSm90For<D>::type;
-  using Fn = void (*)(KParams, sm90::BwdWindowMaps);
-  static Fn pick(int dtype) {
+  static KernelFn pick(int dtype) {
     return dtype == 0 ? sm90::bwd_windows_kernel_sm90<Tr, __half> : sm90::bwd_windows_kernel_sm90<Tr, __nv_bfloat16>;
   }
   static constexpr const char* kName = "window_attention bwd (sm90 windows)";
@@ -101,17 +100,7 @@ int bwd_windows_sm90_blocks_per_sm(int dtype, int smem) {
 }
 template <int D>
 void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
-  using K = BwdWindowsSm90<D>;
-  if (grid <= 0) return;
-  sm90::BwdWindowMaps maps;
-  maps.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kBlockM);
-  maps.tdo = sm90::make_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, K::Tr::kBlockM);
-  maps.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kBlockN);
-  maps.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kBlockN);
-  auto kernel = K::pick(dtype);
-  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
-  kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), smem, stream>>>(p, maps);
-  check_cuda(cudaGetLastError(), K::kName);
+  launch_family<BwdWindowsSm90<D>>(p, dtype, grid, smem, stream);
 }
 
 // Wide-window backward (bwd_windows_wide_sm90.h), windows of up to N tokens: its own parameter struct (the v3
