@@ -85,9 +85,9 @@ void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
   using K = FwdWindowsSm90<D, BN>;
   if (grid <= 0) return;
   sm90::FwdWindowParams args;
-  args.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kBlockM);
-  args.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kBlockN);
-  args.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kBlockN);
+  args.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kBlockM);
+  args.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kBlockN);
+  args.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kBlockN);
   args.p = p;
   auto kernel = K::pick(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
@@ -159,11 +159,11 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
                                cudaStream_t stream) {
   using K = BwdWideWindowsSm90<N>;
   sm90::BwdWideWindowParams args;
-  args.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kQueries);
-  args.tdo = sm90::make_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, K::Tr::kQueries);
-  args.to = sm90::make_rows_map(p.o, p.B, p.Sq, p.H, p.D, p.o_sb, p.o_ss, p.o_sh, K::Tr::kQueries);
-  args.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kKeys);
-  args.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kKeys);
+  args.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kQueries);
+  args.tdo = sm90::cached_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, K::Tr::kQueries);
+  args.to = sm90::cached_rows_map(p.o, p.B, p.Sq, p.H, p.D, p.o_sb, p.o_ss, p.o_sh, K::Tr::kQueries);
+  args.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kKeys);
+  args.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kKeys);
   args.p = p;
   args.lse2 = lse2;
   args.sq_pad = sq_pad;
@@ -237,9 +237,9 @@ int bias_stage_bytes(const KParams& p, int dtype, int smem_optin) {
 template <typename K, typename Tr, int kMode>
 void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, int sms, cudaStream_t stream) {
   const KParams& p = P.p;
-  P.tq = sm90::make_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
-  P.tk = sm90::make_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
-  P.tv = sm90::make_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
+  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
+  P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
+  P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
   if (P.bias_stage_bytes > 0)
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
