@@ -2,7 +2,8 @@
 with the relative-position table's gradient, checked against the float64 reference by the FlashAttention rule and
 dtable / dbias by relative L2 (marked `gpu`). Shapes walk the kernel's edges: the three instances (<= 128, <= 144
 and the split one, four CTAs per window, <= 256 tokens), padding key rows inside a warp and whole padding warps,
-windows per CTA forced to odd counts, fp16 and bf16, and bitwise determinism of dtable. (A learnable shift mask and fully hidden rows at N = 144 are in
+windows per CTA forced to odd counts, fp16 and bf16, bitwise determinism of dtable, and a bf16 bias recast to
+fp16 for them. (A learnable shift mask and fully hidden rows at N = 144 are in
 test_cuda_kernels.py, parametrized over W7 and W12.)
 """
 
@@ -91,3 +92,25 @@ def test_swin_around_the_wide_kernel(kernel, win, D):
     # window mode) and head dims 48 / 64 (kernel head dim 64: v1)
     inp = swin_inputs(2, win, 4, 2, D, BF16)
     run_case(kernel, inp, {}, swin=True)
+
+
+@pytest.mark.parametrize("win", [12, 16])
+def test_bf16_bias_is_recast_for_the_wide_kernels(kernel, win):
+    # A learnable bf16 bias broadcast over the windows: the wide kernels keep their term tables in fp16, so it is
+    # recast (winattn_cuda.cu recast_bf16_term) instead of sending the call to v3. -inf entries stay -inf and finite
+    # values past fp16's range saturate (exp() still 0); the profiler shows which kernels ran on Hopper.
+    B, H, N = 8, 2, win * win
+    bias = torch.randn(1, H, N, N, device="cuda") * 0.5
+    bias[0, 0, 3, ::5] = -float("inf")
+    bias[0, 1, 7, ::3] = -1e5
+    inp = dict(q=rand(B, N, H, 32, dtype=BF16, grad=True), k=rand(B, N, H, 32, dtype=BF16, grad=True),
+               v=rand(B, N, H, 32, dtype=BF16, grad=True), bias=bias.to(BF16).requires_grad_(True))
+    run_case(kernel, inp, {})
+    if torch.cuda.get_device_capability()[0] != 9:
+        return
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"]).sum().backward()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
+    assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
