@@ -183,7 +183,7 @@ CombPlan comb_plan(const FwdParams& fp) {
 // keys, the wide-window backward): the combine kernel without a table. Exact for the values a term takes (bf16's 8
 // mantissa bits fit fp16's 10; magnitudes past 65504 saturate, -inf stays -inf, as for the table term), and small,
 // since only a term broadcast over the windows (period < B) is recast. Without it such calls ran v3: H200 W12
-// backward with a [1, H, N, N] bf16 bias 6.74 ms against 1.65 with the table.
+// backward with a [1, H, N, N] bf16 bias 6.74 ms, recast 1.55 ms (benchmarks/bench_window_terms.py).
 bool recast_bf16_term(const FwdParams& fp, const KParams& p) {
   return fp.rel_table == nullptr && p.bias.ptr != nullptr && p.bias.dtype == 1 && p.bias.period < p.B;
 }
@@ -518,8 +518,9 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
 // Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 256, no GQA, an fp16
 // additive term (the combined table term, or a bf16 one recast: recast_bf16_term) as the only score term with its
 // period dividing B, and a gradient summed over windows (the table's, or a dbias broadcast over them): the calls that
-// otherwise take v1's window mode (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS sums go to partials [grid][Sq][Sk]
-// (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel, delta from the kernel itself.
+// otherwise take v1's window mode (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS
+// sums go to partials [grid][Sq][Sk] (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel,
+// delta from the kernel itself.
 // Windows of more than 144 tokens take the split instance: four CTAs (a cluster) per work item, so its G is chosen
 // for four times the work items' CTAs, and pl.grid counts work items (the slots of the partials).
 bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
@@ -528,8 +529,8 @@ bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev,
   const int n = std::max(p.Sq, p.Sk);
   if (pl.dk != 32 || n <= 64 || n > 256 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
       p.bias.ptr == nullptr || (p.bias.dtype != 0 && !recast_bf16_term(bp, p)) || p.mask.ptr != nullptr ||
-      p.kp != nullptr || p.has_band ||
-      dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_SM90_WINDOWS", 1) == 0)
+      p.kp != nullptr || p.has_band || dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 ||
+      env_int("WINATTN_SM90_WINDOWS", 1) == 0)
     return false;
   const int period = p.bias.period;
   if (p.B % period != 0) return false;

@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
   // The query tiles of a work item are adjacent CTAs (blockIdx.x = item * mtiles + tile), so they run together and
   // read each window's K / V while it is in L2. In decode_work's order (the tile slowest) they ran whole waves
-  // apart, and every tile re-read K / V from DRAM (W16, H200: DRAM 54% -> 23% busy; the time, 1.05 ms, did not
-  // change: this kernel is bound by its issue rate, not by memory; RESULTS v3.3).
+  // apart, and every tile re-read K / V from DRAM (W16, H200, with the cp.async loads of the time: DRAM 54% -> 23%
+  // busy, 1.05 ms unchanged, as that kernel was issue-bound; RESULTS v3.3).
   const int mtiles = ceil_div(p.Sq, BM), tile = blockIdx.x % mtiles;
   const Work w = decode_work(p, p.H, blockIdx.x / mtiles);
   const int h = w.hx, hkv = h / p.hgroup;
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     }
 
     // epilogue: normalized O into this window's (consumed) Q stage, then 16-byte row chunks to global; lse
-    // (st.shared / ld.shared by address: through generic pointers the reads waited on the long scoreboard)
+    // (st.shared / ld.shared by address rather than through generic pointers)
     const uint32_t sO_a = sQ_addr + st * Tr::kStageBytes;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {

@@ -131,8 +131,9 @@ template <> struct BwdPipeTraitsSm90For<256> {
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V
 // double buffered (TMA, an mbarrier per stage), plus the score-term table [kBlockN / 8][128 threads] in fragment
 // order: float4 entries, or for wide windows (kHalfTerms) two half2 holding the staged fp16 term exactly, which
-// halves the table (32 KB at kBlockN = 256) so two CTAs fit an SM. The raw additive tile is added by the planner when it cannot borrow the
-// second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers (65536 / (128 * kMinBlocks)).
+// halves the table (32 KB at kBlockN = 256) so two CTAs fit an SM. The raw additive tile is added by the planner
+// when it cannot borrow the second window buffer (window_term_aliased). kMinBlocks CTAs per SM caps the registers
+// (65536 / (128 * kMinBlocks)).
 template <int kHeadDim_, int kBlockN_, int kMinBlocks_>
 struct FwdWindowTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kMinBlocks = kMinBlocks_;
