@@ -171,13 +171,16 @@ struct CombPlan {
   int P = 1, Skp = 0;
   int64_t bytes = 0;
 };
-CombPlan comb_plan(const FwdParams& fp) {
+// The fp16 [P, H, Sq, Skp] term of P periods.
+CombPlan comb_plan_of(const FwdParams& fp, int P) {
   CombPlan c;
-  if (!fp.rel_table) return c;
-  c.P = fp.bias.ptr ? int(fp.bias.period) : 1;
+  c.P = P;
   c.Skp = int((fp.seqlen_k + 7) / 8 * 8);
   c.bytes = int64_t(c.P) * fp.heads * fp.seqlen_q * c.Skp * 2;
   return c;
+}
+CombPlan comb_plan(const FwdParams& fp) {
+  return fp.rel_table ? comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1) : CombPlan{};
 }
 // A bf16 additive term recast to fp16 for the wide window kernels, whose term tables are fp16 (the forward past 160
 // keys, the wide-window backward): the combine kernel without a table. Exact for the values a term takes (bf16's 8
@@ -186,13 +189,6 @@ CombPlan comb_plan(const FwdParams& fp) {
 // backward with a [1, H, N, N] bf16 bias 6.74 ms, recast 1.55 ms (benchmarks/bench_window_terms.py).
 bool recast_bf16_term(const FwdParams& fp, const KParams& p) {
   return fp.rel_table == nullptr && p.bias.ptr != nullptr && p.bias.dtype == 1 && p.bias.period < p.B;
-}
-CombPlan recast_plan(const FwdParams& fp) {
-  CombPlan c;
-  c.P = int(fp.bias.period);
-  c.Skp = int((fp.seqlen_k + 7) / 8 * 8);
-  c.bytes = int64_t(c.P) * fp.heads * fp.seqlen_q * c.Skp * 2;
-  return c;
 }
 void use_comb(KParams& p, const CombPlan& c, const void* comb) {
   Operand4d o;
@@ -406,7 +402,7 @@ bool plan_fwd_windows_sm90(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& d
   pl.window_bn = bn;
   pl.sm90_windows = true;
   if (bn > 160 && p.bias.ptr && p.bias.dtype != 0) {  // (recast_bf16_term: the fp16 table past 160 keys)
-    pl.comb = recast_plan(fp);
+    pl.comb = comb_plan_of(fp, int(fp.bias.period));
     use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
     choose_bias_mode(p, bn);  // (the same 16-bit pitch: the shared memory above still holds)
   }
@@ -561,7 +557,7 @@ bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev,
   pl.v3buf.sq_pad = wide;  // the kernel loads one whole preprocess row per window
   p.dq_mode = DqMode::kDirect;
   if (p.bias.dtype != 0) {  // a bf16 term (recast_bf16_term)
-    pl.comb = recast_plan(bp);
+    pl.comb = comb_plan_of(bp, int(bp.bias.period));
     use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
   }
   return true;

@@ -125,6 +125,27 @@ int bwd_windows_wide_sm90_smem(int dtype) {
   }
   return attr.binaryVersion == 90 ? BwdWideWindowsSm90<N>::Tr::kSmemBytes : 0;
 }
+// A launch configuration with clusters of kCluster CTAs along x (for cudaLaunchKernelEx and the cluster occupancy
+// query; the attribute lives with the configuration that points to it).
+template <int kCluster>
+struct ClusterLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  ClusterLaunch(int64_t ctas, int threads, int smem, cudaStream_t stream) {
+    cfg.gridDim = dim3(unsigned(ctas));
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kCluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // (cfg.attrs points into this object)
+};
+
 // CTAs of the split instance that can be resident at once: whole clusters of four (on the H200 30 clusters, 120 of
 // the 132 SMs: the GPCs' SM counts are not all multiples of four); 0 for the unsplit instances or on failure.
 template <int N>
@@ -135,19 +156,9 @@ int bwd_windows_wide_sm90_cluster_slots(int dtype) {
   } else {
     auto kernel = K::pick(dtype);
     raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(4);
-    cfg.blockDim = dim3(K::Tr::kNThreads);
-    cfg.dynamicSmemBytes = K::Tr::kSmemBytes;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 4;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    ClusterLaunch<4> launch(4, K::Tr::kNThreads, K::Tr::kSmemBytes, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -173,19 +184,8 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
   auto kernel = K::pick(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
   if constexpr (K::Tr::kSplit) {  // a cluster of four CTAs per work item (one per window quarter)
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(4 * grid));
-    cfg.blockDim = dim3(K::Tr::kNThreads);
-    cfg.dynamicSmemBytes = K::Tr::kSmemBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 4;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&cfg, kernel, args), K::kName);
+    ClusterLaunch<4> launch(4 * grid, K::Tr::kNThreads, K::Tr::kSmemBytes, stream);
+    check_cuda(cudaLaunchKernelEx(&launch.cfg, kernel, args), K::kName);
   } else {
     kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), K::Tr::kSmemBytes, stream>>>(args);
   }
