@@ -1,9 +1,10 @@
 """Window-shaped calls of `attention` with a learnable bias and with masks (Swin W12 / W16 shapes, bf16, H200).
 
 Many short sequences (8192 windows of 144 tokens, 4096 of 256; H=4, D=32) with a bf16 [1, H, N, N] bias broadcast
-over the windows, alone, with a key-padding mask or with a per-window bool mask. Prints the forward / backward
-medians (bench_cuda.measure: device events after warm-up) and the kernels that ran, so the path each call takes is
-visible: the wide window kernels for the bias alone, v3 for the masks (benchmarks/RESULTS.md v3.3).
+over the windows, alone, with a key-padding mask (10% of the keys), with a bool mask shared by the windows
+([1, 1, N, N]) or with a per-window one ([B, 1, N, N]). Prints the forward / backward medians (bench_cuda.measure:
+device events after warm-up) and the kernels that ran, so the path each call takes is visible: the wide window
+kernels for all but the per-window mask, which runs v3 (benchmarks/RESULTS.md v3.3, v3.4).
 
     python3 benchmarks/bench_window_terms.py build/torch-stable-abi210-cu130-x86_64-linux
 """
@@ -26,10 +27,12 @@ def main(variant):
         bias = (torch.randn(1, H, N, N, device="cuda") * 0.5).to(BF16).requires_grad_(True)
         kpm = torch.rand(nwin, N, device="cuda") > 0.1
         bmask = torch.rand(nwin, 1, N, N, device="cuda") > 0.2
+        shared_mask = torch.rand(1, 1, N, N, device="cuda") > 0.2
         cases = {
             "bias": lambda: kern.attention(q, k, v, bias=bias),
             "bias+key_padding": lambda: kern.attention(q, k, v, bias=bias, key_padding_mask=kpm),
-            "bias+bool_mask": lambda: kern.attention(q, k, v, bias=bias, mask=bmask),
+            "bias+shared_mask": lambda: kern.attention(q, k, v, bias=bias, mask=shared_mask),
+            "bias+window_mask": lambda: kern.attention(q, k, v, bias=bias, mask=bmask),
         }
         for name, f in cases.items():
             tf, tb, _ = bc.measure(f, bc.autograd_grads([q, k, v, bias]), 20)

@@ -11,7 +11,9 @@ namespace cuda {
 // Swin / relative-position path: comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j]) as fp16
 // [P, H, Sq, Skp], rows padded to Skp (a multiple of 8) so the kernels stage it with 16-byte cp.async. P is the bias
 // period (1 without a bias). Without a table (table == nullptr) it is the bias alone in fp16: the wide window
-// kernels keep their term table in fp16 (winattn_cuda.cu recast_bf16_term). Small for window attention (nW * H * N^2 halves, L2-resident). fp16 keeps 11 bits
+// kernels keep their term table in fp16 (winattn_cuda.cu recast_bf16_term). A bool mask broadcast over the windows
+// is folded in as -inf where it hides (winattn_cuda.cu fold_window_mask; mask.ptr == nullptr: none). Small for
+// window attention (nW * H * N^2 halves, L2-resident). fp16 keeps 11 bits
 // of the term (|error| <= 2^-11 |term|); finite magnitudes past 65504 saturate to +-65504 (still exp() == 0), while
 // an infinite term stays infinite: a row hidden by -inf terms must stay fully hidden (output 0, lse -inf), which a
 // clamped -65504 would turn into a uniform average.
@@ -23,13 +25,14 @@ constexpr int kCombinePeriods = 8;
 template <typename Idx>
 __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
                                      int64_t t_sr, int64_t t_sh, const int64_t* index, int64_t i_sq, int64_t i_sk,
-                                     Operand4d bias) {
+                                     Operand4d bias, Operand4d mask) {
   const Idx n = Idx(H) * Sq * Skp;  // elements of one period
   for (Idx e = blockIdx.x * Idx(blockDim.x) + threadIdx.x; e < n; e += Idx(gridDim.x) * blockDim.x) {
     const Idx row = e / Skp;  // (h, i)
     const int j = int(e - row * Skp), i = int(row % Sq), h = int(row / Sq);
     const float term = j < Sk && table != nullptr ? table[index[i * i_sq + j * i_sk] * t_sr + h * t_sh] : 0.f;
     const int64_t boff = int64_t(h) * bias.sh + int64_t(i) * bias.sq + int64_t(j) * bias.sk;
+    const int64_t moff = int64_t(h) * mask.sh + int64_t(i) * mask.sq + int64_t(j) * mask.sk;
     for (int p0 = blockIdx.y * kCombinePeriods; p0 < P; p0 += gridDim.y * kCombinePeriods) {
       const int p1 = min(P, p0 + kCombinePeriods);
 #pragma unroll 4
@@ -41,6 +44,9 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
                : bias.dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias.ptr)[off])
                                  : __half2float(static_cast<const __half*>(bias.ptr)[off]);
         }
+        if (j < Sk && mask.ptr != nullptr &&
+            static_cast<const unsigned char*>(mask.ptr)[int64_t(pp % mask.period) * mask.sb + moff] == 0)
+          x = -INFINITY;
         comb[int64_t(pp) * n + e] = __float2half_rn(isinf(x) ? x : fminf(fmaxf(x, -65504.f), 65504.f));
       }
     }

@@ -170,6 +170,7 @@ struct Carver {
 struct CombPlan {
   int P = 1, Skp = 0;
   int64_t bytes = 0;
+  bool mask = false;  // the bool mask folded in (fold_window_mask)
 };
 // The fp16 [P, H, Sq, Skp] term of P periods.
 CombPlan comb_plan_of(const FwdParams& fp, int P) {
@@ -189,6 +190,28 @@ CombPlan comb_plan(const FwdParams& fp) {
 // backward with a [1, H, N, N] bf16 bias 6.74 ms, recast 1.55 ms (benchmarks/bench_window_terms.py).
 bool recast_bf16_term(const FwdParams& fp, const KParams& p) {
   return fp.rel_table == nullptr && p.bias.ptr != nullptr && p.bias.dtype == 1 && p.bias.period < p.B;
+}
+// A bool mask broadcast over the windows folded into the fp16 term as -inf where it hides, so a window-shaped call
+// with one takes the window kernels' term table (the wide tiles have no per-score mask read; elsewhere it is read
+// per score). The term's period P is kept (the mask's must divide it; without a bias or table it is the mask's) and
+// must be < B: a per-window mask would make an fp16 copy the size of the scores, so it stays a mask (v3). Exact:
+// only for 16-bit biases (recast_bf16_term's rule) or the table term, which is fp16 already. Returns P, 0 if not.
+int mask_fold_period(const FwdParams& fp, const KParams& p) {
+  if (fp.mask.ptr == nullptr || p.has_band || (fp.bias.ptr && fp.bias.dtype == DType::kFloat32 && !fp.rel_table))
+    return 0;
+  const int pm = int(fp.mask.period);
+  const int P = fp.bias.ptr ? int(fp.bias.period) : fp.rel_table ? 1 : pm;
+  return P % pm == 0 && P < p.B && p.B % P == 0 ? P : 0;
+}
+void use_comb(KParams& p, const CombPlan& c, const void* comb);
+bool fold_window_mask(const FwdParams& fp, KParams& p, CombPlan& comb) {
+  const int P = mask_fold_period(fp, p);
+  if (P == 0) return false;
+  comb = comb_plan_of(fp, P);
+  comb.mask = true;
+  use_comb(p, comb, reinterpret_cast<const void*>(uintptr_t(256)));  // (stand-in: fwd() / bwd() set the real one)
+  p.mask = Operand4d{};
+  return true;
 }
 void use_comb(KParams& p, const CombPlan& c, const void* comb) {
   Operand4d o;
@@ -212,7 +235,8 @@ void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, __
   auto launch = [&](auto idx) {
     combine_terms_kernel<decltype(idx)><<<grid, 256, 0, stream>>>(
         comb, c.P, p.H, p.Sq, p.Sk, c.Skp, fp.rel_table, fp.table_stride_r, fp.table_stride_h, fp.rel_index,
-        fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false));
+        fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false),
+        c.mask ? operand(fp.mask, p.Sk, true) : Operand4d{});
   };
   if (n + int64_t(grid.x) * 256 < (int64_t(1) << 31))  // 32-bit indices when every index and stride step fit
     launch(int32_t());
@@ -374,7 +398,7 @@ void dispatch_window_tiles(int dk, int bn, F&& f) {
     default: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 256>{}); break;
   }
 }
-bool plan_fwd_windows_sm90(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& dev, int dt) {
+bool plan_fwd_window_tiles(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& dev, int dt) {
   KParams& p = pl.p;
   const int bn = window_key_block(pl.dk, p.Sk);
   if (!pl.sm90 || (pl.dk != 32 && pl.dk != 64) || bn == 0 || p.Sq > 256 || p.Sk == 0 ||
@@ -388,9 +412,9 @@ bool plan_fwd_windows_sm90(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& d
   dispatch_window_tiles(pl.dk, bn, [&](auto d, auto n) {
     using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value, decltype(n)::value>::type;
     const bool aliased = sm90::window_term_aliased<Tr>(p);
-    // = window_fast_terms() (device-only: declaring it __host__ __device__ changed the 64-key kernel's code)
-    const bool fast_terms = p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band;
-    if (!Tr::kGeneralTerms && !fast_terms) ok = false;
+    // the wide tiles' terms: the table and key padding (hide_padded_keys); the 64-key tile takes every term
+    const bool table_terms = p.mask.ptr == nullptr && !p.has_band;
+    if (!Tr::kGeneralTerms && !table_terms) ok = false;
     if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0 && !recast_bf16_term(fp, p)) ok = false;
     smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0);
     if (ok && smem <= dev.smem_optin)
@@ -409,6 +433,16 @@ bool plan_fwd_windows_sm90(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& d
   return true;
 }
 
+// The window forward, with a bool mask broadcast over the windows folded into the term where it can be
+// (fold_window_mask); the plan as it was when the window kernels cannot take the call.
+bool plan_fwd_windows_sm90(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& dev, int dt) {
+  const FwdPlan before = pl;
+  if (pl.p.mask.ptr) fold_window_mask(fp, pl.p, pl.comb);
+  if (plan_fwd_window_tiles(pl, fp, dev, dt)) return true;
+  pl = before;
+  return false;
+}
+
 FwdPlan plan_fwd(const FwdParams& fp) {
   FwdPlan pl;
   KParams& p = pl.p;
@@ -424,7 +458,7 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.ws_bytes = cv.size;
   if (plan_fwd_windows_sm90(pl, fp, dev, dt)) {
-    if (!fp.rel_table && pl.comb.bytes > 0) {  // (a recast term)
+    if (!fp.rel_table && pl.comb.bytes > 0) {  // (a recast term, or a folded mask)
       pl.off_comb = cv.take(pl.comb.bytes);
       pl.ws_bytes = cv.size;
     }
@@ -512,20 +546,20 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
 }
 
 // Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 256, no GQA, an fp16
-// additive term (the combined table term, or a bf16 one recast: recast_bf16_term) as the only score term with its
-// period dividing B, and a gradient summed over windows (the table's, or a dbias broadcast over them): the calls that
+// additive term (the combined table term, or a bf16 one recast: recast_bf16_term) with its period dividing B and
+// key padding as the only score terms (a bool mask only folded into the term: fold_window_mask), and a gradient summed over windows (the table's, or a dbias broadcast over them): the calls that
 // otherwise take v1's window mode (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS
 // sums go to partials [grid][Sq][Sk] (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel,
 // delta from the kernel itself.
 // Windows of more than 144 tokens take the split instance: four CTAs (a cluster) per work item, so its G is chosen
 // for four times the work items' CTAs, and pl.grid counts work items (the slots of the partials).
-bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
-                        bool wants_accum) {
+bool plan_bwd_wide_tiles(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
+                         bool wants_accum) {
   KParams& p = pl.p;
   const int n = std::max(p.Sq, p.Sk);
   if (pl.dk != 32 || n <= 64 || n > 256 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
       p.bias.ptr == nullptr || (p.bias.dtype != 0 && !recast_bf16_term(bp, p)) || p.mask.ptr != nullptr ||
-      p.kp != nullptr || p.has_band || dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 ||
+      p.has_band || dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 ||
       env_int("WINATTN_SM90_WINDOWS", 1) == 0)
     return false;
   const int period = p.bias.period;
@@ -561,6 +595,16 @@ bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev,
     use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
   }
   return true;
+}
+
+// The same with a bool mask broadcast over the windows folded into the term (fold_window_mask).
+bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
+                        bool wants_accum) {
+  const BwdPlan before = pl;
+  if (pl.p.mask.ptr) fold_window_mask(bp, pl.p, pl.comb);
+  if (plan_bwd_wide_tiles(pl, bp, dev, dt, dbias_per_item, wants_accum)) return true;
+  pl = before;
+  return false;
 }
 
 template <typename F>

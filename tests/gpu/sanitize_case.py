@@ -44,7 +44,7 @@ def main():
         out.sum().backward()
     # 4. wide windows (sm90 window forward, key blocks 128 / 160 / 256, several query tiles; the wide-window
     # backward at N = 81 / 100 / 144 / 196 / 256 with 3 windows per CTA: its named-barrier dS^T exchange, TMA stages
-    # and, past 144, the cluster's st.async exchange), table + shift mask
+    # and, past 144, the cluster's st.async exchange), table + shift mask, then key padding and a shared bool mask
     os.environ["WINATTN_BWD_G"] = "3"
     for N in (81, 100, 144, 196, 256):
         q, k, v = r(8, N, 2, 32), r(8, N, 2, 32), r(8, N, 2, 32)
@@ -53,6 +53,11 @@ def main():
         mask = torch.where(torch.rand(2, N, N, device=dev) > 0.5, 0.0, -100.0)
         out = kern.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask)
         out.sum().backward()
+        # the same tiles with key padding (word / byte reads, the backward's row flags) and a shared bool mask
+        # folded into the term
+        kp = torch.rand(8, N, device=dev) > 0.2
+        shared = torch.rand(1, 1, N, N, device=dev) > 0.2
+        kern.attention(q, k, v, bias=r(1, 2, N, N), key_padding_mask=kp, mask=shared).sum().backward()
     os.environ.pop("WINATTN_BWD_G")
     os.environ.pop("WINATTN_FWD_G")
     # 5. large head dims

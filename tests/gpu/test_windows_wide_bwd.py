@@ -114,3 +114,86 @@ def test_bf16_bias_is_recast_for_the_wide_kernels(kernel, win):
     names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
     assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
     assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+
+
+def _kernels_that_ran(step):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def _window_inputs(B, N, H, bias_dtype):
+    bias = (torch.randn(1, H, N, N, device="cuda") * 0.5).to(bias_dtype).requires_grad_(True)
+    return dict(q=rand(B, N, H, 32, dtype=BF16, grad=True), k=rand(B, N, H, 32, dtype=BF16, grad=True),
+                v=rand(B, N, H, 32, dtype=BF16, grad=True), bias=bias)
+
+
+# N = 64 (the 64-key tiles: apply_terms), 100 / 121 / 144 (the wide tiles' per-window key-padding vote in the
+# forward, by words and, at 121 keys a row, by bytes; the two-flag rows of the wide backward), 196 / 256 (the split
+# backward: padding in either key half)
+@pytest.mark.parametrize("N", [64, 100, 121, 144, 196, 256])
+@pytest.mark.parametrize("bias_dtype", [BF16, FP16])
+def test_key_padding_on_window_calls(kernel, N, bias_dtype):
+    B, H = 9, 2
+    inp = _window_inputs(B, N, H, bias_dtype)
+    kpm = torch.rand(B, N, device="cuda") > 0.3
+    kpm[0] = True                 # a window without padding (the vote skips it)
+    kpm[1] = False                # a window of padding only: every row hidden (0 out, lse -inf, zero grads)
+    kpm[2, : N // 2] = False      # the whole first half (the split backward's first key half)
+    kpm[3, N // 2:] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, {})
+    if torch.cuda.get_device_capability()[0] == 9 and N > 64:
+        names = _kernels_that_ran(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"],
+                                                           key_padding_mask=kpm).sum().backward())
+        assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
+        assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+
+
+@pytest.mark.parametrize("view", ["key_stride_2", "row_stride_124"])
+def test_key_padding_views(kernel, view, monkeypatch):
+    # key-padding views: a key stride of 2 (the byte reads follow kp_sk) and 121 keys in rows of 124 bytes (word
+    # reads but the last, partial word by bytes), with windows per CTA forced to 3
+    monkeypatch.setenv("WINATTN_FWD_G", "3")
+    monkeypatch.setenv("WINATTN_BWD_G", "3")
+    B, H = 7, 2
+    N = 144 if view == "key_stride_2" else 121
+    inp = _window_inputs(B, N, H, FP16)
+    if view == "key_stride_2":
+        inp["key_padding_mask"] = (torch.rand(B, 2 * N, device="cuda") > 0.25)[:, ::2]
+    else:
+        base = torch.zeros(B, 124, dtype=torch.bool, device="cuda")  # (past the 121 keys: padded, never read)
+        base[:, :N] = torch.rand(B, N, device="cuda") > 0.25
+        inp["key_padding_mask"] = base[:, :N]
+    run_case(kernel, inp, {})
+
+
+@pytest.mark.parametrize("N", [64, 100, 144, 256])
+@pytest.mark.parametrize("mask_shape", ["NN", "11NN", "1HNN"])
+def test_shared_bool_mask_is_folded_into_the_term(kernel, N, mask_shape):
+    # A bool mask broadcast over the windows folds into the fp16 term (winattn_cuda.cu fold_window_mask), with a
+    # hidden row and a hidden column; on Hopper the window kernels take the call (not v3)
+    B, H = 6, 2
+    inp = _window_inputs(B, N, H, BF16)
+    shape = {"NN": (N, N), "11NN": (1, 1, N, N), "1HNN": (1, H, N, N)}[mask_shape]
+    mask = torch.rand(*shape, device="cuda") > 0.3
+    mask[..., 5, :] = False
+    mask[..., :, 7] = False
+    inp["mask"] = mask
+    run_case(kernel, inp, {})
+    if torch.cuda.get_device_capability()[0] == 9 and N > 64:
+        names = _kernels_that_ran(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"],
+                                                           mask=mask).sum().backward())
+        assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
+        assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+
+
+@pytest.mark.parametrize("case", ["per_window_mask", "fp32_bias"])
+def test_terms_not_folded_stay_exact(kernel, case):
+    # A per-window bool mask (an fp16 copy would be the size of the scores) and an fp32 bias (fp16 would round it)
+    # are not folded: they run v3, still by the FlashAttention rule
+    B, N, H = 6, 144, 2
+    inp = _window_inputs(B, N, H, torch.float32 if case == "fp32_bias" else BF16)
+    inp["mask"] = torch.rand(B if case == "per_window_mask" else 1, 1, N, N, device="cuda") > 0.3
+    run_case(kernel, inp, {})

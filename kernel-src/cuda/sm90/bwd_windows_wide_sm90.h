@@ -13,7 +13,7 @@
 //   dV_j += P^T dO_m, dK_j += dS^T Q_m                 (RS: the accumulators are the A fragments as they stand)
 //   dQ_m = dS_m K                                      (SS, from the dS^T tiles all warpgroups stage in shared memory;
 //                                                       warpgroup m computes chunk m's, behind a named barrier)
-// Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
+// Key padding zeroes P^T on the padded key rows (two flags per thread and window). Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
 // thousands of windows. Here dS^T summed over the CTA's windows stays in registers ([chunk][kQChunk / 8][4] per
 // thread: the window's N x N spread over the CTA's register file, which bounds N, see the traits) until one flush to
 // the CTA's partial slot [Sq][Sk], reduced in a fixed order afterwards like every window mode.
@@ -211,6 +211,19 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   auto staged = [](int m) { return 1 + m; };
   auto freed = [](int m) { return 1 + NKB + m; };
 
+  // key padding of this thread's two key rows (qr, qr + 8 of the warp's 16; rows past Sk are hidden by the term
+  // table), fetched a window ahead
+  bool kept_next[2] = {true, true};
+  auto fetch_kept_rows = [&](int b) {
+    const unsigned char* row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int key = k0 + key0 + qr + x * 8;
+      kept_next[x] = key >= p.Sk || __ldg(row + int64_t(key) * p.kp_sk) != 0;
+    }
+  };
+  if (p.kp != nullptr && real) fetch_kept_rows(w.batch(p, 0));
+
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
     mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed (its delta is in: see window_delta)
@@ -219,6 +232,12 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     const uint32_t q_a = smem_u32(sQ(st)), do_a = smem_u32(sdO(st)), k_all = smem_u32(sK(st));
     const uint32_t k_a = k_all + wg * 64 * RB, v_a = smem_u32(sV(st)) + wg * 64 * RB;
     const uint32_t lse_a = smem_u32(sLse(st)), delta_a = smem_u32(sDelta(st));
+
+    // key padding: P = 0 on this thread's padded key rows (window t's flags, then window t + 1's fetch; off the
+    // padded rows a per-thread flag skips the zeroing)
+    const bool kept[2] = {kept_next[0], kept_next[1]};
+    const bool pad_rows = !(kept[0] && kept[1]);
+    if (p.kp != nullptr && real && t + 1 < w.nitems) fetch_kept_rows(w.batch(p, t + 1));
 
     float acc_dk[1][4][4], acc_dv[1][4][4];
 #pragma unroll
@@ -251,6 +270,11 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
             const float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
             acc_s[0][nt][e] = pv;
             acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
+          }
+          if (pad_rows) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (!kept[e >> 1]) acc_s[0][nt][e] = acc_dp[0][nt][e] = 0.f;
           }
           if (m < RC) {
 #pragma unroll

@@ -16,8 +16,10 @@
 //   * on that fast path the raw term tile is staged in the second window buffer, free until the first window
 //     has been read (window_term_aliased): 41 KB per CTA, so registers (four CTAs per SM), not shared memory,
 //     bound the occupancy.
-// Score terms this fast path does not cover (bool mask, key padding, causal / sliding band) take apply_terms(), in
-// the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v1).
+// Key padding on the wider tiles is a per-window bit vote on top of the table (window_terms.h: hide_padded_keys).
+// Score terms this fast path does not cover (bool mask, causal / sliding band; key padding in the 64-key tile) take
+// apply_terms(), in the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v3,
+// and bool masks broadcast over the windows into the fp16 term: fold_window_terms).
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
@@ -102,12 +104,21 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   if (fast) build_term_table<NT, Tr::kHalfTerms>(sTerm, has_bias ? sBias : nullptr, p, wr, rows, tid);
 
   const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV), term_a = smem_u32(sTerm);
+  constexpr int NB = (BN + 127) / 128;
+  const bool kp_bits = !Tr::kGeneralTerms && p.kp != nullptr;
+  uint32_t kp_raw[NB];
+  if (kp_bits) fetch_key_padding<NB>(kp_raw, p, w.batch(p, 0), lane);
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
     mbar_wait(full_a + st * 8, (t >> 1) & 1);  // window t landed
     fence_view_async_shared();  // (this thread's generic accesses of window t - 1's stage before TMA rewrites it)
     __syncthreads();            // everyone is done with window t - 1 (stage st ^ 1) and, aliased, the raw term tile
     if (tid == 0 && t + 1 < w.nitems) issue_window(w.batch(p, t + 1), st ^ 1);
+
+    // key padding (wide tiles; the 64-key one takes apply_terms): window t's votes, then window t + 1's fetch
+    uint32_t col0[NB], col1[NB];
+    const bool padded = kp_bits && vote_key_padding<NB>(col0, col1, kp_raw, qc);
+    if (kp_bits && t + 1 < w.nitems) fetch_key_padding<NB>(kp_raw, p, w.batch(p, t + 1), lane);
 
     // S = Q K^T
     float acc_s[1][NT][4];
@@ -127,6 +138,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
 
     if (fast) {
       apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
+      if (padded) hide_padded_keys<NT, NB>(acc_s[0], col0, col1);
     } else if constexpr (Tr::kGeneralTerms) {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }

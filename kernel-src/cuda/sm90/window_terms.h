@@ -1,7 +1,8 @@
-// Score terms of the window-mode kernels (fwd_windows_sm90.h, bwd_windows_sm90.h). Every window of a CTA shares
-// the additive term (the planner groups windows by its period), so when it is the only term ("fast path": no bool
-// mask, key padding or band) it is converted once per CTA into a table in accumulator-fragment order
-// ([NT][128 threads]), with -inf in the columns past Sk: one FMA per score after that (see build_term_table).
+// Score terms of the window-mode kernels (fwd_windows_sm90.h, bwd_windows_sm90.h, bwd_windows_wide_sm90.h). Every
+// window of a CTA shares the additive term (the planner groups windows by its period), so when it is the only term
+// ("fast path": no bool mask, key padding or band) it is converted once per CTA into a table in accumulator-fragment
+// order ([NT][128 threads]), with -inf in the columns past Sk: one FMA per score after that (see build_term_table).
+// The wide tiles add key padding on top, per window (fetch_key_padding / vote_key_padding / hide_padded_keys).
 #pragma once
 #include "../kernel_params.h"
 #include "../utils.h"
@@ -76,6 +77,62 @@ __device__ __forceinline__ void build_term_table_keys(uint2* table, const KParam
       table[(m * (QC / 8) + nt) * 32 + lane] =
           make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
     }
+}
+
+// Key padding on the wide tiles, whose term table is shared by the CTA's windows while the padding is per window.
+// Per 128-key block a lane reads 4 keys' bytes as one word (4 byte loads without p.kp_vec4); keys past Sk count as
+// kept (the table already hides them). The caller fetches a window ahead, so the loads' latency is off the chain
+// (measured while a bug held that kernel to one CTA per SM, W16 forward with key padding: fetched right before the
+// score MMA 1.68 ms, a window ahead 1.47; with two CTAs per SM 0.88 against 0.85 without padding, RESULTS v3.4).
+// A vote then gives each thread the bits of its own columns (see vote_key_padding).
+template <int NB>
+__device__ __forceinline__ void fetch_key_padding(uint32_t (&raw)[NB], const KParams& p, int b, int lane) {
+  const unsigned char* row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
+#pragma unroll
+  for (int blk = 0; blk < NB; ++blk) {
+    const int key = blk * 128 + lane * 4;
+    uint32_t x = 0x01010101u;
+    if (key < p.Sk) {
+      if (p.kp_vec4 && key + 4 <= p.Sk) {  // (the last word, if partial, by bytes: nothing past Sk is read)
+        x = __ldg(reinterpret_cast<const uint32_t*>(row + key));
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (key + j < p.Sk && __ldg(row + int64_t(key + j) * p.kp_sk) == 0) x &= ~(0xffu << (8 * j));
+      }
+    }
+    raw[blk] = x;
+  }
+}
+// Byte j of lane l's word is key 128 blk + 4 l + j, so vote j of a block gives bit l for those keys. A thread's
+// columns nt * 8 + qc + e have j = (qc & 2) + e and bit 2 (nt % 16) + qc / 4: it keeps votes (qc & 2) + e shifted
+// by qc / 4 (col[e]), and the bit of column tile nt is then at a compile-time position. Returns true when some key
+// of the window is padded (the same in every lane).
+template <int NB>
+__device__ __forceinline__ bool vote_key_padding(uint32_t (&col0)[NB], uint32_t (&col1)[NB], const uint32_t (&raw)[NB],
+                                                 int qc) {
+  uint32_t any = 0;
+#pragma unroll
+  for (int blk = 0; blk < NB; ++blk) {
+    uint32_t v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __ballot_sync(0xffffffffu, ((raw[blk] >> (8 * j)) & 0xffu) == 0);
+    any |= v[0] | v[1] | v[2] | v[3];
+    col0[blk] = ((qc & 2) ? v[2] : v[0]) >> (qc >> 2);
+    col1[blk] = ((qc & 2) ? v[3] : v[1]) >> (qc >> 2);
+  }
+  return any != 0;
+}
+// -inf for the padded columns of a row-major accumulator (rows = queries).
+template <int NT, int NB>
+__device__ __forceinline__ void hide_padded_keys(float (&acc)[NT][4], const uint32_t (&col0)[NB],
+                                                 const uint32_t (&col1)[NB]) {
+  static_assert(NB * 128 >= NT * 8, "a bit per column");
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if ((col0[nt >> 4] >> ((nt & 15) * 2)) & 1u) acc[nt][0] = acc[nt][2] = -INFINITY;
+    if ((col1[nt >> 4] >> ((nt & 15) * 2)) & 1u) acc[nt][1] = acc[nt][3] = -INFINITY;
+  }
 }
 
 // Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf). Entry nt of
