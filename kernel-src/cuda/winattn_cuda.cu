@@ -547,8 +547,9 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
 
 // Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 256, no GQA, an fp16
 // additive term (the combined table term, or a bf16 one recast: recast_bf16_term) with its period dividing B and
-// key padding as the only score terms (a bool mask only folded into the term: fold_window_mask), and a gradient summed over windows (the table's, or a dbias broadcast over them): the calls that
-// otherwise take v1's window mode (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS
+// key padding as the only score terms (a bool mask only folded into the term: fold_window_mask), and a gradient
+// summed over windows (the table's, or a dbias broadcast over them): the calls that otherwise take v1's window mode
+// (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS
 // sums go to partials [grid][Sq][Sk] (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel,
 // delta from the kernel itself.
 // Windows of more than 144 tokens take the split instance: four CTAs (a cluster) per work item, so its G is chosen

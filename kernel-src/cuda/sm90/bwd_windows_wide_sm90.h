@@ -13,7 +13,8 @@
 //   dV_j += P^T dO_m, dK_j += dS^T Q_m                 (RS: the accumulators are the A fragments as they stand)
 //   dQ_m = dS_m K                                      (SS, from the dS^T tiles all warpgroups stage in shared memory;
 //                                                       warpgroup m computes chunk m's, behind a named barrier)
-// Key padding zeroes P^T on the padded key rows (two flags per thread and window). Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
+// Key padding zeroes P^T on the padded key rows (two flags per thread and window).
+// Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
 // thousands of windows. Here dS^T summed over the CTA's windows stays in registers ([chunk][kQChunk / 8][4] per
 // thread: the window's N x N spread over the CTA's register file, which bounds N, see the traits) until one flush to
 // the CTA's partial slot [Sq][Sk], reduced in a fixed order afterwards like every window mode.
