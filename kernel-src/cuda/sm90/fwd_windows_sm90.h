@@ -19,7 +19,7 @@
 // Key padding on the wider tiles is a per-window bit vote on top of the table (window_terms.h: hide_padded_keys).
 // Score terms this fast path does not cover (bool mask, causal / sliding band; key padding in the 64-key tile) take
 // apply_terms(), in the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v3,
-// and bool masks broadcast over the windows into the fp16 term: fold_window_terms).
+// and bool masks broadcast over the windows into the fp16 term: fold_window_mask).
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
