@@ -191,28 +191,6 @@ CombPlan comb_plan(const FwdParams& fp) {
 bool recast_bf16_term(const FwdParams& fp, const KParams& p) {
   return fp.rel_table == nullptr && p.bias.ptr != nullptr && p.bias.dtype == 1 && p.bias.period < p.B;
 }
-// A bool mask broadcast over the windows folded into the fp16 term as -inf where it hides, so a window-shaped call
-// with one takes the window kernels' term table (the wide tiles have no per-score mask read; elsewhere it is read
-// per score). The term's period P is kept (the mask's must divide it; without a bias or table it is the mask's) and
-// must be < B: a per-window mask would make an fp16 copy the size of the scores, so it stays a mask (v3). Exact:
-// only for 16-bit biases (recast_bf16_term's rule) or the table term, which is fp16 already. Returns P, 0 if not.
-int mask_fold_period(const FwdParams& fp, const KParams& p) {
-  if (fp.mask.ptr == nullptr || p.has_band || (fp.bias.ptr && fp.bias.dtype == DType::kFloat32 && !fp.rel_table))
-    return 0;
-  const int pm = int(fp.mask.period);
-  const int P = fp.bias.ptr ? int(fp.bias.period) : fp.rel_table ? 1 : pm;
-  return P % pm == 0 && P < p.B && p.B % P == 0 ? P : 0;
-}
-void use_comb(KParams& p, const CombPlan& c, const void* comb);
-bool fold_window_mask(const FwdParams& fp, KParams& p, CombPlan& comb) {
-  const int P = mask_fold_period(fp, p);
-  if (P == 0) return false;
-  comb = comb_plan_of(fp, P);
-  comb.mask = true;
-  use_comb(p, comb, reinterpret_cast<const void*>(uintptr_t(256)));  // (stand-in: fwd() / bwd() set the real one)
-  p.mask = Operand4d{};
-  return true;
-}
 void use_comb(KParams& p, const CombPlan& c, const void* comb) {
   Operand4d o;
   o.ptr = comb;
@@ -227,6 +205,27 @@ void use_comb(KParams& p, const CombPlan& c, const void* comb) {
   o.sk = 1;
   o.vec2 = true;
   p.bias = o;
+}
+// A bool mask broadcast over the windows folded into the fp16 term as -inf where it hides, so a window-shaped call
+// with one takes the window kernels' term table (the wide tiles have no per-score mask read; elsewhere it is read
+// per score). The term's period P is kept (the mask's must divide it; without a bias or table it is the mask's) and
+// must be < B: a per-window mask would make an fp16 copy the size of the scores, so it stays a mask (v3). Exact:
+// only for 16-bit biases (recast_bf16_term's rule) or the table term, which is fp16 already. Returns P, 0 if not.
+int mask_fold_period(const FwdParams& fp, const KParams& p) {
+  if (fp.mask.ptr == nullptr || p.has_band || (fp.bias.ptr && fp.bias.dtype == DType::kFloat32 && !fp.rel_table))
+    return 0;
+  const int pm = int(fp.mask.period);
+  const int P = fp.bias.ptr ? int(fp.bias.period) : fp.rel_table ? 1 : pm;
+  return P % pm == 0 && P < p.B && p.B % P == 0 ? P : 0;
+}
+bool fold_window_mask(const FwdParams& fp, KParams& p, CombPlan& comb) {
+  const int P = mask_fold_period(fp, p);
+  if (P == 0) return false;
+  comb = comb_plan_of(fp, P);
+  comb.mask = true;
+  use_comb(p, comb, reinterpret_cast<const void*>(uintptr_t(256)));  // (stand-in: fwd() / bwd() set the real one)
+  p.mask = Operand4d{};
+  return true;
 }
 void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, __half* comb, cudaStream_t stream) {
   const int64_t n = int64_t(p.H) * p.Sq * c.Skp;  // one period
@@ -549,9 +548,9 @@ bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbia
 // additive term (the combined table term, or a bf16 one recast: recast_bf16_term) with its period dividing B and
 // key padding as the only score terms (a bool mask only folded into the term: fold_window_mask), and a gradient
 // summed over windows (the table's, or a dbias broadcast over them): the calls that otherwise take v1's window mode
-// (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS
-// sums go to partials [grid][Sq][Sk] (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel,
-// delta from the kernel itself.
+// (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS sums go to partials
+// [grid][Sq][Sk] (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel, delta from the
+// kernel itself.
 // Windows of more than 144 tokens take the split instance: four CTAs (a cluster) per work item, so its G is chosen
 // for four times the work items' CTAs, and pl.grid counts work items (the slots of the partials).
 bool plan_bwd_wide_tiles(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
