@@ -53,6 +53,35 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
   }
 }
 
+// A bool mask [period, heads, Sq, Sk] (any strides, broadcast dims stride 0) as bits for the wide window kernels:
+// out[((pp * heads + h) * rows + r) * words + w], bit j = mask[pp, h, r, 32 w + j] (transposed: mask[pp, h, 32 w + j,
+// r], rows = keys), 1 past the mask's columns (the kernels' term tables hide those keys / queries). A thread per
+// word, r fastest, so a warp's loads of one j are adjacent in the transposed mode (rows = the mask's columns); in
+// the other each thread's 32 loads walk one 32-byte run (one sector, reused from L1). The kernels then read an
+// eighth of the bytes, in the order their fragments need (a bool mask per window otherwise sent such calls to v3:
+// W12, H200, 23.6 ms forward against 0.86 without it, RESULTS v3.4).
+__global__ void mask_bits_kernel(uint32_t* out, Operand4d mask, int rows, int cols, int words, bool transposed) {
+  const int64_t n = int64_t(mask.period) * mask.heads * rows * words;
+  const unsigned char* m = static_cast<const unsigned char*>(mask.ptr);
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int r = int(e % rows);
+    const int64_t rest = e / rows;
+    const int w = int(rest % words);
+    const int64_t plane = rest / words;  // pp * heads + h
+    const int h = int(plane % mask.heads), pp = int(plane / mask.heads);
+    const unsigned char* base = m + int64_t(pp) * mask.sb + int64_t(h) * mask.sh;
+    uint32_t bits = 0;
+#pragma unroll 8
+    for (int j = 0; j < 32; ++j) {
+      const int c = w * 32 + j;
+      const bool on = c >= cols || (transposed ? base[int64_t(c) * mask.sq + int64_t(r) * mask.sk]
+                                               : base[int64_t(r) * mask.sq + int64_t(c) * mask.sk]) != 0;
+      bits |= uint32_t(on) << j;
+    }
+    out[(plane * rows + r) * words + w] = bits;
+  }
+}
+
 // sum_d a[d] * c[d] of one row over its 4 lanes (sub = lane & 3 reads columns 8 sub + 32 k, 16-byte loads), summed
 // across the quad with two xor-shuffles: all 4 lanes call it; a lane with valid = false adds 0 and reads nothing.
 template <typename Elem>

@@ -55,6 +55,11 @@ struct KParams {
   //   bias_mode 1: 16-byte cp.async chunks, 2: 4-byte cp.async chunks, 3: strided element copies.
   int bias_stages = 0, bias_mode = 3, bias_pitch = 0;  // pitch: bytes per shared tile row
   Operand4d mask;  // bool, true = attend
+  // The mask as bits, for the wide window kernels (aux_kernels.h mask_bits_kernel; mask.ptr is then null):
+  // [mb_period][mb_heads][mb_rows][mb_words] uint32, bit j of word w set = column 32 w + j attends. Rows are queries
+  // for the forward, keys for the wide backward (the transposed mask: its tiles are S^T).
+  const uint32_t* mbits = nullptr;
+  int mb_period = 1, mb_heads = 1, mb_rows = 0, mb_words = 0;
   const bool* kp = nullptr;
   int64_t kp_sb = 0, kp_sk = 0;
   bool kp_vec4 = false;  // kp_sk == 1 and every row 4-byte aligned: key blocks load as 4-byte chunks

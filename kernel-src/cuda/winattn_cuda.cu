@@ -227,6 +227,35 @@ bool fold_window_mask(const FwdParams& fp, KParams& p, CombPlan& comb) {
   p.mask = Operand4d{};
   return true;
 }
+// A bool mask per window (one fold_window_mask does not take) read by the wide window kernels as bits, in the
+// order of their tiles: rows = queries for the forward, keys for the backward (mask_bits_kernel). words: per row,
+// what the kernel reads (the forward's TMA box: a multiple of 4; the backward's: its window's queries / 32).
+struct MaskBitsPlan {
+  int rows = 0, cols = 0, words = 0;
+  bool transposed = false;
+  int64_t bytes = 0;
+};
+void use_mask_bits(KParams& p, MaskBitsPlan& mb, bool transposed, int words) {
+  mb.transposed = transposed;
+  mb.rows = transposed ? p.Sk : p.Sq;
+  mb.cols = transposed ? p.Sq : p.Sk;
+  mb.words = words;
+  p.mb_period = p.mask.period;
+  p.mb_heads = p.mask.heads;
+  p.mb_rows = mb.rows;
+  p.mb_words = words;
+  mb.bytes = int64_t(p.mb_period) * p.mb_heads * mb.rows * words * 4;
+  p.mbits = reinterpret_cast<const uint32_t*>(uintptr_t(256));  // (stand-in: fwd() / bwd() set the real one)
+  p.mask = Operand4d{};
+}
+void launch_mask_bits(const FwdParams& fp, KParams& p, const MaskBitsPlan& mb, uint32_t* out, cudaStream_t stream) {
+  const int64_t words = mb.bytes / 4;
+  mask_bits_kernel<<<unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535)), 256, 0, stream>>>(
+      out, operand(fp.mask, p.Sk, true), mb.rows, mb.cols, mb.words, mb.transposed);
+  check_cuda(cudaGetLastError(), "window_attention mask bits");
+  p.mbits = out;
+}
+
 void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, __half* comb, cudaStream_t stream) {
   const int64_t n = int64_t(p.H) * p.Sq * c.Skp;  // one period
   const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 65535)),
@@ -372,7 +401,8 @@ struct FwdPlan {
   int window_bn = 64;         // its key block
   int64_t grid = 0;
   CombPlan comb;
-  int64_t ws_bytes = 0, off_comb = -1;
+  MaskBitsPlan mbits;  // a bool mask per window as bits (the wide window tiles)
+  int64_t ws_bytes = 0, off_comb = -1, off_mbits = -1;
 };
 
 // Window mode on Hopper (sm90/fwd_windows_sm90.h): every window's keys fit one key block (D = 32: up to 256 keys,
@@ -406,6 +436,9 @@ bool plan_fwd_window_tiles(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& d
   const int period = p.bias.ptr ? p.bias.period : 1;
   if (p.B % period != 0) return false;
   if (p.bias.ptr) choose_bias_mode(p, bn);
+  // a mask per window (not folded): bits staged with each window, whole 16-byte rows for its TMA box
+  if (p.mask.ptr && bn > 64 && !p.has_band) use_mask_bits(p, pl.mbits, false, (ceil_div(p.Sk, 32) + 3) / 4 * 4);
+  const int bits_smem = p.mbits ? 128 + 2 * 64 * p.mb_words * 4 : 0;  // (alignment, two stages' boxes)
   int smem = 0, occ = 1;
   bool ok = true;
   dispatch_window_tiles(pl.dk, bn, [&](auto d, auto n) {
@@ -415,7 +448,7 @@ bool plan_fwd_window_tiles(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& d
     const bool table_terms = p.mask.ptr == nullptr && !p.has_band;
     if (!Tr::kGeneralTerms && !table_terms) ok = false;
     if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0 && !recast_bf16_term(fp, p)) ok = false;
-    smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0);
+    smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0) + bits_smem;
     if (ok && smem <= dev.smem_optin)
       occ = fwd_windows_sm90_blocks_per_sm<decltype(d)::value, decltype(n)::value>(dt, smem);
   });
@@ -457,10 +490,9 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
   pl.ws_bytes = cv.size;
   if (plan_fwd_windows_sm90(pl, fp, dev, dt)) {
-    if (!fp.rel_table && pl.comb.bytes > 0) {  // (a recast term, or a folded mask)
-      pl.off_comb = cv.take(pl.comb.bytes);
-      pl.ws_bytes = cv.size;
-    }
+    if (!fp.rel_table && pl.comb.bytes > 0) pl.off_comb = cv.take(pl.comb.bytes);  // (a recast term, a folded mask)
+    if (pl.mbits.bytes > 0) pl.off_mbits = cv.take(pl.mbits.bytes);
+    pl.ws_bytes = cv.size;
     return pl;
   }
   // Every other forward on Hopper: v3, with every score term (an empty key set is left to v1: a tensor map needs
@@ -517,7 +549,8 @@ struct BwdPlan {
   int64_t grid = 0;
   bool window = false, expand = false, dtable = false, dbias_accum = false;
   CombPlan comb;
-  int64_t ws_bytes = 0, zero_bytes = 0;
+  MaskBitsPlan mbits;  // a bool mask per window as bits (the wide-window kernel)
+  int64_t ws_bytes = 0, zero_bytes = 0, off_mbits = -1;
   int64_t off_dqacc = -1, off_dqsem = -1, off_sem_bias = -1, off_sem_tb = -1, off_dtb = -1, off_inter = -1;
   int64_t off_comb = -1, off_delta = -1, off_partials = -1;
 };
@@ -558,13 +591,14 @@ bool plan_bwd_wide_tiles(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev
   KParams& p = pl.p;
   const int n = std::max(p.Sq, p.Sk);
   if (pl.dk != 32 || n <= 64 || n > 256 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
-      p.bias.ptr == nullptr || (p.bias.dtype != 0 && !recast_bf16_term(bp, p)) || p.mask.ptr != nullptr ||
-      p.has_band || dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 ||
+      p.bias.ptr == nullptr || (p.bias.dtype != 0 && !recast_bf16_term(bp, p)) || p.has_band ||
+      dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 ||
       env_int("WINATTN_SM90_WINDOWS", 1) == 0)
     return false;
   const int period = p.bias.period;
   if (p.B % period != 0) return false;
   const int wide = n <= 128 ? 128 : n <= 144 ? 144 : 256;
+  if (p.mask.ptr) use_mask_bits(p, pl.mbits, true, ceil_div(wide, 32));  // (a mask per window: not folded)
   static int smem_of[2][3] = {};  // per (dtype, instance): 0 unknown, -1 no sm_90a code, else its shared memory
   int& smem = smem_of[dt == 0 ? 0 : 1][wide == 128 ? 0 : wide == 144 ? 1 : 2];
   if (smem == 0)
@@ -810,6 +844,7 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
   pl.zero_bytes = cv.size;
   if (pl.comb.bytes > 0) pl.off_comb = cv.take(pl.comb.bytes);
+  if (pl.mbits.bytes > 0) pl.off_mbits = cv.take(pl.mbits.bytes);
   if (pl.sm90_wide) {  // lse2 rows (aux_kernels.h lse2_rows_kernel)
     pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.v3buf.sq_pad * 4);
   } else if (!pl.sm90_windows) {  // (the 64-token windows kernel makes its own)
@@ -880,6 +915,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     if (p.Sk > 0) launch_combine(params, p, pl.comb, comb, stream);
     p.bias.ptr = comb;
   }
+  if (pl.mbits.bytes > 0) launch_mask_bits(params, p, pl.mbits, reinterpret_cast<uint32_t*>(ws + pl.off_mbits), stream);
   const int dt = dtype_code(params.dtype);
   if (pl.v3)
     dispatch_hdim(pl.dk, [&](auto d) { run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, device_info().smem_optin, device_info().sms, stream);
@@ -999,6 +1035,7 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     launch_combine(params, p, pl.comb, comb, stream);
     p.bias.ptr = comb;
   }
+  if (pl.mbits.bytes > 0) launch_mask_bits(params, p, pl.mbits, static_cast<uint32_t*>(at(pl.off_mbits)), stream);
 
   const int dt = dtype_code(params.dtype);
   if (pl.v3) {

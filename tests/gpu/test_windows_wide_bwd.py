@@ -2,8 +2,9 @@
 with the relative-position table's gradient, checked against the float64 reference by the FlashAttention rule and
 dtable / dbias by relative L2 (marked `gpu`). Shapes walk the kernel's edges: the three instances (<= 128, <= 144
 and the split one, four CTAs per window, <= 256 tokens), padding key rows inside a warp and whole padding warps,
-windows per CTA forced to odd counts, fp16 and bf16, bitwise determinism of dtable, and a bf16 bias recast to
-fp16 for them. (A learnable shift mask and fully hidden rows at N = 144 are in
+windows per CTA forced to odd counts, fp16 and bf16, bitwise determinism of dtable, a bf16 bias recast to fp16
+for them, and the other score terms on the wide paths: key padding, bool masks shared by the windows (folded into
+the term) and per window (read as bits). (A learnable shift mask and fully hidden rows at N = 144 are in
 test_cuda_kernels.py, parametrized over W7 and W12.)
 """
 
@@ -183,11 +184,35 @@ def test_shared_bool_mask_is_folded_into_the_term(kernel, N, mask_shape):
         _assert_wide_kernels_ran(kernel, inp)
 
 
-@pytest.mark.parametrize("case", ["per_window_mask", "fp32_bias"])
-def test_terms_not_folded_stay_exact(kernel, case):
-    # A per-window bool mask (an fp16 copy would be the size of the scores) and an fp32 bias (fp16 would round it)
-    # are not folded: they run v3, still by the FlashAttention rule
+# A bool mask per window is not folded (an fp16 copy would be the size of the scores): the wide kernels read it as
+# bits (KParams::mbits; the forward by TMA with each window, the backward transposed). N = 100 / 121 / 144 (words
+# of a row past the keys, odd lengths), 196 / 256 (the split backward's query halves: a row's second four words)
+@pytest.mark.parametrize("N", [100, 121, 144, 196, 256])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_per_window_bool_mask_as_bits(kernel, N, heads):
+    B, H = 7, 2
+    inp = _window_inputs(B, N, H, BF16)
+    mask = torch.rand(B, heads, N, N, device="cuda") > 0.3
+    mask[0] = True                # a window that hides nothing
+    mask[1, :, 3, :] = False      # a fully hidden row
+    mask[2, :, :, : N // 2] = False  # the first key half (in the split backward: one CTA's keys)
+    mask[3, :, N // 2:, :] = False   # the second query half
+    inp["mask"] = mask
+    if N == 144:
+        inp["key_padding_mask"] = torch.rand(B, N, device="cuda") > 0.2  # both, on the same scores
+    run_case(kernel, inp, {})
+    if torch.cuda.get_device_capability()[0] == 9:
+        names = _kernels_that_ran(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"], mask=mask,
+                                                           key_padding_mask=inp.get("key_padding_mask"))
+                                  .sum().backward())
+        assert any("mask_bits_kernel" in n for n in names), sorted(names)
+        assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
+        assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+
+
+def test_fp32_bias_with_a_mask_stays_exact(kernel):
+    # an fp32 bias is not folded with the mask (fp16 would round it): other paths, still by the FlashAttention rule
     B, N, H = 6, 144, 2
-    inp = _window_inputs(B, N, H, torch.float32 if case == "fp32_bias" else BF16)
-    inp["mask"] = torch.rand(B if case == "per_window_mask" else 1, 1, N, N, device="cuda") > 0.3
+    inp = _window_inputs(B, N, H, torch.float32)
+    inp["mask"] = torch.rand(1, 1, N, N, device="cuda") > 0.3
     run_case(kernel, inp, {})

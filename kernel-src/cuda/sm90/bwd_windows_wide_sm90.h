@@ -13,7 +13,8 @@
 //   dV_j += P^T dO_m, dK_j += dS^T Q_m                 (RS: the accumulators are the A fragments as they stand)
 //   dQ_m = dS_m K                                      (SS, from the dS^T tiles all warpgroups stage in shared memory;
 //                                                       warpgroup m computes chunk m's, behind a named barrier)
-// Key padding zeroes P^T on the padded key rows (two flags per thread and window).
+// Key padding zeroes P^T on the padded key rows (two flags per thread and window), a bool mask per window where its
+// bits (KParams::mbits, transposed to rows = keys) are 0.
 // Why not the v3 backward: the table gradient must stay deterministic, and v3 sums dbias with L2 reduce-adds over
 // thousands of windows. Here dS^T summed over the CTA's windows stays in registers ([chunk][kQChunk / 8][4] per
 // thread: the window's N x N spread over the CTA's register file, which bounds N, see the traits) until one flush to
@@ -234,15 +235,32 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     const uint32_t k_a = k_all + wg * 64 * RB, v_a = smem_u32(sV(st)) + wg * 64 * RB;
     const uint32_t lse_a = smem_u32(sLse(st)), delta_a = smem_u32(sDelta(st));
 
-    // key padding: P = 0 on this thread's padded key rows (window t's flags, then window t + 1's fetch; off the
-    // padded rows a per-thread flag skips the zeroing)
+    // key padding: window t's flags of this thread's rows, then window t + 1's fetch
     const bool kept[2] = {kept_next[0], kept_next[1]};
-    const bool pad_rows = !(kept[0] && kept[1]);
     if (p.kp != nullptr && real && t + 1 < w.nitems) fetch_kept_rows(w.batch(p, t + 1));
+    // P^T = 0 where this thread's rows are hidden: by key padding or a bool mask per window (mask bits, transposed:
+    // a row's words run over the queries; per chunk two words, 0 on a padded key), else a per-thread flag skips it
+    const bool has_bits = p.mbits != nullptr;
+    const bool masked = has_bits || !(kept[0] && kept[1]);
 
     float acc_dk[1][4][4], acc_dv[1][4][4];
 #pragma unroll
     for (int m = 0; m < NQC; ++m) {
+      // chunk m's mask words (loaded now, used after the MMAs), shifted by qc: query column nt * 8 + qc + e of the
+      // chunk is then bit (m QC + nt * 8) % 32 + e of word (m QC + nt * 8) / 32 - m QC / 32
+      // (the row address is recomputed per chunk: kept live across the chunks it spilled the 144-token instance)
+      uint32_t mw[2][2] = {{~0u, ~0u}, {~0u, ~0u}};
+      if (masked) {
+        const int key = k0 + key0 + qr;  // row x = 0 (x = 1: 8 rows on); rows past Sk have no bits
+        const uint32_t* row0 = p.mbits + ((int64_t(b % p.mb_period) * p.mb_heads + (p.mb_heads > 1 ? h : 0)) *
+                                              p.mb_rows + key) * p.mb_words + (q0 + m * QC) / 32;
+#pragma unroll
+        for (int x = 0; x < 2; ++x)
+#pragma unroll
+          for (int i = 0; i < 2; ++i)  // (in this CTA's queries; the rows hold Tr::kWindow / 32 words)
+            mw[x][i] = !kept[x] ? 0u : has_bits && key + 8 * x < p.Sk ? __ldg(row0 + 8 * x * p.mb_words + i) >> qc : ~0u;
+      }
+
       // S^T = K_j Q_m^T and dP^T = V_j dO_m^T (head dim 32: two k16 steps within the 64-byte rows)
       float acc_s[1][NT][4], acc_dp[1][NT][4];
       const uint32_t qm = m * QC * RB;
@@ -266,16 +284,13 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         for (int nt = 0; nt < NT; ++nt) {
           const int c = m * QC + nt * 8 + qc;
           const float2 l2 = lds_f32x2(lse_a + c * 4), dl = lds_f32x2(delta_a + c * 4);
+          const int cc = m * QC + nt * 8;  // (compile-time in the unrolled loops)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
+            float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
+            if (masked && !((mw[e >> 1][(cc >> 5) - ((m * QC) >> 5)] >> ((cc & 31) + (e & 1))) & 1u)) pv = 0.f;
             acc_s[0][nt][e] = pv;
             acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
-          }
-          if (pad_rows) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (!kept[e >> 1]) acc_s[0][nt][e] = acc_dp[0][nt][e] = 0.f;
           }
           if (m < RC) {
 #pragma unroll

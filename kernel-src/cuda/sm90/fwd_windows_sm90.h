@@ -16,7 +16,8 @@
 //   * on that fast path the raw term tile is staged in the second window buffer, free until the first window
 //     has been read (window_term_aliased): 41 KB per CTA, so registers (four CTAs per SM), not shared memory,
 //     bound the occupancy.
-// Key padding on the wider tiles is a per-window bit vote on top of the table (window_terms.h: hide_padded_keys).
+// Key padding on the wider tiles is a per-window bit vote on top of the table (window_terms.h: hide_padded_keys), and
+// a bool mask per window arrives with the window's boxes as bits (KParams::mbits, hide_masked_keys).
 // Score terms this fast path does not cover (bool mask, causal / sliding band; key padding in the 64-key tile) take
 // apply_terms(), in the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v3,
 // and bool masks broadcast over the windows into the fp16 term: fold_window_mask).
@@ -40,6 +41,7 @@ namespace sm90 {
 // columns each.
 struct FwdWindowParams {
   CUtensorMap tq, tk, tv;
+  CUtensorMap tbits;  // a bool mask per window as bits (p.mbits): boxes of [64 rows][p.mb_words]
   KParams p;
 };
 
@@ -60,6 +62,9 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   const uint32_t full_a = smem_u32(smem + 2 * Tr::kStageBytes);
   unsigned char* sTerm = smem + 2 * Tr::kStageBytes + Tr::kBarsBytes;
   unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sTerm + Tr::kTermBytes;
+  // the mask bits of the two stages' windows (after the raw term tile when that is not aliased): fwd_windows_bits_offset
+  const int bits_bytes = p.mbits != nullptr ? BM * p.mb_words * 4 : 0;
+  const uint32_t bits_a = smem_u32(smem) + fwd_windows_bits_offset<Tr>(p);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int qr = lane >> 2, qc = (lane & 3) * 2, wr = warp * 16;
@@ -78,13 +83,15 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   // window b's boxes into stage st (thread 0 only): one 32-column block of each tile per box
   auto issue_window = [&](int b, int st) {
     const uint32_t bar = full_a + st * 8, base = smem_u32(sQ) + st * Tr::kStageBytes;
-    mbar_arrive_expect_tx(bar, Tr::kStageBytes);
+    mbar_arrive_expect_tx(bar, Tr::kStageBytes + bits_bytes);
 #pragma unroll
     for (int cb = 0; cb < DK / 32; ++cb) {
       tma_load_4d(base + cb * BM * kSwizzleRowBytes, &args.tq, bar, cb * 32, i0, h, b);
       tma_load_4d(base + Tr::kQBytes + cb * BN * kSwizzleRowBytes, &args.tk, bar, cb * 32, 0, hkv, b);
       tma_load_4d(base + Tr::kQBytes + Tr::kKVBytes + cb * BN * kSwizzleRowBytes, &args.tv, bar, cb * 32, 0, hkv, b);
     }
+    if (bits_bytes > 0)
+      tma_load_4d(bits_a + st * bits_bytes, &args.tbits, bar, 0, i0, p.mb_heads > 1 ? h : 0, b % p.mb_period);
   };
   if (tid == 0) {
     mbar_init(full_a, 1);
@@ -139,6 +146,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     if (fast) {
       apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
       if (padded) hide_padded_keys<NT, NB>(acc_s[0], col0, col1);
+      if (bits_bytes > 0) hide_masked_keys<NT>(acc_s[0], bits_a + st * bits_bytes, p.mb_words, wr + qr, qc);
     } else if constexpr (Tr::kGeneralTerms) {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }

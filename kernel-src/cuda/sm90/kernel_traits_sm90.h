@@ -231,6 +231,14 @@ __host__ __device__ inline bool window_term_aliased(const KParams& p) {
   return table_only && Tr::kBlockM * p.bias_pitch <= Tr::kStageBytes;
 }
 
+// Shared-memory offset (from the aligned base) of the window forward's two mask-bit buffers: after the term table
+// and, unless aliased, the raw term tile; the planner adds 2 * 64 * mb_words * 4 bytes for them.
+template <typename Tr>
+__host__ __device__ inline int fwd_windows_bits_offset(const KParams& p) {
+  const int tile = p.bias.ptr != nullptr && !window_term_aliased<Tr>(p) ? Tr::kBlockM * p.bias_pitch : 0;
+  return (Tr::kSmemBytes - 1024 + tile + 127) / 128 * 128;
+}
+
 }  // namespace sm90
 }  // namespace cuda
 }  // namespace winattn

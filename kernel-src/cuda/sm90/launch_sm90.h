@@ -88,6 +88,7 @@ void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
   args.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, K::Tr::kBlockM);
   args.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, K::Tr::kBlockN);
   args.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kBlockN);
+  if (p.mbits) args.tbits = sm90::make_mask_bits_map(p.mbits, p.mb_period, p.mb_heads, p.mb_rows, p.mb_words, 64);
   args.p = p;
   auto kernel = K::pick(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);

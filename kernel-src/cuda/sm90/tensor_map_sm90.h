@@ -103,6 +103,16 @@ inline CUtensorMap make_bias_map(const void* base, int period, int heads, int ro
   return encode_4d(base, dims, strides, 64, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, "the additive term");
 }
 
+// Map of a bool mask's bits [period][heads][rows][words] uint32 (KParams::mbits; words a multiple of 4: whole 16-byte
+// rows) read in boxes of [box_rows rows][words], unswizzled; rows past the end read as 0.
+inline CUtensorMap make_mask_bits_map(const uint32_t* base, int period, int heads, int rows, int words, int box_rows) {
+  const cuuint64_t dims[4] = {cuuint64_t(words), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(period)};
+  const cuuint64_t row = cuuint64_t(words) * 4, plane = row * rows;
+  const cuuint64_t strides[3] = {row, plane, plane * heads};
+  return encode_4d(base, dims, strides, words, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE, "the mask bits",
+                   CU_TENSOR_MAP_DATA_TYPE_UINT32);
+}
+
 // Map of the fp32 dbias [period, heads, rows, cols] (contiguous, cols a multiple of 4: TMA strides are whole 16-byte
 // units) written in boxes of 32 columns x box_rows rows with the 128-byte swizzle (dbias_stage_offset in
 // bwd_pipelined_sm90.h writes the staging tile in that order).

@@ -135,6 +135,26 @@ __device__ __forceinline__ void hide_padded_keys(float (&acc)[NT][4], const uint
   }
 }
 
+// -inf where a bool mask hides (the wide forward tiles, a mask per window): this thread's rows r0 and r0 + 8 of the
+// window's staged bits [64 rows][words] at shared address `bits` (KParams::mbits). Word w of a row holds column
+// tiles 4 w .. 4 w + 3; shifted by qc, column tile nt's two columns are bits 8 (nt % 4) and 8 (nt % 4) + 1.
+template <int NT>
+__device__ __forceinline__ void hide_masked_keys(float (&acc)[NT][4], uint32_t bits, int words, int r0, int qc) {
+#pragma unroll
+  for (int w = 0; w < (NT + 3) / 4; ++w) {
+    const uint32_t a = lds_u32(bits + (r0 * words + w) * 4) >> qc;
+    const uint32_t b = lds_u32(bits + ((r0 + 8) * words + w) * 4) >> qc;
+#pragma unroll
+    for (int i = 0; i < 4 && 4 * w + i < NT; ++i) {
+      float(&x)[4] = acc[4 * w + i];
+      if (!((a >> (8 * i)) & 1u)) x[0] = -INFINITY;
+      if (!((a >> (8 * i + 1)) & 1u)) x[1] = -INFINITY;
+      if (!((b >> (8 * i)) & 1u)) x[2] = -INFINITY;
+      if (!((b >> (8 * i + 1)) & 1u)) x[3] = -INFINITY;
+    }
+  }
+}
+
 // Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf). Entry nt of
 // thread `tid` is at nt * kStride + tid (128: a warpgroup's table, 32: one warp's) of the table at shared address
 // `table` (read with ld.shared: through a generic pointer the compiler no longer knows is shared, the reads were
