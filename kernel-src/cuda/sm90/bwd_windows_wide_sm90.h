@@ -239,9 +239,10 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     const bool kept[2] = {kept_next[0], kept_next[1]};
     if (p.kp != nullptr && real && t + 1 < w.nitems) fetch_kept_rows(w.batch(p, t + 1));
     // P^T = 0 where this thread's rows are hidden: by key padding or a bool mask per window (mask bits, transposed:
-    // a row's words run over the queries; per chunk two words, 0 on a padded key), else a per-thread flag skips it
+    // a row's words run over the queries; per chunk two words, 0 on a padded key). A warp with nothing hidden in
+    // this window takes the chunk code without the selects (masked is the same in all its lanes).
     const bool has_bits = p.mbits != nullptr;
-    const bool masked = has_bits || !(kept[0] && kept[1]);
+    const bool masked = __any_sync(0xffffffffu, has_bits || !(kept[0] && kept[1]));
 
     float acc_dk[1][4][4], acc_dv[1][4][4];
 #pragma unroll
@@ -278,8 +279,9 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       fence_acc(acc_dp[0]);
 
       // P^T and dS^T in place (columns = queries: lse2 / delta per column pair), dS^T into the window sums
-      if (real) {
-        apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
+      // (two copies of the chunk's elementwise code: with the mask selects, and without them for the warps with
+      // nothing hidden, so unmasked calls, the common case, do not pay a select per score)
+      auto p_and_ds = [&](auto with_mask) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int c = m * QC + nt * 8 + qc;
@@ -288,7 +290,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
-            if (masked && !((mw[e >> 1][(cc >> 5) - ((m * QC) >> 5)] >> ((cc & 31) + (e & 1))) & 1u)) pv = 0.f;
+            if constexpr (decltype(with_mask)::value)
+              if (!((mw[e >> 1][(cc >> 5) - ((m * QC) >> 5)] >> ((cc & 31) + (e & 1))) & 1u)) pv = 0.f;
             acc_s[0][nt][e] = pv;
             acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
           }
@@ -302,6 +305,13 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
             sts_f32x4(db_at(m, nt), sum);
           }
         }
+      };
+      if (real) {
+        apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
+        if (masked)
+          p_and_ds(std::true_type{});
+        else
+          p_and_ds(std::false_type{});
       }
       uint32_t pf[1][NT / 2][4], dsf[1][NT / 2][4];
       acc_to_afrag<Elem, 1, NT>(pf, acc_s);
