@@ -209,8 +209,9 @@ void use_comb(KParams& p, const CombPlan& c, const void* comb) {
 // A bool mask broadcast over the windows folded into the fp16 term as -inf where it hides, so a window-shaped call
 // with one takes the window kernels' term table (the wide tiles have no per-score mask read; elsewhere it is read
 // per score). The term's period P is kept (the mask's must divide it; without a bias or table it is the mask's) and
-// must be < B: a per-window mask would make an fp16 copy the size of the scores, so it stays a mask (v3). Exact:
-// only for 16-bit biases (recast_bf16_term's rule) or the table term, which is fp16 already. Returns P, 0 if not.
+// must be < B: a per-window mask would make an fp16 copy the size of the scores, so it stays a mask (the wide
+// kernels read it as bits: use_mask_bits). Exact: only for 16-bit biases (recast_bf16_term's rule) or the table
+// term, which is fp16 already. Returns P, 0 if not.
 int mask_fold_period(const FwdParams& fp, const KParams& p) {
   if (fp.mask.ptr == nullptr || p.has_band || (fp.bias.ptr && fp.bias.dtype == DType::kFloat32 && !fp.rel_table))
     return 0;

@@ -18,9 +18,9 @@
 //     bound the occupancy.
 // Key padding on the wider tiles is a per-window bit vote on top of the table (window_terms.h: hide_padded_keys), and
 // a bool mask per window arrives with the window's boxes as bits (KParams::mbits, hide_masked_keys).
-// Score terms this fast path does not cover (bool mask, causal / sliding band; key padding in the 64-key tile) take
-// apply_terms(), in the 64-key tile only (Tr::kGeneralTerms; the planner sends such calls with wider windows to v3,
-// and bool masks broadcast over the windows into the fp16 term: fold_window_mask).
+// Score terms the fast path does not cover (causal / sliding band; bool masks and key padding in the 64-key tile) take
+// apply_terms(), in the 64-key tile only (Tr::kGeneralTerms; with wider windows the planner folds a bool mask
+// broadcast over the windows into the fp16 term, fold_window_mask, and sends a band to v3).
 #pragma once
 #include "../block_info.h"
 #include "../gemm.h"
