@@ -95,9 +95,9 @@ def test_swin_around_the_wide_kernel(kernel, win, D):
     run_case(kernel, inp, {}, swin=True)
 
 
-def _assert_wide_kernels_ran(kernel, inp):
+def _assert_wide_kernels_ran(kernel, inp, also=()):
     """On Hopper, a forward + backward of `attention` with `inp`'s terms runs the window forward and the wide
-    backward (not v3); elsewhere nothing to check."""
+    backward (not v3), and the kernels named in `also`; elsewhere nothing to check."""
     if torch.cuda.get_device_capability()[0] != 9:
         return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -107,6 +107,8 @@ def _assert_wide_kernels_ran(kernel, inp):
     names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
     assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
     assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+    for name in also:
+        assert any(name in n for n in names), sorted(names)
 
 
 @pytest.mark.parametrize("win", [12, 16])
@@ -201,13 +203,7 @@ def test_per_window_bool_mask_as_bits(kernel, N, heads):
     if N == 144:
         inp["key_padding_mask"] = torch.rand(B, N, device="cuda") > 0.2  # both, on the same scores
     run_case(kernel, inp, {})
-    if torch.cuda.get_device_capability()[0] == 9:
-        names = _kernels_that_ran(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"], mask=mask,
-                                                           key_padding_mask=inp.get("key_padding_mask"))
-                                  .sum().backward())
-        assert any("mask_bits_kernel" in n for n in names), sorted(names)
-        assert any("fwd_windows_kernel_sm90" in n for n in names), sorted(names)
-        assert any("bwd_windows_wide_kernel_sm90" in n for n in names), sorted(names)
+    _assert_wide_kernels_ran(kernel, inp, also=("mask_bits_kernel",))
 
 
 def test_fp32_bias_with_a_mask_stays_exact(kernel):
