@@ -63,7 +63,10 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, int byt
                : "memory");
 }
 
-template <typename Tr, typename Elem>
+// kBits: a bool mask per window as bits (p.mbits, key padding folded in); its own instance, so that calls without
+// one (the common case) keep the code without a select per score (with the selects in one instance for all calls
+// the 144-token backward ran 11% slower without a mask, 24% with key padding: RESULTS v3.5).
+template <typename Tr, typename Elem, bool kBits>
 __global__ void __launch_bounds__(Tr::kNThreads, 1)
     bwd_windows_wide_kernel_sm90(const __grid_constant__ BwdWideWindowParams args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -235,23 +238,21 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     const uint32_t k_a = k_all + wg * 64 * RB, v_a = smem_u32(sV(st)) + wg * 64 * RB;
     const uint32_t lse_a = smem_u32(sLse(st)), delta_a = smem_u32(sDelta(st));
 
-    // key padding: window t's flags of this thread's rows, then window t + 1's fetch
+    // key padding: window t's flags of this thread's rows, then window t + 1's fetch (without mask bits: off the
+    // padded rows a per-thread flag skips the zeroing)
     const bool kept[2] = {kept_next[0], kept_next[1]};
+    const bool pad_rows = !(kept[0] && kept[1]);
     if (p.kp != nullptr && real && t + 1 < w.nitems) fetch_kept_rows(w.batch(p, t + 1));
-    // P^T = 0 where this thread's rows are hidden: by key padding or a bool mask per window (mask bits, transposed:
-    // a row's words run over the queries; per chunk two words, 0 on a padded key). A warp with nothing hidden in
-    // this window takes the chunk code without the selects (masked is the same in all its lanes).
-    const bool has_bits = p.mbits != nullptr;
-    const bool masked = __any_sync(0xffffffffu, has_bits || !(kept[0] && kept[1]));
 
     float acc_dk[1][4][4], acc_dv[1][4][4];
 #pragma unroll
     for (int m = 0; m < NQC; ++m) {
-      // chunk m's mask words (loaded now, used after the MMAs), shifted by qc: query column nt * 8 + qc + e of the
-      // chunk is then bit (m QC + nt * 8) % 32 + e of word (m QC + nt * 8) / 32 - m QC / 32
-      // (the row address is recomputed per chunk: kept live across the chunks it spilled the 144-token instance)
+      // kBits: chunk m's mask words (loaded now, used after the MMAs; transposed bits, a row's words run over the
+      // queries; 0 on a padded key), shifted by qc: query column nt * 8 + qc + e of the chunk is then bit
+      // (m QC + nt * 8) % 32 + e of word (m QC + nt * 8) / 32 - m QC / 32 (the row address is recomputed per chunk:
+      // kept live across the chunks it spilled the 144-token instance)
       uint32_t mw[2][2] = {{~0u, ~0u}, {~0u, ~0u}};
-      if (masked) {
+      if constexpr (kBits) {
         const int key = k0 + key0 + qr;  // row x = 0 (x = 1: 8 rows on); rows past Sk have no bits
         const uint32_t* row0 = p.mbits + ((int64_t(b % p.mb_period) * p.mb_heads + (p.mb_heads > 1 ? h : 0)) *
                                               p.mb_rows + key) * p.mb_words + (q0 + m * QC) / 32;
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
         for (int x = 0; x < 2; ++x)
 #pragma unroll
           for (int i = 0; i < 2; ++i)  // (in this CTA's queries; the rows hold Tr::kWindow / 32 words)
-            mw[x][i] = !kept[x] ? 0u : has_bits && key + 8 * x < p.Sk ? __ldg(row0 + 8 * x * p.mb_words + i) >> qc : ~0u;
+            mw[x][i] = !kept[x] ? 0u : key + 8 * x < p.Sk ? __ldg(row0 + 8 * x * p.mb_words + i) >> qc : ~0u;
       }
 
       // S^T = K_j Q_m^T and dP^T = V_j dO_m^T (head dim 32: two k16 steps within the 64-byte rows)
@@ -279,9 +280,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       fence_acc(acc_dp[0]);
 
       // P^T and dS^T in place (columns = queries: lse2 / delta per column pair), dS^T into the window sums
-      // (two copies of the chunk's elementwise code: with the mask selects, and without them for the warps with
-      // nothing hidden, so unmasked calls, the common case, do not pay a select per score)
-      auto p_and_ds = [&](auto with_mask) {
+      if (real) {
+        apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int c = m * QC + nt * 8 + qc;
@@ -290,10 +290,17 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float pv = fast_exp2(acc_s[0][nt][e] - ((e & 1) ? l2.y : l2.x));
-            if constexpr (decltype(with_mask)::value)
+            if constexpr (kBits)
               if (!((mw[e >> 1][(cc >> 5) - ((m * QC) >> 5)] >> ((cc & 31) + (e & 1))) & 1u)) pv = 0.f;
             acc_s[0][nt][e] = pv;
             acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
+          }
+          if constexpr (!kBits) {
+            if (pad_rows) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (!kept[e >> 1]) acc_s[0][nt][e] = acc_dp[0][nt][e] = 0.f;
+            }
           }
           if (m < RC) {
 #pragma unroll
@@ -305,13 +312,6 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
             sts_f32x4(db_at(m, nt), sum);
           }
         }
-      };
-      if (real) {
-        apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
-        if (masked)
-          p_and_ds(std::true_type{});
-        else
-          p_and_ds(std::false_type{});
       }
       uint32_t pf[1][NT / 2][4], dsf[1][NT / 2][4];
       acc_to_afrag<Elem, 1, NT>(pf, acc_s);

@@ -45,7 +45,9 @@ struct FwdWindowParams {
   KParams p;
 };
 
-template <typename Tr, typename Elem>
+// kBits: a bool mask per window as bits (p.mbits; wide tiles only), its own instance so that calls without one keep
+// the registers and code they had (one instance for both: the W12 forward ran 7% slower without a mask, RESULTS v3.5).
+template <typename Tr, typename Elem, bool kBits>
 __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     fwd_windows_kernel_sm90(const __grid_constant__ FwdWindowParams args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   unsigned char* sTerm = smem + 2 * Tr::kStageBytes + Tr::kBarsBytes;
   unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sTerm + Tr::kTermBytes;
   // the mask bits of the two stages' windows (after the raw term tile when that is not aliased): fwd_windows_bits_offset
-  const int bits_bytes = p.mbits != nullptr ? BM * p.mb_words * 4 : 0;
+  const int bits_bytes = kBits ? BM * p.mb_words * 4 : 0;
   const uint32_t bits_a = smem_u32(smem) + fwd_windows_bits_offset<Tr>(p);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
       tma_load_4d(base + Tr::kQBytes + cb * BN * kSwizzleRowBytes, &args.tk, bar, cb * 32, 0, hkv, b);
       tma_load_4d(base + Tr::kQBytes + Tr::kKVBytes + cb * BN * kSwizzleRowBytes, &args.tv, bar, cb * 32, 0, hkv, b);
     }
-    if (bits_bytes > 0)
+    if constexpr (kBits)
       tma_load_4d(bits_a + st * bits_bytes, &args.tbits, bar, 0, i0, p.mb_heads > 1 ? h : 0, b % p.mb_period);
   };
   if (tid == 0) {
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     if (fast) {
       apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
       if (padded) hide_padded_keys<NT, NB>(acc_s[0], col0, col1);
-      if (bits_bytes > 0) hide_masked_keys<NT>(acc_s[0], bits_a + st * bits_bytes, p.mb_words, wr + qr, qc);
+      if constexpr (kBits) hide_masked_keys<NT>(acc_s[0], bits_a + st * bits_bytes, p.mb_words, wr + qr, qc);
     } else if constexpr (Tr::kGeneralTerms) {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }
