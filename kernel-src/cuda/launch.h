@@ -37,7 +37,7 @@ template <int D>
 void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms, cudaStream_t stream);
 // Window mode on Hopper (sm90/fwd_windows_sm90.h): head dim 32 with key blocks 64, 128, 160, 256; head dim 64 with 64.
 template <int D, int BN>
-int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, bool mask_bits);
+int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, const KParams& p);  // (p: the instance it runs)
 template <int D, int BN>
 void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 // Window-mode backward on Hopper (sm90/bwd_windows_sm90.h), head dim 32 (its own translation unit).

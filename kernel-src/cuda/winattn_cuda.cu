@@ -451,7 +451,7 @@ bool plan_fwd_window_tiles(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& d
     if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0 && !recast_bf16_term(fp, p)) ok = false;
     smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0) + bits_smem;
     if (ok && smem <= dev.smem_optin)
-      occ = fwd_windows_sm90_blocks_per_sm<decltype(d)::value, decltype(n)::value>(dt, smem, p.mbits != nullptr);
+      occ = fwd_windows_sm90_blocks_per_sm<decltype(d)::value, decltype(n)::value>(dt, smem, p);
   });
   if (!ok || smem > dev.smem_optin) return false;
   pl.grid = window_grid(p, period, ceil_div(p.Sq, 64), occ, dev, "WINATTN_FWD_G");

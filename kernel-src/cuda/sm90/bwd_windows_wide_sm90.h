@@ -63,14 +63,14 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, int byt
                : "memory");
 }
 
-// kBits: a bool mask per window as bits (p.mbits, key padding folded in); its own instance, so that calls without
-// one (the common case) keep the code without a select per score (with the selects in one instance for all calls
-// the 144-token backward ran 11% slower without a mask, 24% with key padding: RESULTS v3.5).
-template <typename Tr, typename Elem, bool kBits>
+// kHide: what is hidden per window beyond the table (window_terms.h: WindowHiding; with mask bits, key padding is
+// folded into the words read).
+template <typename Tr, typename Elem, int kHide>
 __global__ void __launch_bounds__(Tr::kNThreads, 1)
     bwd_windows_wide_kernel_sm90(const __grid_constant__ BwdWideWindowParams args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const KParams& p = args.p;
+  constexpr bool kBits = kHide == kHideMaskBits, kPadding = kHide != kHideNothing;
   constexpr int NKB = Tr::kKeyBlocks, QC = Tr::kQChunk, NQC = Tr::kQChunks, NT = QC / 8;
   constexpr int KEYS = Tr::kKeys, QROWS = Tr::kQueries, DQK = Tr::kDqKeys, NTH = Tr::kNThreads;
   constexpr int SLOTS = Tr::kWarpSlots, RC = Tr::kRegChunks, RB = kSwizzleRowBytes;
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
       kept_next[x] = key >= p.Sk || __ldg(row + int64_t(key) * p.kp_sk) != 0;
     }
   };
-  if (p.kp != nullptr && real) fetch_kept_rows(w.batch(p, 0));
+  if (kPadding && p.kp != nullptr && real) fetch_kept_rows(w.batch(p, 0));
 
   for (int t = 0; t < w.nitems; ++t) {
     const int b = w.batch(p, t), st = t & 1;
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     // padded rows a per-thread flag skips the zeroing)
     const bool kept[2] = {kept_next[0], kept_next[1]};
     const bool pad_rows = !(kept[0] && kept[1]);
-    if (p.kp != nullptr && real && t + 1 < w.nitems) fetch_kept_rows(w.batch(p, t + 1));
+    if (kPadding && p.kp != nullptr && real && t + 1 < w.nitems) fetch_kept_rows(w.batch(p, t + 1));
 
     float acc_dk[1][4][4], acc_dv[1][4][4];
 #pragma unroll
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
             acc_s[0][nt][e] = pv;
             acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
           }
-          if constexpr (!kBits) {
+          if constexpr (kHide == kHidePaddedKeys) {
             if (pad_rows) {
 #pragma unroll
               for (int e = 0; e < 4; ++e)

@@ -45,9 +45,9 @@ struct FwdWindowParams {
   KParams p;
 };
 
-// kBits: a bool mask per window as bits (p.mbits; wide tiles only), its own instance so that calls without one keep
-// the registers and code they had (one instance for both: the W12 forward ran 7% slower without a mask, RESULTS v3.5).
-template <typename Tr, typename Elem, bool kBits>
+// kHide: what the wide tiles hide per window beyond the table (window_terms.h: WindowHiding); the 64-key tile
+// (Tr::kGeneralTerms) has only the kHideNothing instance and takes every term in apply_terms.
+template <typename Tr, typename Elem, int kHide>
 __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     fwd_windows_kernel_sm90(const __grid_constant__ FwdWindowParams args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
   unsigned char* sTerm = smem + 2 * Tr::kStageBytes + Tr::kBarsBytes;
   unsigned char* sBias = window_term_aliased<Tr>(p) ? smem + Tr::kStageBytes : sTerm + Tr::kTermBytes;
   // the mask bits of the two stages' windows (after the raw term tile when that is not aliased): fwd_windows_bits_offset
+  constexpr bool kBits = kHide == kHideMaskBits;
   const int bits_bytes = kBits ? BM * p.mb_words * 4 : 0;
   const uint32_t bits_a = smem_u32(smem) + fwd_windows_bits_offset<Tr>(p);
 
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
 
   const uint32_t sQ_addr = smem_u32(sQ), sK_addr = smem_u32(sK), sV_addr = smem_u32(sV), term_a = smem_u32(sTerm);
   constexpr int NB = (BN + 127) / 128;
-  const bool kp_bits = !Tr::kGeneralTerms && p.kp != nullptr;
+  const bool kp_bits = !Tr::kGeneralTerms && kHide != kHideNothing && p.kp != nullptr;
   uint32_t kp_raw[NB];
   if (kp_bits) fetch_key_padding<NB>(kp_raw, p, w.batch(p, 0), lane);
   for (int t = 0; t < w.nitems; ++t) {

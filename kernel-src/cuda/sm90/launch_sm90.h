@@ -35,14 +35,21 @@ template <int D, int BN>
 struct FwdWindowsSm90 {  // (its own parameter struct: the TMA maps)
   using Tr = typename sm90::FwdWindowTraitsSm90For<D, BN>::type;
   using Fn = void (*)(sm90::FwdWindowParams);
-  // (bits: the instance for a bool mask per window, wide tiles only: the 64-key tile takes masks in apply_terms)
-  static Fn pick(int dtype, bool bits) {
-    if constexpr (!Tr::kGeneralTerms)
-      if (bits)
-        return dtype == 0 ? sm90::fwd_windows_kernel_sm90<Tr, __half, true>
-                          : sm90::fwd_windows_kernel_sm90<Tr, __nv_bfloat16, true>;
-    return dtype == 0 ? sm90::fwd_windows_kernel_sm90<Tr, __half, false>
-                      : sm90::fwd_windows_kernel_sm90<Tr, __nv_bfloat16, false>;
+  template <int kHide>
+  static Fn pick_hiding(int dtype) {
+    return dtype == 0 ? sm90::fwd_windows_kernel_sm90<Tr, __half, kHide>
+                      : sm90::fwd_windows_kernel_sm90<Tr, __nv_bfloat16, kHide>;
+  }
+  // the instance for what the call hides per window (WindowHiding; the 64-key tile has one, see apply_terms)
+  static Fn pick(int dtype, const KParams& p) {
+    if constexpr (!Tr::kGeneralTerms) {
+      switch (sm90::window_hiding(p.mbits != nullptr, p.kp != nullptr)) {
+        case sm90::kHideMaskBits: return pick_hiding<sm90::kHideMaskBits>(dtype);
+        case sm90::kHidePaddedKeys: return pick_hiding<sm90::kHidePaddedKeys>(dtype);
+        default: break;
+      }
+    }
+    return pick_hiding<sm90::kHideNothing>(dtype);
   }
   static constexpr const char* kName = "window_attention fwd (sm90 windows)";
 };
@@ -83,9 +90,9 @@ void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStrea
   launch_family<FwdSm90<D>>(p, dtype, grid, smem, stream);
 }
 template <int D, int BN>
-int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, bool bits) {
+int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, const KParams& p) {
   using K = FwdWindowsSm90<D, BN>;
-  return blocks_per_sm(K::pick(dtype, bits), K::Tr::kNThreads, smem);
+  return blocks_per_sm(K::pick(dtype, p), K::Tr::kNThreads, smem);
 }
 template <int D, int BN>
 void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
@@ -97,7 +104,7 @@ void run_fwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, c
   args.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, K::Tr::kBlockN);
   if (p.mbits) args.tbits = sm90::make_mask_bits_map(p.mbits, p.mb_period, p.mb_heads, p.mb_rows, p.mb_words, 64);
   args.p = p;
-  auto kernel = K::pick(dtype, p.mbits != nullptr);
+  auto kernel = K::pick(dtype, p);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(K::Tr::kNThreads), smem, stream>>>(args);
   check_cuda(cudaGetLastError(), K::kName);
@@ -118,13 +125,19 @@ template <int N>
 struct BwdWideWindowsSm90 {
   using Tr = typename sm90::BwdWideWindowTraitsSm90For<N>::type;
   using Fn = void (*)(sm90::BwdWideWindowParams);
-  // (bits: the instance for a bool mask per window; the same shared memory and one CTA per SM as the other)
-  static Fn pick(int dtype, bool bits = false) {
-    if (bits)
-      return dtype == 0 ? sm90::bwd_windows_wide_kernel_sm90<Tr, __half, true>
-                        : sm90::bwd_windows_wide_kernel_sm90<Tr, __nv_bfloat16, true>;
-    return dtype == 0 ? sm90::bwd_windows_wide_kernel_sm90<Tr, __half, false>
-                      : sm90::bwd_windows_wide_kernel_sm90<Tr, __nv_bfloat16, false>;
+  template <int kHide>
+  static Fn pick_hiding(int dtype) {
+    return dtype == 0 ? sm90::bwd_windows_wide_kernel_sm90<Tr, __half, kHide>
+                      : sm90::bwd_windows_wide_kernel_sm90<Tr, __nv_bfloat16, kHide>;
+  }
+  // the instance for what the call hides per window (WindowHiding); all three have the same shared memory and one
+  // CTA per SM (the occupancy queries take the first)
+  static Fn pick(int dtype, const KParams* p = nullptr) {
+    switch (p ? sm90::window_hiding(p->mbits != nullptr, p->kp != nullptr) : sm90::kHideNothing) {
+      case sm90::kHideMaskBits: return pick_hiding<sm90::kHideMaskBits>(dtype);
+      case sm90::kHidePaddedKeys: return pick_hiding<sm90::kHidePaddedKeys>(dtype);
+      default: return pick_hiding<sm90::kHideNothing>(dtype);
+    }
   }
   static constexpr const char* kName = "window_attention bwd (sm90 wide windows)";
 };
@@ -193,7 +206,7 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
   if (sq_pad != K::Tr::kWindow)
     throw std::logic_error("window_attention (cuda): the wide-window backward needs its preprocess rows padded to " +
                            std::to_string(K::Tr::kWindow));
-  auto kernel = K::pick(dtype, p.mbits != nullptr);
+  auto kernel = K::pick(dtype, &p);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), K::Tr::kSmemBytes, K::kName);
   if constexpr (K::Tr::kSplit) {  // a cluster of four CTAs per work item (one per window quarter)
     ClusterLaunch<4> launch(4 * grid, K::Tr::kNThreads, K::Tr::kSmemBytes, stream);
@@ -306,7 +319,7 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms
   template void run_bwd_windows_wide_sm90<N>(const KParams&, const float*, int, int, int64_t, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D, BN)                                                  \
-  template int fwd_windows_sm90_blocks_per_sm<D, BN>(int, int, bool);                                \
+  template int fwd_windows_sm90_blocks_per_sm<D, BN>(int, int, const KParams&);                      \
   template void run_fwd_windows_sm90<D, BN>(const KParams&, int, int64_t, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_SM90(D)                                                              \

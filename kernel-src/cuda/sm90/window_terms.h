@@ -12,6 +12,19 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
+// What the wide window kernels hide per window beyond the table, as a template argument: each case is its own
+// instance, so a call pays only for its own terms (with key padding as a runtime branch, the W12 backward without it
+// ran 7% slower than before, and with mask bits as a runtime branch 11%: RESULTS v3.5).
+enum WindowHiding : int {
+  kHideNothing = 0,     // the table alone
+  kHidePaddedKeys = 1,  // + key padding (p.kp)
+  kHideMaskBits = 2,    // + a bool mask per window as bits (p.mbits; the forward still votes p.kp, the backward has
+                        // it folded into the words it reads)
+};
+__host__ __device__ constexpr WindowHiding window_hiding(bool mask_bits, bool key_padding) {
+  return mask_bits ? kHideMaskBits : key_padding ? kHidePaddedKeys : kHideNothing;
+}
+
 __device__ __forceinline__ bool window_fast_terms(const KParams& p) {
   return p.mask.ptr == nullptr && p.kp == nullptr && !p.has_band;
 }
