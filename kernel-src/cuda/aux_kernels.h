@@ -54,31 +54,40 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
 }
 
 // A bool mask [period, heads, Sq, Sk] (any strides, broadcast dims stride 0) as bits for the wide window kernels:
-// out[((pp * heads + h) * rows + r) * words + w], bit j = mask[pp, h, r, 32 w + j] (transposed: mask[pp, h, 32 w + j,
-// r], rows = keys), 1 past the mask's columns (the kernels' term tables hide those keys / queries). A thread per
-// word, r fastest, so a warp's loads of one j are adjacent in the transposed mode (rows = the mask's columns); in
-// the other each thread's 32 loads walk one 32-byte run (one sector, reused from L1). The kernels then read an
-// eighth of the bytes, in the order their fragments need (a bool mask per window otherwise sent such calls to v3:
-// W12, H200, 23.6 ms forward against 0.86 without it, RESULTS v3.4).
-__global__ void mask_bits_kernel(uint32_t* out, Operand4d mask, int rows, int cols, int words, bool transposed) {
-  const int64_t n = int64_t(mask.period) * mask.heads * rows * words;
+// out[((pp * heads + h) * rows + r) * words + w], bit j = mask[pp, h, r, 32 w + j] (kTransposed: mask[pp, h, 32 w + j,
+// r], rows = keys), 1 past the mask's columns (the kernels' term tables hide those keys / queries). The kernels then
+// read an eighth of the bytes, in the order their fragments need (a bool mask per window otherwise sent such calls
+// to v3: W12, H200, 23.6 ms forward against 0.86 without it, RESULTS v3.4).
+// A thread per word. Forward order (w fastest): a warp reads adjacent 32-byte runs, 4 bytes per load where the rows
+// allow it. Transposed (r fastest): a warp's loads of one j are 32 adjacent bytes. 32-bit index arithmetic within a
+// plane: with 64-bit divisions per word and a byte load per bit, this pass took 0.20 / 0.30 ms at W12 (8192
+// windows; issue-bound, DRAM 14-20% busy: RESULTS v3.5).
+template <bool kTransposed>
+__global__ void mask_bits_kernel(uint32_t* out, Operand4d mask, int rows, int cols, int words) {
+  const int per_plane = rows * words;
+  const int64_t n = int64_t(mask.period) * mask.heads * per_plane;
   const unsigned char* m = static_cast<const unsigned char*>(mask.ptr);
+  const int64_t step = kTransposed ? mask.sq : mask.sk;  // from bit j to bit j + 1
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int r = int(e % rows);
-    const int64_t rest = e / rows;
-    const int w = int(rest % words);
-    const int64_t plane = rest / words;  // pp * heads + h
-    const int h = int(plane % mask.heads), pp = int(plane / mask.heads);
-    const unsigned char* base = m + int64_t(pp) * mask.sb + int64_t(h) * mask.sh;
-    uint32_t bits = 0;
-#pragma unroll 8
-    for (int j = 0; j < 32; ++j) {
-      const int c = w * 32 + j;
-      const bool on = c >= cols || (transposed ? base[int64_t(c) * mask.sq + int64_t(r) * mask.sk]
-                                               : base[int64_t(r) * mask.sq + int64_t(c) * mask.sk]) != 0;
-      bits |= uint32_t(on) << j;
+    const int plane = n <= INT32_MAX ? int(uint32_t(e) / uint32_t(per_plane)) : int(e / per_plane);  // pp * heads + h
+    const int in_plane = int(e - int64_t(plane) * per_plane);
+    const int r = kTransposed ? in_plane % rows : in_plane / words;
+    const int w = kTransposed ? in_plane / rows : in_plane % words;
+    const int h = plane % mask.heads, pp = plane / mask.heads;
+    const int valid = min(32, cols - 32 * w);  // bits of this word inside the mask (<= 0: none)
+    uint32_t bits = valid >= 32 ? 0u : ~0u << max(valid, 0);
+    const unsigned char* at = m + int64_t(pp) * mask.sb + int64_t(h) * mask.sh +
+                              (kTransposed ? int64_t(r) * mask.sk : int64_t(r) * mask.sq) + int64_t(32 * w) * step;
+    int j = 0;
+    if (!kTransposed && step == 1 && (reinterpret_cast<uintptr_t>(at) & 3) == 0) {
+      for (; j + 4 <= valid; j += 4) {  // 4 bytes -> 4 bits: 0xff per nonzero byte, then bits 0 / 8 / 16 / 24
+        const uint32_t y = __vcmpne4(__ldg(reinterpret_cast<const uint32_t*>(at + j)), 0u) & 0x01010101u;
+        bits |= ((y | y >> 7 | y >> 14 | y >> 21) & 0xfu) << j;
+      }
     }
-    out[(plane * rows + r) * words + w] = bits;
+    at += int64_t(j) * step;
+    for (; j < valid; ++j, at += step) bits |= uint32_t(*at != 0) << j;
+    out[(int64_t(plane) * rows + r) * words + w] = bits;
   }
 }
 

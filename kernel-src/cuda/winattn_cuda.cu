@@ -251,8 +251,12 @@ void use_mask_bits(KParams& p, MaskBitsPlan& mb, bool transposed, int words) {
 }
 void launch_mask_bits(const FwdParams& fp, KParams& p, const MaskBitsPlan& mb, uint32_t* out, cudaStream_t stream) {
   const int64_t words = mb.bytes / 4;
-  mask_bits_kernel<<<unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535)), 256, 0, stream>>>(
-      out, operand(fp.mask, p.Sk, true), mb.rows, mb.cols, mb.words, mb.transposed);
+  const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
+  const Operand4d mask = operand(fp.mask, p.Sk, true);
+  if (mb.transposed)
+    mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, mb.rows, mb.cols, mb.words);
+  else
+    mask_bits_kernel<false><<<blocks, 256, 0, stream>>>(out, mask, mb.rows, mb.cols, mb.words);
   check_cuda(cudaGetLastError(), "window_attention mask bits");
   p.mbits = out;
 }

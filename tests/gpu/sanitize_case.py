@@ -44,7 +44,7 @@ def main():
         out.sum().backward()
     # 4. wide windows (sm90 window forward, key blocks 128 / 160 / 256, several query tiles; the wide-window
     # backward at N = 81 / 100 / 144 / 196 / 256 with 3 windows per CTA: its named-barrier dS^T exchange, TMA stages
-    # and, past 144, the cluster's st.async exchange), table + shift mask, then key padding and a shared bool mask
+    # and, past 144, the cluster's st.async exchange), table + shift mask, then key padding and bool masks
     os.environ["WINATTN_BWD_G"] = "3"
     for N in (81, 100, 144, 196, 256):
         q, k, v = r(8, N, 2, 32), r(8, N, 2, 32), r(8, N, 2, 32)
@@ -58,6 +58,10 @@ def main():
         kp = torch.rand(8, N, device=dev) > 0.2
         shared = torch.rand(1, 1, N, N, device=dev) > 0.2
         kern.attention(q, k, v, bias=r(1, 2, N, N), key_padding_mask=kp, mask=shared).sum().backward()
+        # a bool mask per window (read as bits: the TMA-staged words, the backward's transposed ones), as a strided
+        # view (the bits pass's byte loads) and with key padding
+        per_window = (torch.rand(8, 1, N, 2 * N + 1, device=dev) > 0.2)[..., 1::2]
+        kern.attention(q, k, v, bias=r(1, 2, N, N), key_padding_mask=kp, mask=per_window).sum().backward()
     os.environ.pop("WINATTN_BWD_G")
     os.environ.pop("WINATTN_FWD_G")
     # 5. large head dims

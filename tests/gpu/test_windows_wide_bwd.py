@@ -206,6 +206,18 @@ def test_per_window_bool_mask_as_bits(kernel, N, heads):
     _assert_wide_kernels_ran(kernel, inp, also=("mask_bits_kernel",))
 
 
+@pytest.mark.parametrize("N", [121, 144])
+def test_per_window_bool_mask_views(kernel, N):
+    # the bits pass reads 4 mask bytes at a time where a row allows it: views that do not (keys 2 apart, rows that
+    # start one byte in) take its byte loads, and must give the same bits
+    B, H = 5, 2
+    inp = _window_inputs(B, N, H, BF16)
+    inp["mask"] = (torch.rand(B, 1, N, 2 * N + 1, device="cuda") > 0.3)[..., 1::2]
+    inp["mask"][1, :, 5, :] = False  # a fully hidden row
+    run_case(kernel, inp, {})
+    _assert_wide_kernels_ran(kernel, inp, also=("mask_bits_kernel",))
+
+
 def test_fp32_bias_with_a_mask_stays_exact(kernel):
     # an fp32 bias is not folded with the mask (fp16 would round it): other paths, still by the FlashAttention rule
     B, N, H = 6, 144, 2
