@@ -4,7 +4,7 @@ Many short sequences (8192 windows of 144 tokens, 4096 of 256; H=4, D=32) with a
 over the windows, alone, with a key-padding mask (10% of the keys), with a bool mask shared by the windows
 ([1, 1, N, N]) or with a per-window one ([B, 1, N, N]). Prints the forward / backward medians (bench_cuda.measure:
 device events after warm-up) and the kernels that ran, so the path each call takes is visible: the wide window
-kernels for all but the per-window mask, which runs v3 (benchmarks/RESULTS.md v3.3, v3.4).
+kernels in every case, with mask_bits_kernel before them for the per-window mask (benchmarks/RESULTS.md v3.4, v3.5).
 
     python3 benchmarks/bench_window_terms.py build/torch-stable-abi210-cu130-x86_64-linux
 """

@@ -14,7 +14,7 @@ namespace sm90 {
 
 // What the wide window kernels hide per window beyond the table, as a template argument: each case is its own
 // instance, so a call pays only for its own terms (with key padding as a runtime branch, the W12 backward without it
-// ran 7% slower than before, and with mask bits as a runtime branch 11%: RESULTS v3.5).
+// ran 8% slower than before, and with mask bits as a runtime branch 11% more: RESULTS v3.5).
 enum WindowHiding : int {
   kHideNothing = 0,     // the table alone
   kHidePaddedKeys = 1,  // + key padding (p.kp)
