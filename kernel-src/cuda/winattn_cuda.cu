@@ -231,21 +231,17 @@ bool fold_window_mask(const FwdParams& fp, KParams& p, CombPlan& comb) {
 // A bool mask per window (one fold_window_mask does not take) read by the wide window kernels as bits, in the
 // order of their tiles: rows = queries for the forward, keys for the backward (mask_bits_kernel). words: per row,
 // what the kernel reads (the forward's TMA box: a multiple of 4; the backward's: its window's queries / 32).
-struct MaskBitsPlan {
-  int rows = 0, cols = 0, words = 0;
+struct MaskBitsPlan {  // (the layout itself is in KParams: mb_period .. mb_words)
   bool transposed = false;
   int64_t bytes = 0;
 };
 void use_mask_bits(KParams& p, MaskBitsPlan& mb, bool transposed, int words) {
   mb.transposed = transposed;
-  mb.rows = transposed ? p.Sk : p.Sq;
-  mb.cols = transposed ? p.Sq : p.Sk;
-  mb.words = words;
   p.mb_period = p.mask.period;
   p.mb_heads = p.mask.heads;
-  p.mb_rows = mb.rows;
+  p.mb_rows = transposed ? p.Sk : p.Sq;
   p.mb_words = words;
-  mb.bytes = int64_t(p.mb_period) * p.mb_heads * mb.rows * words * 4;
+  mb.bytes = int64_t(p.mb_period) * p.mb_heads * p.mb_rows * words * 4;
   p.mbits = reinterpret_cast<const uint32_t*>(uintptr_t(256));  // (stand-in: fwd() / bwd() set the real one)
   p.mask = Operand4d{};
 }
@@ -254,9 +250,9 @@ void launch_mask_bits(const FwdParams& fp, KParams& p, const MaskBitsPlan& mb, u
   const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
   const Operand4d mask = operand(fp.mask, p.Sk, true);
   if (mb.transposed)
-    mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, mb.rows, mb.cols, mb.words);
+    mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sq, p.mb_words);
   else
-    mask_bits_kernel<false><<<blocks, 256, 0, stream>>>(out, mask, mb.rows, mb.cols, mb.words);
+    mask_bits_kernel<false><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sk, p.mb_words);
   check_cuda(cudaGetLastError(), "window_attention mask bits");
   p.mbits = out;
 }

@@ -43,7 +43,7 @@ struct FwdWindowsSm90 {  // (its own parameter struct: the TMA maps)
   // the instance for what the call hides per window (WindowHiding; the 64-key tile has one, see apply_terms)
   static Fn pick(int dtype, const KParams& p) {
     if constexpr (!Tr::kGeneralTerms) {
-      switch (sm90::window_hiding(p.mbits != nullptr, p.kp != nullptr)) {
+      switch (sm90::window_hiding(p)) {
         case sm90::kHideMaskBits: return pick_hiding<sm90::kHideMaskBits>(dtype);
         case sm90::kHidePaddedKeys: return pick_hiding<sm90::kHidePaddedKeys>(dtype);
         default: break;
@@ -133,7 +133,7 @@ struct BwdWideWindowsSm90 {
   // the instance for what the call hides per window (WindowHiding); all three have the same shared memory and one
   // CTA per SM (the occupancy queries take the first)
   static Fn pick(int dtype, const KParams* p = nullptr) {
-    switch (p ? sm90::window_hiding(p->mbits != nullptr, p->kp != nullptr) : sm90::kHideNothing) {
+    switch (p ? sm90::window_hiding(*p) : sm90::kHideNothing) {
       case sm90::kHideMaskBits: return pick_hiding<sm90::kHideMaskBits>(dtype);
       case sm90::kHidePaddedKeys: return pick_hiding<sm90::kHidePaddedKeys>(dtype);
       default: return pick_hiding<sm90::kHideNothing>(dtype);

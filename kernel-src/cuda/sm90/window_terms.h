@@ -2,7 +2,8 @@
 // window of a CTA shares the additive term (the planner groups windows by its period), so when it is the only term
 // ("fast path": no bool mask, key padding or band) it is converted once per CTA into a table in accumulator-fragment
 // order ([NT][128 threads]), with -inf in the columns past Sk: one FMA per score after that (see build_term_table).
-// The wide tiles add key padding on top, per window (fetch_key_padding / vote_key_padding / hide_padded_keys).
+// The wide tiles add key padding on top, per window (fetch_key_padding / vote_key_padding / hide_padded_keys),
+// and a bool mask per window as bits (hide_masked_keys; the backward reads them in bwd_windows_wide_sm90.h).
 #pragma once
 #include "../kernel_params.h"
 #include "../utils.h"
@@ -21,8 +22,8 @@ enum WindowHiding : int {
   kHideMaskBits = 2,    // + a bool mask per window as bits (p.mbits; the forward still votes p.kp, the backward has
                         // it folded into the words it reads)
 };
-__host__ __device__ constexpr WindowHiding window_hiding(bool mask_bits, bool key_padding) {
-  return mask_bits ? kHideMaskBits : key_padding ? kHidePaddedKeys : kHideNothing;
+inline WindowHiding window_hiding(const KParams& p) {
+  return p.mbits != nullptr ? kHideMaskBits : p.kp != nullptr ? kHidePaddedKeys : kHideNothing;
 }
 
 __device__ __forceinline__ bool window_fast_terms(const KParams& p) {
