@@ -9,8 +9,8 @@ D=256 (H=8), key-padding mask at S=4096, D=128 (B=4, H=16) against the same call
 (B=2, S=4352, H=24, D=128).
 Peers: SDPA-efficient with the bias materialized (gradient on the bias / table), cuDNN SDPA with bias (no bias
 gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias; and
-`ours_v1`: our kernel with the Hopper kernels disabled (WINATTN_SM90=0), i.e. v1.1, in the same run;
-`ours_bwd_v1`: only the backward v3 disabled (WINATTN_BWD_V3=0).
+`ours_v1`: our kernel with the Hopper kernels disabled (WINATTN_FORCE_KERNEL=v1), i.e. v1.1, in the same run;
+`ours_bwd_v1`: only the backward v3 disabled (WINATTN_FORCE_KERNEL=bwd_v1).
 Timing: CUDA events around each call after warm-up, repetitions queued back to back, median of --reps; backward
 timed alone (retain_graph).
 Prints a table last and writes every number to --out (JSON).
@@ -121,11 +121,11 @@ def autograd_grads(leaves):
 
 def run_v1(fn, results, key, reps):
     """Our kernel again with the Hopper (sm90) kernels disabled: v1 (v1.1 backward), same binary, same run."""
-    os.environ["WINATTN_SM90"] = "0"
+    os.environ["WINATTN_FORCE_KERNEL"] = "v1"
     try:
         run_peer("ours_v1", fn, results, key, reps)
     finally:
-        del os.environ["WINATTN_SM90"]
+        del os.environ["WINATTN_FORCE_KERNEL"]
 
 
 def run_peer(name, fn, results, key, reps):
@@ -322,12 +322,12 @@ def bench_key_padding(kern, reps, results, B=4, H=16, S=4096, D=128):
 
 
 def run_bwd_v1(fn, results, key, reps):
-    """Our kernel with only the backward v3 disabled (WINATTN_BWD_V3=0: forward v3, backward v1.1), same run."""
-    os.environ["WINATTN_BWD_V3"] = "0"
+    """Our kernel with only the backward v3 disabled (WINATTN_FORCE_KERNEL=bwd_v1: forward v3, backward v1.1)."""
+    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v1"
     try:
         run_peer("ours_bwd_v1", fn, results, key, reps)
     finally:
-        del os.environ["WINATTN_BWD_V3"]
+        del os.environ["WINATTN_FORCE_KERNEL"]
 
 
 def bench_model_shape(kern, reps, results, key, B, S, H, D, bias=False, pad=0):

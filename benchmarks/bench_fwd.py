@@ -6,7 +6,7 @@ Workloads (bf16, the shapes of issue "Hopper forward v3"): no bias S=16k at D = 
 Flux 1024 px (B=1, S=4608, H=24, D=128), QwenImage-style key padding (B=2, S=4352, H=24, D=128, the second item
 padded after 4000 keys), Wan video (B=1, S=32760, H=12, D=128), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), and the same Qwen / dense
 shapes without their mask / bias (and with a key-padding mask that pads nothing) for the cost of each term.
-Implementations: ours (v3), ours_v2 (WINATTN_FWD_V2=1), ours_v1 (WINATTN_SM90=0) from the same binary; peers cuDNN
+Implementations: ours (v3), ours_v2 (WINATTN_FORCE_KERNEL=fwd_v2), ours_v1 (=v1) from the same binary; peers cuDNN
 SDPA (with the same mask / bias), SDPA flash (no mask), FlexAttention (bias as score_mod). Each of ours is first
 checked against an fp32 SDPA reference on the same inputs (max abs error printed), then timed: CUDA events after
 warm-up, median of --reps (bench_cuda.cuda_time).
@@ -28,9 +28,10 @@ from bench_cuda import cuda_time, load_kernel, warm_up_gpu  # noqa: E402
 
 BF16 = torch.bfloat16
 PROFILE = False  # --profile: no timing, one call of ours per workload inside a profiler range (ncu)
-OURS = {"ours": {}, "ours_v2": {"WINATTN_FWD_V2": "1"}, "ours_v1": {"WINATTN_SM90": "0"}}
+OURS = {"ours": {}, "ours_v2": {"WINATTN_FORCE_KERNEL": "fwd_v2"}, "ours_v1": {"WINATTN_FORCE_KERNEL": "v1"}}
 # --ab: v3 with one of its choices undone (the raw path on the narrow tile; one CTA per tile instead of persistent)
-OURS_AB = {"ours_narrow": {"WINATTN_V3_NARROW": "1"}, "ours_nonpersist": {"WINATTN_V3_PERSISTENT": "0"}}
+OURS_AB = {"ours_narrow": {"WINATTN_FORCE_KERNEL": "fwd_v3_narrow"},
+           "ours_nonpersist": {"WINATTN_FORCE_KERNEL": "fwd_v3_per_tile"}}
 
 
 def workloads():

@@ -8,22 +8,33 @@
 namespace winattn {
 namespace cuda {
 
-// Swin / relative-position path: comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j]) as fp16
-// [P, H, Sq, Skp], rows padded to Skp (a multiple of 8) so the kernels stage it with 16-byte cp.async. P is the bias
-// period (1 without a bias). Without a table (table == nullptr) it is the bias alone in fp16: the wide window
-// kernels keep their term table in fp16 (winattn_cuda.cu recast_bf16_term). A bool mask broadcast over the windows
-// is folded in as -inf where it hides (winattn_cuda.cu fold_window_mask; mask.ptr == nullptr: none). Small for
-// window attention (nW * H * N^2 halves, L2-resident). fp16 keeps 11 bits
-// of the term (|error| <= 2^-11 |term|); finite magnitudes past 65504 saturate to +-65504 (still exp() == 0), while
-// an infinite term stays infinite: a row hidden by -inf terms must stay fully hidden (output 0, lse -inf), which a
-// clamped -65504 would turn into a uniform average.
+// The prepared additive term (kernel_choice.h CombPlan): comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j])
+// (-inf where a folded bool mask hides) as Out (fp16 or bf16) [P, H, Sq, Skp], rows padded to Skp (a multiple of 8)
+// so the kernels stage it with 16-byte copies or TMA. P is the bias period (1 without a bias); H the term's heads (the
+// table's H, or 1 for a bias broadcast over heads: a recast term keeps its broadcast). Without a table it is the bias
+// alone, recast: fp16 for the wide window kernels' fp16 term tables, the input dtype for v3's staged tile. Finite
+// magnitudes past Out's range saturate to its largest finite value (still exp() == 0), while an infinite term stays
+// infinite: a row hidden by -inf terms must stay fully hidden (output 0, lse -inf), which a clamped value would turn
+// into a uniform average. fp16 keeps 11 bits of the term (|error| <= 2^-11 |term|), bf16 8 (the same rounding as the
+// PyTorch same-dtype computation, score + bias.to(dtype)).
 // Grid: x over (h, i, j) of one period, y over chunks of kCombinePeriods periods. A thread gathers the table term
 // once and adds it to the bias of each period of its chunk (the gather's dependent loads and the index arithmetic
 // were most of the time when every (p, h, i, j) did both: 178 us for the Swin W16 bench's 64 periods, now one
 // streaming pass). Index arithmetic in Idx: 32-bit whenever the sizes allow it.
 constexpr int kCombinePeriods = 8;
-template <typename Idx>
-__global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
+template <typename Out>
+__device__ __forceinline__ Out saturate_term(float x);
+template <>
+__device__ __forceinline__ __half saturate_term<__half>(float x) {
+  return __float2half_rn(isinf(x) ? x : fminf(fmaxf(x, -65504.f), 65504.f));
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 saturate_term<__nv_bfloat16>(float x) {
+  constexpr float kMax = 3.38953139e38f;  // bf16's largest finite value (fp32's maximum rounds up to inf)
+  return __float2bfloat16_rn(isinf(x) ? x : fminf(fmaxf(x, -kMax), kMax));
+}
+template <typename Idx, typename Out>
+__global__ void combine_terms_kernel(Out* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
                                      int64_t t_sr, int64_t t_sh, const int64_t* index, int64_t i_sq, int64_t i_sk,
                                      Operand4d bias, Operand4d mask) {
   const Idx n = Idx(H) * Sq * Skp;  // elements of one period
@@ -47,9 +58,19 @@ __global__ void combine_terms_kernel(__half* comb, int P, int H, int Sq, int Sk,
         if (j < Sk && mask.ptr != nullptr &&
             static_cast<const unsigned char*>(mask.ptr)[int64_t(pp % mask.period) * mask.sb + moff] == 0)
           x = -INFINITY;
-        comb[int64_t(pp) * n + e] = __float2half_rn(isinf(x) ? x : fminf(fmaxf(x, -65504.f), 65504.f));
+        comb[int64_t(pp) * n + e] = saturate_term<Out>(x);
       }
     }
+  }
+}
+
+// dbias reduced by v3 into rows padded to `pitch` fp32 elements (kernel_choice.h BwdV3Buffers::dbias_padded), copied
+// into the contiguous [rows, cols] the caller allocated.
+__global__ void unpad_rows_kernel(float* out, const float* in, int64_t rows, int cols, int pitch) {
+  const int64_t n = rows * cols;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols;
+    out[e] = in[r * pitch + (e - r * cols)];
   }
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace winattn {
@@ -28,6 +29,7 @@ struct Entry {
   bool set;          // present and non-empty
   int value;         // std::atoi of it
   char first;        // its first character
+  std::string text;  // the value
 };
 
 struct Cache {
@@ -72,7 +74,7 @@ inline const Entry& lookup(const char* name) {
     if (e.name == name || std::strcmp(e.name, name) == 0) return e;
   const char* v = std::getenv(name);
   const bool set = v != nullptr && *v != '\0';
-  c.entries.push_back(Entry{name, set, set ? std::atoi(v) : 0, set ? v[0] : '\0'});
+  c.entries.push_back(Entry{name, set, set ? std::atoi(v) : 0, set ? v[0] : '\0', set ? std::string(v) : std::string()});
   return c.entries.back();
 }
 
@@ -90,6 +92,9 @@ inline bool env_flag(const char* name, bool fallback) {
   const host_env::Entry& e = host_env::lookup(name);
   return e.set ? e.first == '1' : fallback;
 }
+
+// The variable's text ("" when unset).
+inline std::string env_str(const char* name) { return host_env::lookup(name).text; }
 
 // Changes whenever this thread sees the environment change: part of the key of anything planned from the knobs.
 inline uint64_t env_generation() { return host_env::current().generation; }

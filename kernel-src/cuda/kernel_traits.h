@@ -11,9 +11,7 @@ namespace winattn {
 namespace cuda {
 
 constexpr int kHeadDims[] = {32, 64, 96, 128, 160, 192, 256};
-__host__ __device__ constexpr int kernel_head_dim(int d) {
-  return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
-}
+// (a call's head dim -> its instance: kernel_head_dim, kernel_choice.h)
 
 // Forward: kNWarps warps split the kBlockM query rows (16 * kMT rows each); K/V double-buffered, Q double-buffered
 // for small head dims (window mode prefetches the next window's Q with its K/V). The additive-term tile

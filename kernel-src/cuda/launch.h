@@ -21,20 +21,19 @@ int fwd_blocks_per_sm(int dtype, int smem);
 template <int D>
 int bwd_blocks_per_sm(int dtype, int smem, int cfg);
 
-// Hopper forward (sm90/fwd_kernel_sm90.h) for head dims 32, 64, 96, 128: `fwd_sm90_ready` says whether this binary
-// holds sm_90a code for it on the current device (built with 9.0a, running on compute capability 9.0).
-template <int D>
-bool fwd_sm90_ready(int dtype);
+// Hopper forward v2 (sm90/fwd_kernel_sm90.h) for head dims 32, 64, 96, 128 (the kernel choice says when).
 template <int D>
 int fwd_sm90_blocks_per_sm(int dtype, int smem);
 template <int D>
 void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 // Hopper forward v3 (sm90/fwd_pipelined_sm90.h, TMA + warp specialization), every head dim of kernel_head_dim():
-// runs every non-window forward on compute capability 9.0 (the planner in winattn_cuda.cu).
+// `terms` / `wide` / `persistent` / `stage_bytes` as kernel_choice.h's FwdChoice says. fwd_pipelined_sm90_ready:
+// whether this binary holds sm_90a code (built with 9.0a) on this device, i.e. whether any sm90 kernel can run.
 template <int D>
 bool fwd_pipelined_sm90_ready(int dtype);
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms, cudaStream_t stream);
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, bool persistent, int stage_bytes,
+                            int sms, cudaStream_t stream);
 // Window mode on Hopper (sm90/fwd_windows_sm90.h): head dim 32 with key blocks 64, 128, 160, 256; head dim 64 with 64.
 template <int D, int BN>
 int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, const KParams& p);  // (p: the instance it runs)
@@ -47,10 +46,8 @@ template <int D>
 void run_bwd_windows_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 
 // Wide-window backward on Hopper (sm90/bwd_windows_wide_sm90.h), head dim 32, windows of up to N = 128 / 144 / 256
-// tokens: `smem` is its shared-memory size, or 0 when this binary has no sm_90a code for it; lse2 holds the v3
-// preprocess rows ([B, H, sq_pad = N]); `grid` counts work items (N = 256: a cluster of four CTAs each).
-template <int N>
-int bwd_windows_wide_sm90_smem(int dtype);
+// tokens: lse2 holds the v3 preprocess rows ([B, H, sq_pad = N]); `grid` counts work items (N = 256: a cluster of
+// four CTAs each).
 template <int N>
 int bwd_windows_wide_sm90_cluster_slots(int dtype);  // resident CTAs in whole clusters (split instance), else 0
 template <int N>

@@ -1,9 +1,10 @@
 // CUDA backend of window-attention: the four entry points of winattn_backend.h.
 //
-// Plans the launch (tile config per head dim, window-mode batching, where each gradient goes), carves the workspace
-// the binding allocated, and runs: [table-term expansion] -> forward kernel, or
-// [memset of accumulators] -> [table-term expansion] -> [delta] -> backward kernel -> [dQ conversion] ->
-// [fixed-order reductions to dbias / dtb] -> [dtable scatter].
+// Plan, then run. The plan is the kernel choice (kernel_choice.h: which kernel, its tile, how the score terms reach
+// it, where dbias goes) followed by what depends on the device's occupancy (windows per CTA, the grid) and the
+// workspace carving; the run launches exactly that: [term preparation] -> forward kernel, or [memset of
+// accumulators] -> [term preparation] -> [delta] -> backward kernel -> [dQ conversion] -> [fixed-order reductions to
+// dbias / dtb] -> [dtable scatter].
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,8 +15,10 @@
 
 #include "aux_kernels.h"
 #include "block_info.h"
+#include "call_params.h"
 #include "host_env.h"
 #include "bwd_kernel.h"
+#include "kernel_choice.h"
 #include "kernel_params.h"
 #include "kernel_traits.h"
 #include "launch.h"
@@ -35,34 +38,48 @@ void check_cuda(cudaError_t err, const char* what) {
 namespace {
 using namespace cuda;
 
-void require(bool cond, const std::string& msg) {
-  if (!cond) throw std::runtime_error("window_attention (cuda): " + msg);
-}
-
-struct DeviceInfo {
-  int sms = 132, smem_optin = 101376, smem_per_sm = 102400, cc_major = 8;
-};
-DeviceInfo device_info() {
-  static DeviceInfo cache[64];
+// ---- what the choice reads: the device (one record per device) and the forcing knob --------------------------------
+// Made at a device's first call: its attributes, whether this binary holds the sm_90a kernels (cudaFuncGetAttributes;
+// built without 9.0a they are stubs) and how many CTAs of the split wide-window backward fit in whole clusters. None
+// of it changes for a device.
+const DeviceCaps& device_caps() {
+  static DeviceCaps cache[64];
   static bool have[64] = {};
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   if (dev >= 0 && dev < 64 && have[dev]) return cache[dev];
-  DeviceInfo d;
+  DeviceCaps d;
   check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
   check_cuda(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
   check_cuda(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
-  check_cuda(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev),
-             "device attribute");
-  if (dev >= 0 && dev < 64) {
-    cache[dev] = d;
-    have[dev] = true;
-  }
-  return d;
+  d.sm90a = d.cc_major == 9 && fwd_pipelined_sm90_ready<64>(1);
+  d.wide_cluster_slots = d.sm90a ? bwd_windows_wide_sm90_cluster_slots<256>(1) : 0;
+  static DeviceCaps one;  // (devices past 64: made per call)
+  DeviceCaps& slot = dev >= 0 && dev < 64 ? cache[dev] : one;
+  slot = d;
+  if (dev >= 0 && dev < 64) have[dev] = true;
+  return slot;
 }
 
-// env_int(name, fallback): host_env.h (cached per thread while the environment is unchanged; read per call before).
+// The A/B switches WINATTN_FORCE_KERNEL replaced: set, they would be ignored, so they are refused (docs/knobs.md).
+constexpr const char* kRetiredKnobs[][2] = {
+    {"WINATTN_SM90", "WINATTN_FORCE_KERNEL=v1 (for WINATTN_SM90=0)"},
+    {"WINATTN_FWD_V2", "WINATTN_FORCE_KERNEL=fwd_v2"},
+    {"WINATTN_BWD_V3", "WINATTN_FORCE_KERNEL=bwd_v1 (for WINATTN_BWD_V3=0)"},
+    {"WINATTN_SM90_WINDOWS", "WINATTN_FORCE_KERNEL=fwd_v3,bwd_v3 (for WINATTN_SM90_WINDOWS=0)"},
+    {"WINATTN_V3_NARROW", "WINATTN_FORCE_KERNEL=fwd_v3_narrow / fwd_v3_wide"},
+    {"WINATTN_V3_PERSISTENT", "WINATTN_FORCE_KERNEL=fwd_v3_persistent / fwd_v3_per_tile"},
+    {"WINATTN_BWD_PAIR", "WINATTN_FORCE_KERNEL=bwd_v3_no_pair"},
+    {"WINATTN_BWD_STAGES", "WINATTN_FORCE_KERNEL=bwd_v3_two_stages"},
+};
+Forced forced_kernels() {
+  for (const auto& k : kRetiredKnobs)
+    if (!env_str(k[0]).empty())
+      throw std::invalid_argument(std::string(k[0]) + " is no longer read: use " + k[1] + " (docs/knobs.md)");
+  return parse_forced(env_str("WINATTN_FORCE_KERNEL"));
+}
 
+// ---- sizes the choice leaves to the device: v1 tiles, windows per CTA ----------------------------------------------
 struct TileConfig {
   int fwd_bm, fwd_bn, fwd_smem, bwd_bm, bwd_bn, bwd_smem, bwd_ld_acc, bwd_qs;
 };
@@ -82,240 +99,6 @@ TileConfig tile_config(int dk) {
     default: return tile_config_for<256>();
   }
 }
-
-int dtype_code(DType t) { return t == DType::kFloat16 ? 0 : t == DType::kBFloat16 ? 1 : 2; }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-void check_rows(const void* p, int64_t sb, int64_t ss, int64_t sh, const char* name) {
-  require(aligned16(p) && sb % 8 == 0 && ss % 8 == 0 && sh % 8 == 0,
-          std::string(name) + " must be 16-byte aligned with strides (batch, seq, head) that are multiples of 8 "
-                              "elements (call .contiguous() first)");
-}
-
-Operand4d operand(const Broadcast4d& b, int Sk, bool is_mask) {
-  Operand4d o;
-  o.ptr = b.ptr;
-  if (!b.ptr) return o;
-  o.dtype = is_mask ? 0 : dtype_code(b.dtype);
-  o.period = int(b.period);
-  o.heads = int(b.heads);
-  o.rows = int(b.rows);
-  o.cols = int(b.cols);
-  o.sb = b.stride_b;
-  o.sh = b.stride_h;
-  o.sq = b.stride_q;
-  o.sk = b.stride_k;
-  const int esize = is_mask ? 1 : (o.dtype == 2 ? 4 : 2);
-  o.vec2 = b.cols == Sk && b.stride_k == 1 && (reinterpret_cast<uintptr_t>(b.ptr) % (2 * esize)) == 0 &&
-           b.stride_b % 2 == 0 && b.stride_h % 2 == 0 && b.stride_q % 2 == 0;
-  return o;
-}
-
-void fill_common(const FwdParams& fp, KParams& p) {
-  require(fp.dtype != DType::kFloat32, "q/k/v must be float16 or bfloat16");
-  require(fp.head_dim % 8 == 0 && fp.head_dim >= 8 && fp.head_dim <= 256, "head dim must be a multiple of 8 <= 256");
-  require(fp.batch < (int64_t(1) << 31) && fp.seqlen_q < (int64_t(1) << 30) && fp.seqlen_k < (int64_t(1) << 30) &&
-              fp.heads < (int64_t(1) << 30),
-          "sizes out of range");
-  p.B = int(fp.batch);
-  p.Sq = int(fp.seqlen_q);
-  p.Sk = int(fp.seqlen_k);
-  p.H = int(fp.heads);
-  p.Hkv = int(fp.heads_kv);
-  p.D = int(fp.head_dim);
-  p.hgroup = p.H / p.Hkv;
-  p.q = fp.q;
-  p.k = fp.k;
-  p.v = fp.v;
-  p.o = fp.out;
-  p.lse = fp.lse;
-  p.q_sb = fp.q_stride_b; p.q_ss = fp.q_stride_s; p.q_sh = fp.q_stride_h;
-  p.k_sb = fp.k_stride_b; p.k_ss = fp.k_stride_s; p.k_sh = fp.k_stride_h;
-  p.v_sb = fp.v_stride_b; p.v_ss = fp.v_stride_s; p.v_sh = fp.v_stride_h;
-  p.o_sb = fp.o_stride_b; p.o_ss = fp.o_stride_s; p.o_sh = fp.o_stride_h;
-  check_rows(fp.q, p.q_sb, p.q_ss, p.q_sh, "q");
-  if (p.Sk > 0) {  // empty tensors are never read (and may come with any strides)
-    check_rows(fp.k, p.k_sb, p.k_ss, p.k_sh, "k");
-    check_rows(fp.v, p.v_sb, p.v_ss, p.v_sh, "v");
-  }
-  check_rows(fp.out, p.o_sb, p.o_ss, p.o_sh, "out");
-  p.bias = operand(fp.bias, p.Sk, false);
-  p.mask = operand(fp.mask, p.Sk, true);
-  p.kp = fp.key_padding;
-  p.kp_sb = fp.kp_stride_b;
-  p.kp_sk = fp.kp_stride_k;
-  p.kp_vec4 = p.kp != nullptr && p.kp_sk == 1 && reinterpret_cast<uintptr_t>(p.kp) % 4 == 0 && p.kp_sb % 4 == 0;
-  p.scale = fp.scale;
-  p.scale_log2 = fp.scale * kLog2e;
-  int64_t right = fp.window_right;
-  if (fp.causal) right = right >= 0 ? std::min<int64_t>(right, 0) : 0;
-  p.has_band = fp.window_left >= 0 || right >= 0;
-  const int64_t off = int64_t(p.Sk) - p.Sq, inf = int64_t(1) << 40;
-  p.band_lo = fp.window_left >= 0 ? off - fp.window_left : -inf;
-  p.band_hi = right >= 0 ? off + right : inf;
-}
-
-// ---- workspace carving -----------------------------------------------------------------------------------------
-struct Carver {
-  int64_t size = 0;
-  int64_t take(int64_t bytes) {
-    const int64_t off = size;
-    size += (bytes + 255) / 256 * 256;
-    return off;
-  }
-};
-
-// With a relative-position table the additive operand the kernels read is the combined fp16 tensor
-// comb[P, H, Sq, Skp] = table term (+ bias); see combine_terms_kernel.
-struct CombPlan {
-  int P = 1, Skp = 0;
-  int64_t bytes = 0;
-  bool mask = false;  // the bool mask folded in (fold_window_mask)
-};
-// The fp16 [P, H, Sq, Skp] term of P periods.
-CombPlan comb_plan_of(const FwdParams& fp, int P) {
-  CombPlan c;
-  c.P = P;
-  c.Skp = int((fp.seqlen_k + 7) / 8 * 8);
-  c.bytes = int64_t(c.P) * fp.heads * fp.seqlen_q * c.Skp * 2;
-  return c;
-}
-CombPlan comb_plan(const FwdParams& fp) {
-  return fp.rel_table ? comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1) : CombPlan{};
-}
-// A bf16 additive term recast to fp16 for the wide window kernels, whose term tables are fp16 (the forward past 160
-// keys, the wide-window backward): the combine kernel without a table. Exact for the values a term takes (bf16's 8
-// mantissa bits fit fp16's 10; magnitudes past 65504 saturate, -inf stays -inf, as for the table term), and small,
-// since only a term broadcast over the windows (period < B) is recast. Without it such calls ran v3: H200 W12
-// backward with a [1, H, N, N] bf16 bias 6.74 ms, recast 1.55 ms (benchmarks/bench_window_terms.py).
-bool recast_bf16_term(const FwdParams& fp, const KParams& p) {
-  return fp.rel_table == nullptr && p.bias.ptr != nullptr && p.bias.dtype == 1 && p.bias.period < p.B;
-}
-void use_comb(KParams& p, const CombPlan& c, const void* comb) {
-  Operand4d o;
-  o.ptr = comb;
-  o.dtype = 0;
-  o.period = c.P;
-  o.heads = p.H;
-  o.rows = p.Sq;
-  o.cols = p.Sk;
-  o.sq = c.Skp;
-  o.sh = int64_t(p.Sq) * c.Skp;
-  o.sb = p.H * o.sh;
-  o.sk = 1;
-  o.vec2 = true;
-  p.bias = o;
-}
-// A bool mask broadcast over the windows folded into the fp16 term as -inf where it hides, so a window-shaped call
-// with one takes the window kernels' term table (the wide tiles have no per-score mask read; elsewhere it is read
-// per score). The term's period P is kept (the mask's must divide it; without a bias or table it is the mask's) and
-// must be < B: a per-window mask would make an fp16 copy the size of the scores, so it stays a mask (the wide
-// kernels read it as bits: use_mask_bits). Exact: only for 16-bit biases (recast_bf16_term's rule) or the table
-// term, which is fp16 already. Returns P, 0 if not.
-int mask_fold_period(const FwdParams& fp, const KParams& p) {
-  if (fp.mask.ptr == nullptr || p.has_band || (fp.bias.ptr && fp.bias.dtype == DType::kFloat32 && !fp.rel_table))
-    return 0;
-  const int pm = int(fp.mask.period);
-  const int P = fp.bias.ptr ? int(fp.bias.period) : fp.rel_table ? 1 : pm;
-  return P % pm == 0 && P < p.B && p.B % P == 0 ? P : 0;
-}
-bool fold_window_mask(const FwdParams& fp, KParams& p, CombPlan& comb) {
-  const int P = mask_fold_period(fp, p);
-  if (P == 0) return false;
-  comb = comb_plan_of(fp, P);
-  comb.mask = true;
-  use_comb(p, comb, reinterpret_cast<const void*>(uintptr_t(256)));  // (stand-in: fwd() / bwd() set the real one)
-  p.mask = Operand4d{};
-  return true;
-}
-// A bool mask per window (one fold_window_mask does not take) read by the wide window kernels as bits, in the
-// order of their tiles: rows = queries for the forward, keys for the backward (mask_bits_kernel). words: per row,
-// what the kernel reads (the forward's TMA box: a multiple of 4; the backward's: its window's queries / 32).
-struct MaskBitsPlan {  // (the layout itself is in KParams: mb_period .. mb_words)
-  bool transposed = false;
-  int64_t bytes = 0;
-};
-void use_mask_bits(KParams& p, MaskBitsPlan& mb, bool transposed, int words) {
-  mb.transposed = transposed;
-  p.mb_period = p.mask.period;
-  p.mb_heads = p.mask.heads;
-  p.mb_rows = transposed ? p.Sk : p.Sq;
-  p.mb_words = words;
-  mb.bytes = int64_t(p.mb_period) * p.mb_heads * p.mb_rows * words * 4;
-  p.mbits = reinterpret_cast<const uint32_t*>(uintptr_t(256));  // (stand-in: fwd() / bwd() set the real one)
-  p.mask = Operand4d{};
-}
-void launch_mask_bits(const FwdParams& fp, KParams& p, const MaskBitsPlan& mb, uint32_t* out, cudaStream_t stream) {
-  const int64_t words = mb.bytes / 4;
-  const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
-  const Operand4d mask = operand(fp.mask, p.Sk, true);
-  if (mb.transposed)
-    mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sq, p.mb_words);
-  else
-    mask_bits_kernel<false><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sk, p.mb_words);
-  check_cuda(cudaGetLastError(), "window_attention mask bits");
-  p.mbits = out;
-}
-
-void launch_combine(const FwdParams& fp, const KParams& p, const CombPlan& c, __half* comb, cudaStream_t stream) {
-  const int64_t n = int64_t(p.H) * p.Sq * c.Skp;  // one period
-  const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 65535)),
-                  unsigned(std::min(ceil_div(c.P, kCombinePeriods), 65535)));
-  auto launch = [&](auto idx) {
-    combine_terms_kernel<decltype(idx)><<<grid, 256, 0, stream>>>(
-        comb, c.P, p.H, p.Sq, p.Sk, c.Skp, fp.rel_table, fp.table_stride_r, fp.table_stride_h, fp.rel_index,
-        fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false),
-        c.mask ? operand(fp.mask, p.Sk, true) : Operand4d{});
-  };
-  if (n + int64_t(grid.x) * 256 < (int64_t(1) << 31))  // 32-bit indices when every index and stride step fit
-    launch(int32_t());
-  else
-    launch(int64_t());
-  check_cuda(cudaGetLastError(), "window_attention table term");
-}
-
-// How the additive tile is staged (see KParams::bias_mode); returns the tile row pitch in bytes.
-void choose_bias_mode(KParams& p, int block_n) {
-  const Operand4d& b = p.bias;
-  if (!b.ptr) return;
-  const int es = b.dtype == 2 ? 4 : 2;
-  auto aligned = [&](int a) {
-    return reinterpret_cast<uintptr_t>(b.ptr) % a == 0 && (b.sb * es) % a == 0 && (b.sh * es) % a == 0 &&
-           (b.sq * es) % a == 0;
-  };
-  p.bias_mode = 3;
-  if (b.sk == 1 && b.cols == p.Sk) p.bias_mode = aligned(16) ? 1 : aligned(4) ? 2 : 3;
-  p.bias_pitch = bias_pitch_bytes(block_n, es);
-}
-
-// Hopper (sm_90a) kernels, chosen per call when the device is compute capability 9.x, this binary holds their
-// sm_90a code (built with 9.0a) and WINATTN_SM90 is not 0 (tests and benchmarks set it to 0 to run v1 on Hopper):
-//   * sm90/fwd_pipelined_sm90.h: forward v3, every head dim and score term outside window mode (plan_fwd);
-//   * sm90/fwd_kernel_sm90.h: the v2 forward, head dims 32..128, without an additive term, only with
-//     WINATTN_FWD_V2=1 (A/B benchmarks);
-//   * sm90/fwd_windows_sm90.h: window-mode forward, D = 32 windows of <= 256 keys, D = 64 of <= 64
-//     (plan_fwd_windows_sm90);
-//   * sm90/bwd_windows_sm90.h: window-mode backward, D = 32, <= 64 tokens (plan_bwd_windows_sm90);
-//   * sm90/bwd_windows_wide_sm90.h: the same for 65 .. 256 tokens (plan_bwd_wide_sm90);
-//     WINATTN_SM90_WINDOWS=0 turns the window kernels off.
-// Elsewhere the v1 kernels run; both pass the same tests, so each choice is a speed decision (benchmarks/RESULTS.md).
-bool has_sm90_fwd(int dk) { return dk == 32 || dk == 64 || dk == 96 || dk == 128; }
-template <typename F>
-void dispatch_sm90_hdim(int dk, F&& f) {
-  switch (dk) {
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    case 96: f(std::integral_constant<int, 96>{}); break;
-    default: f(std::integral_constant<int, 128>{}); break;
-  }
-}
-bool hopper_kernels_ready(int dk, int dtype, const DeviceInfo& dev) {
-  if (dev.cc_major != 9 || !has_sm90_fwd(dk) || env_int("WINATTN_SM90", 1) == 0) return false;
-  static int ready[2][4] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
-  int& r = ready[dtype == 0 ? 0 : 1][dk == 32 ? 0 : dk == 64 ? 1 : dk == 96 ? 2 : 3];
-  if (r == 0) dispatch_sm90_hdim(dk, [&](auto d) { r = fwd_sm90_ready<decltype(d)::value>(dtype) ? 1 : 2; });
-  return r == 1;
-}
 template <int D>
 TileConfig sm90_fwd_tiles(TileConfig tc) {
   using Tr = typename sm90::FwdTraitsSm90For<D>::type;
@@ -324,7 +107,6 @@ TileConfig sm90_fwd_tiles(TileConfig tc) {
   tc.fwd_smem = Tr::kSmemBytes;
   return tc;
 }
-
 template <typename F>
 void dispatch_hdim(int dk, F&& f) {
   switch (dk) {
@@ -336,6 +118,24 @@ void dispatch_hdim(int dk, F&& f) {
     case 192: f(std::integral_constant<int, 192>{}); break;
     default: f(std::integral_constant<int, 256>{}); break;
   }
+}
+template <typename F>
+void dispatch_sm90_hdim(int dk, F&& f) {  // the v2 forward's head dims
+  switch (dk) {
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 96: f(std::integral_constant<int, 96>{}); break;
+    default: f(std::integral_constant<int, 128>{}); break;
+  }
+}
+template <typename F>
+void dispatch_bwd_v3_hdim(int dk, F&& f) {
+  if (dk == 64)
+    f(std::integral_constant<int, 64>{});
+  else if (dk == 128)
+    f(std::integral_constant<int, 128>{});
+  else
+    f(std::integral_constant<int, 256>{});
 }
 
 // Items per CTA so that ceil(units / G) CTAs fill whole waves of `slots` resident CTAs (G <= gmax).
@@ -366,12 +166,10 @@ int windows_per_cta(int per_r, int64_t groups, int64_t slots) {
 }
 
 // Grid of the Hopper window kernels: mtiles x H x Pg CTA columns (query tiles, heads, windows grouped by the term's
-// period) of NC CTAs with G windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size. (The
-// kernels order it: the window forward puts a work item's query tiles next to each other, the split wide-window
-// backward its four quarters.)
-int64_t window_grid(KParams& p, int period, int mtiles, int occupancy, const DeviceInfo& dev, const char* g_env) {
+// period) of NC CTAs with G windows each (WINATTN_FWD_G / WINATTN_BWD_G override G). Returns the grid size.
+int64_t window_grid(KParams& p, int period, int mtiles, int occupancy, int sms, const char* g_env) {
   const int per_r = p.B / period;
-  int G = windows_per_cta(per_r, int64_t(mtiles) * p.H * period, int64_t(dev.sms) * std::max(occupancy, 1));
+  int G = windows_per_cta(per_r, int64_t(mtiles) * p.H * period, int64_t(sms) * std::max(occupancy, 1));
   G = std::max(1, std::min(env_int(g_env, G), per_r));
   p.G = G;
   p.Pg = period;
@@ -380,134 +178,88 @@ int64_t window_grid(KParams& p, int period, int mtiles, int occupancy, const Dev
   return int64_t(mtiles) * p.H * p.NR;
 }
 
-// Forward v3 (sm90/fwd_pipelined_sm90.h) on this device for this head dim and dtype: compute capability 9.x, the
-// binary holds its sm_90a code, WINATTN_SM90 is not 0 and WINATTN_FWD_V2 (the v2 general kernel, kept for A/B
-// benchmarks) is not 1.
-bool fwd_v3_ready(int dk, int dtype, const DeviceInfo& dev) {
-  if (dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_FWD_V2", 0) == 1) return false;
-  static int ready[2][7] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
-  const int di = dk == 32 ? 0 : dk == 64 ? 1 : dk == 96 ? 2 : dk == 128 ? 3 : dk == 160 ? 4 : dk == 192 ? 5 : 6;
-  int& r = ready[dtype == 0 ? 0 : 1][di];
-  if (r == 0) dispatch_hdim(dk, [&](auto d) { r = fwd_pipelined_sm90_ready<decltype(d)::value>(dtype) ? 1 : 2; });
-  return r == 1;
+// ---- workspace carving -----------------------------------------------------------------------------------------
+struct Carver {
+  int64_t size = 0;
+  int64_t take(int64_t bytes) {
+    const int64_t off = size;
+    size += (bytes + 255) / 256 * 256;
+    return off;
+  }
+};
+int64_t mask_bits_bytes(const KParams& p) { return int64_t(p.mb_period) * p.mb_heads * p.mb_rows * p.mb_words * 4; }
+
+// ---- term preparation (the run) ---------------------------------------------------------------------------------
+void launch_mask_bits(const FwdParams& fp, KParams& p, bool transposed, uint32_t* out, cudaStream_t stream) {
+  const int64_t words = mask_bits_bytes(p) / 4;
+  const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
+  const Operand4d mask = operand(fp.mask, p.Sk, true);
+  if (transposed)
+    mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sq, p.mb_words);
+  else
+    mask_bits_kernel<false><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sk, p.mb_words);
+  check_cuda(cudaGetLastError(), "window_attention mask bits");
+  p.mbits = out;
+}
+
+void launch_combine(const FwdParams& fp, KParams& p, const CombPlan& c, void* comb, cudaStream_t stream) {
+  const int64_t n = int64_t(c.heads) * p.Sq * c.Skp;  // one period
+  const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 65535)),
+                  unsigned(std::min(ceil_div(c.P, kCombinePeriods), 65535)));
+  auto launch = [&](auto idx, auto out) {
+    using Out = decltype(out);
+    combine_terms_kernel<decltype(idx), Out><<<grid, 256, 0, stream>>>(
+        static_cast<Out*>(comb), c.P, c.heads, p.Sq, p.Sk, c.Skp, fp.rel_table, fp.table_stride_r,
+        fp.table_stride_h, fp.rel_index, fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false),
+        c.mask ? operand(fp.mask, p.Sk, true) : Operand4d{});
+  };
+  const bool idx32 = n + int64_t(grid.x) * 256 < (int64_t(1) << 31);  // 32-bit indices when every step fits
+  if (c.dtype == 0)
+    idx32 ? launch(int32_t(), __half()) : launch(int64_t(), __half());
+  else
+    idx32 ? launch(int32_t(), __nv_bfloat16()) : launch(int64_t(), __nv_bfloat16());
+  check_cuda(cudaGetLastError(), "window_attention term preparation");
+  p.bias.ptr = comb;
 }
 
 // ---- forward plan ----------------------------------------------------------------------------------------------
 struct FwdPlan {
-  KParams p;
-  int dk = 32, smem = 0;
-  bool v3 = false;            // Hopper forward v3 (fwd_v3_ready)
-  bool sm90 = false;          // Hopper kernel (use_sm90_fwd)
-  bool sm90_windows = false;  // Hopper window-mode kernel (plan_fwd_windows_sm90)
-  int window_bn = 64;         // its key block
+  FwdChoice c;  // c.p: the kernels' view
   int64_t grid = 0;
-  CombPlan comb;
-  MaskBitsPlan mbits;  // a bool mask per window as bits (the wide window tiles)
+  int smem = 0;
   int64_t ws_bytes = 0, off_comb = -1, off_mbits = -1;
 };
 
-// Window mode on Hopper (sm90/fwd_windows_sm90.h): every window's keys fit one key block (D = 32: up to 256 keys,
-// D = 64: up to 64), its queries are split in 64-row tiles, and the additive term, if any, repeats with a period that
-// divides B, so grouping windows by b % period (Pg) gives each CTA one tile of it. Key blocks past 160 keep the term
-// table in fp16, which holds only an fp16 term exactly: a bf16 term broadcast over the windows is recast to fp16
-// first (recast_bf16_term), other dtypes take v3 there.
-int window_key_block(int dk, int sk) {
-  if (dk == 64) return sk <= 64 ? 64 : 0;
-  return sk <= 64 ? 64 : sk <= 128 ? 128 : sk <= 160 ? 160 : sk <= 256 ? 256 : 0;
-}
-template <typename F>
-void dispatch_window_tiles(int dk, int bn, F&& f) {
-  if (dk == 64) {
-    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
-    return;
-  }
-  switch (bn) {
-    case 64: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 64>{}); break;
-    case 128: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 128>{}); break;
-    case 160: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 160>{}); break;
-    default: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 256>{}); break;
-  }
-}
-bool plan_fwd_window_tiles(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& dev, int dt) {
-  KParams& p = pl.p;
-  const int bn = window_key_block(pl.dk, p.Sk);
-  if (!pl.sm90 || (pl.dk != 32 && pl.dk != 64) || bn == 0 || p.Sq > 256 || p.Sk == 0 ||
-      env_int("WINATTN_SM90_WINDOWS", 1) == 0)
-    return false;
-  const int period = p.bias.ptr ? p.bias.period : 1;
-  if (p.B % period != 0) return false;
-  if (p.bias.ptr) choose_bias_mode(p, bn);
-  // a mask per window (not folded): bits staged with each window, whole 16-byte rows for its TMA box
-  if (p.mask.ptr && bn > 64 && !p.has_band) use_mask_bits(p, pl.mbits, false, (ceil_div(p.Sk, 32) + 3) / 4 * 4);
-  const int bits_smem = p.mbits ? 128 + 2 * 64 * p.mb_words * 4 : 0;  // (alignment, two stages' boxes)
-  int smem = 0, occ = 1;
-  bool ok = true;
-  dispatch_window_tiles(pl.dk, bn, [&](auto d, auto n) {
-    using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value, decltype(n)::value>::type;
-    const bool aliased = sm90::window_term_aliased<Tr>(p);
-    // the wide tiles' terms: the table and key padding (hide_padded_keys); the 64-key tile takes every term
-    const bool table_terms = p.mask.ptr == nullptr && !p.has_band;
-    if (!Tr::kGeneralTerms && !table_terms) ok = false;
-    if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0 && !recast_bf16_term(fp, p)) ok = false;
-    smem = Tr::kSmemBytes + (p.bias.ptr && !aliased ? Tr::kBlockM * p.bias_pitch : 0) + bits_smem;
-    if (ok && smem <= dev.smem_optin)
-      occ = fwd_windows_sm90_blocks_per_sm<decltype(d)::value, decltype(n)::value>(dt, smem, p);
-  });
-  if (!ok || smem > dev.smem_optin) return false;
-  pl.grid = window_grid(p, period, ceil_div(p.Sq, 64), occ, dev, "WINATTN_FWD_G");
-  pl.smem = smem;
-  pl.window_bn = bn;
-  pl.sm90_windows = true;
-  if (bn > 160 && p.bias.ptr && p.bias.dtype != 0) {  // (recast_bf16_term: the fp16 table past 160 keys)
-    pl.comb = comb_plan_of(fp, int(fp.bias.period));
-    use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
-    choose_bias_mode(p, bn);  // (the same 16-bit pitch: the shared memory above still holds)
-  }
-  return true;
-}
-
-// The window forward, with a bool mask broadcast over the windows folded into the term where it can be
-// (fold_window_mask); the plan as it was when the window kernels cannot take the call.
-bool plan_fwd_windows_sm90(FwdPlan& pl, const FwdParams& fp, const DeviceInfo& dev, int dt) {
-  const FwdPlan before = pl;
-  if (pl.p.mask.ptr) fold_window_mask(fp, pl.p, pl.comb);
-  if (plan_fwd_window_tiles(pl, fp, dev, dt)) return true;
-  pl = before;
-  return false;
-}
-
 FwdPlan plan_fwd(const FwdParams& fp) {
   FwdPlan pl;
-  KParams& p = pl.p;
-  fill_common(fp, p);
-  pl.dk = kernel_head_dim(p.D);
-  const DeviceInfo dev = device_info();
+  KParams user;
+  fill_common(fp, user);
+  const DeviceCaps& dev = device_caps();
+  pl.c = choose_fwd(fp, user, dev, forced_kernels());
+  KParams& p = pl.c.p;
   const int dt = dtype_code(fp.dtype);
-  pl.sm90 = hopper_kernels_ready(pl.dk, dt, dev);
-  pl.comb = comb_plan(fp);
-  // the workspace is 256-byte aligned: a stand-in pointer decides the staging mode; fwd() sets the real one
-  if (fp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
   Carver cv;
-  if (fp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);
+  if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
+  if (pl.c.mb_words > 0) pl.off_mbits = cv.take(mask_bits_bytes(p));
   pl.ws_bytes = cv.size;
-  if (plan_fwd_windows_sm90(pl, fp, dev, dt)) {
-    if (!fp.rel_table && pl.comb.bytes > 0) pl.off_comb = cv.take(pl.comb.bytes);  // (a recast term, a folded mask)
-    if (pl.mbits.bytes > 0) pl.off_mbits = cv.take(pl.mbits.bytes);
-    pl.ws_bytes = cv.size;
-    return pl;
+  switch (pl.c.kernel) {
+    case FwdKernel::kV3:  // (its launcher sizes the grid: one CTA per tile, or per SM when persistent)
+      return pl;
+    case FwdKernel::kWindows: {
+      int occ = 1;
+      dispatch_window_tiles(pl.c.dk, pl.c.window_bn, [&](auto d, auto n) {
+        occ = fwd_windows_sm90_blocks_per_sm<decltype(d)::value, decltype(n)::value>(dt, pl.c.window_smem, p);
+      });
+      pl.grid = window_grid(p, p.bias.ptr ? p.bias.period : 1, ceil_div(p.Sq, 64), occ, dev.sms, "WINATTN_FWD_G");
+      pl.smem = pl.c.window_smem;
+      return pl;
+    }
+    default: break;
   }
-  // Every other forward on Hopper: v3, with every score term (an empty key set is left to v1: a tensor map needs
-  // a nonzero extent).
-  if (p.Sk > 0 && fwd_v3_ready(pl.dk, dt, dev)) {
-    pl.v3 = true;
-    return pl;
-  }
-  // Outside window mode the general sm90 kernel is faster only without an additive term (H200, bf16: no-bias
-  // D=128 S=16k 7.09 vs 9.79 ms; with one it lost, dense bias D=64 2.12 vs 1.71 ms, Swin W12 3.57 vs 3.23 ms:
-  // its 128 x 128 tile pays the term per score without overlap). benchmarks/RESULTS.md "v2".
-  if (p.bias.ptr) pl.sm90 = false;
-  TileConfig tc = tile_config(pl.dk);
-  if (pl.sm90) dispatch_sm90_hdim(pl.dk, [&](auto d) { tc = sm90_fwd_tiles<decltype(d)::value>(tc); });
+  // v1 / v2: the per-head-dim tile, the additive tile staged where it fits (WINATTN_BIAS_STAGES caps it)
+  const bool v2 = pl.c.kernel == FwdKernel::kV2;
+  TileConfig tc = tile_config(pl.c.dk);
+  if (v2) dispatch_sm90_hdim(pl.c.dk, [&](auto d) { tc = sm90_fwd_tiles<decltype(d)::value>(tc); });
   const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
   pl.smem = tc.fwd_smem;
   if (p.bias.ptr) {
@@ -521,10 +273,10 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   int G = 1;
   if (mblocks == 1 && nblocks == 1 && p.B > 1) {
     int occ = 1;
-    if (pl.sm90)
-      dispatch_sm90_hdim(pl.dk, [&](auto d) { occ = fwd_sm90_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
+    if (v2)
+      dispatch_sm90_hdim(pl.c.dk, [&](auto d) { occ = fwd_sm90_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
     else
-      dispatch_hdim(pl.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
+      dispatch_hdim(pl.c.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
     G = waves_g(int64_t(p.B) * p.H, int64_t(dev.sms) * std::max(occ, 1), 32);
     G = env_int("WINATTN_FWD_G", G);
     G = std::max(1, std::min(G, p.B));
@@ -539,263 +291,140 @@ FwdPlan plan_fwd(const FwdParams& fp) {
 
 // ---- backward plan ---------------------------------------------------------------------------------------------
 struct BwdPlan {
-  KParams p;
-  int dk = 32, smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
-  int cfg = 0;  // backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
-  bool sm90_windows = false;  // Hopper window-mode kernel (plan_bwd_windows_sm90)
-  int sm90_wide = 0;          // Hopper wide-window kernel for windows of up to this many tokens (plan_bwd_wide_sm90)
-  bool v3 = false;            // Hopper backward v3 (plan_bwd_v3)
-  BwdV3Buffers v3buf;         // its padded row count and dbias mode (run_bwd_v3 adds the workspace pointers)
-  int64_t off_lse2 = -1;
+  BwdChoice c;  // c.p: the kernels' view; c.v3: the v3 plan (run_bwd_v3 adds the workspace pointers)
+  int smem = 0, bm = 64, bn = 64, mblocks = 0, nblocks = 0;
+  int cfg = 0;  // v1's backward configuration BwdTraits<dk, cfg> (kernel_traits.h)
   int64_t grid = 0;
   bool window = false, expand = false, dtable = false, dbias_accum = false;
-  CombPlan comb;
-  MaskBitsPlan mbits;  // a bool mask per window as bits (the wide-window kernel)
-  int64_t ws_bytes = 0, zero_bytes = 0, off_mbits = -1;
+  int64_t ws_bytes = 0, zero_bytes = 0, off_mbits = -1, off_lse2 = -1;
   int64_t off_dqacc = -1, off_dqsem = -1, off_sem_bias = -1, off_sem_tb = -1, off_dtb = -1, off_inter = -1;
-  int64_t off_comb = -1, off_delta = -1, off_partials = -1;
+  int64_t off_comb = -1, off_delta = -1, off_partials = -1, off_dbias_pad = -1;
 };
 
-// Window mode on Hopper (sm90/bwd_windows_sm90.h): head dim 32, every window one 64 x 64 tile, no GQA, the
-// additive term's period dividing B (windows grouped by it: Pg), and no per-item dbias (that one is stored per
-// window by v1). The dS sums go to the partials of v1's window mode (same layout, [grid][Sq][bn]).
-bool plan_bwd_windows_sm90(BwdPlan& pl, const DeviceInfo& dev, int dt, bool dbias_per_item, bool wants_accum) {
-  KParams& p = pl.p;
-  if (pl.dk != 32 || pl.bn != 64 || p.Sq > 64 || p.Sk > 64 || p.H != p.Hkv || dbias_per_item ||
-      env_int("WINATTN_SM90_WINDOWS", 1) == 0 || !hopper_kernels_ready(32, dt, dev))
-    return false;
-  const int period = p.bias.ptr ? p.bias.period : 1;
-  if (p.B % period != 0) return false;
-  using Tr = sm90::BwdWindowTraitsSm90For<32>::type;
-  if (p.bias.ptr) choose_bias_mode(p, 64);
-  const int smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? 64 * p.bias_pitch : 0);
-  if (smem > dev.smem_optin) return false;
-  const int occ = bwd_windows_sm90_blocks_per_sm<32>(dt, smem);
-  pl.grid = window_grid(p, period, 1, occ, dev, "WINATTN_BWD_G");
-  pl.smem = smem;
-  pl.window = wants_accum;
-  pl.sm90_windows = true;
-  return true;
-}
-
-// Wide windows on Hopper (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 256, no GQA, an fp16
-// additive term (the combined table term, or a bf16 one recast: recast_bf16_term) with its period dividing B and
-// key padding as the only score terms (a bool mask only folded into the term: fold_window_mask), and a gradient
-// summed over windows (the table's, or a dbias broadcast over them): the calls that otherwise take v1's window mode
-// (v3 would sum them with unordered L2 reduce-adds). dQ is stored directly; the dS sums go to partials
-// [grid][Sq][Sk] (bn = Sk, one key block), reduced like v1's; lse2 comes from lse2_rows_kernel, delta from the
-// kernel itself.
-// Windows of more than 144 tokens take the split instance: four CTAs (a cluster) per work item, so its G is chosen
-// for four times the work items' CTAs, and pl.grid counts work items (the slots of the partials).
-bool plan_bwd_wide_tiles(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
-                         bool wants_accum) {
-  KParams& p = pl.p;
-  const int n = std::max(p.Sq, p.Sk);
-  if (pl.dk != 32 || n <= 64 || n > 256 || p.H != p.Hkv || dbias_per_item || !wants_accum ||
-      p.bias.ptr == nullptr || (p.bias.dtype != 0 && !recast_bf16_term(bp, p)) || p.has_band ||
-      dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 ||
-      env_int("WINATTN_SM90_WINDOWS", 1) == 0)
-    return false;
-  const int period = p.bias.period;
-  if (p.B % period != 0) return false;
-  const int wide = n <= 128 ? 128 : n <= 144 ? 144 : 256;
-  if (p.mask.ptr) use_mask_bits(p, pl.mbits, true, ceil_div(wide, 32));  // (a mask per window: not folded)
-  static int smem_of[2][3] = {};  // per (dtype, instance): 0 unknown, -1 no sm_90a code, else its shared memory
-  int& smem = smem_of[dt == 0 ? 0 : 1][wide == 128 ? 0 : wide == 144 ? 1 : 2];
-  if (smem == 0)
-    smem = wide == 128   ? bwd_windows_wide_sm90_smem<128>(dt)
-           : wide == 144 ? bwd_windows_wide_sm90_smem<144>(dt)
-                         : bwd_windows_wide_sm90_smem<256>(dt);
-  if (smem == 0) smem = -1;
-  if (smem < 0 || smem > dev.smem_optin) return false;
-  const int ctas_per_item = wide == 256 ? 4 : 1;
-  DeviceInfo resident = dev;  // (the split instance: only whole clusters of four are resident)
-  if (wide == 256) {
-    static int cluster_slots[2] = {-1, -1};  // per dtype
-    int& slots = cluster_slots[dt == 0 ? 0 : 1];
-    if (slots < 0) slots = bwd_windows_wide_sm90_cluster_slots<256>(dt);
-    if (slots == 0) return false;  // no cluster of four fits
-    resident.sms = slots;
-  }
-  pl.grid = window_grid(p, period, ctas_per_item, 1, resident, "WINATTN_BWD_G") / ctas_per_item;
-  pl.smem = smem;
-  pl.sm90_wide = wide;
-  pl.window = true;
-  pl.bn = p.Sk;
-  pl.nblocks = 1;
-  pl.v3buf.sq_pad = wide;  // the kernel loads one whole preprocess row per window
-  p.dq_mode = DqMode::kDirect;
-  if (p.bias.dtype != 0) {  // a bf16 term (recast_bf16_term)
-    pl.comb = comb_plan_of(bp, int(bp.bias.period));
-    use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
-  }
-  return true;
-}
-
-// The same with a bool mask broadcast over the windows folded into the term (fold_window_mask).
-bool plan_bwd_wide_sm90(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt, bool dbias_per_item,
-                        bool wants_accum) {
-  const BwdPlan before = pl;
-  if (pl.p.mask.ptr) fold_window_mask(bp, pl.p, pl.comb);
-  if (plan_bwd_wide_tiles(pl, bp, dev, dt, dbias_per_item, wants_accum)) return true;
-  pl = before;
-  return false;
-}
-
-template <typename F>
-void dispatch_bwd_v3_hdim(int dk, F&& f) {
-  if (dk == 64)
-    f(std::integral_constant<int, 64>{});
-  else if (dk == 128)
-    f(std::integral_constant<int, 128>{});
-  else
-    f(std::integral_constant<int, 256>{});
-}
-
-// Backward v3 (sm90/bwd_pipelined_sm90.h) runs a non-window backward on Hopper when:
-//   * the binary has its sm_90a code for the head dim (bwd_v3_head_dim: 64, 128 or 256, the columns past D
-//     zero-filled by TMA), WINATTN_SM90 and WINATTN_BWD_V3 are not 0;
-//   * every score term but the relative-position table's gradient (dtable: window mode, v1): key padding, bands,
-//     bool masks, additive terms of any dtype and broadcast (staged by TMA where it can, else read from global);
-//   * with deterministic=True, dbias has at most two contributors per element and full rows with Sk % 4 == 0 (a
-//     two-term fp32 reduce-add by TMA is order-independent; more, or the atomics of broadcast rows / columns, would
-//     need ordering: v1 orders them).
-bool plan_bwd_v3(BwdPlan& pl, const BwdParams& bp, const DeviceInfo& dev, int dt) {
-  KParams& p = pl.p;
-  const int dk = bwd_v3_head_dim(p.D);
-  if (dev.cc_major != 9 || env_int("WINATTN_SM90", 1) == 0 || env_int("WINATTN_BWD_V3", 1) == 0 ||
-      bp.dtable != nullptr)
-    return false;
-  static int ready[2][3] = {};  // 0 unknown, 1 yes, 2 no; per (dtype, head dim)
-  int& r = ready[dt == 0 ? 0 : 1][dk == 64 ? 0 : dk == 128 ? 1 : 2];
-  if (r == 0) dispatch_bwd_v3_hdim(dk, [&](auto d) { r = bwd_pipelined_sm90_ready<decltype(d)::value>(dt) ? 1 : 2; });
-  if (r != 1) return false;
-  const bool dbias = bp.dbias != nullptr;
-  BwdV3Buffers& vb = pl.v3buf;
-  if (dbias) {
-    const Broadcast4d& b = bp.bias;
-    const bool tma = b.rows == p.Sq && b.cols == p.Sk && p.Sk % 4 == 0;  // whole 16-byte fp32 rows
-    const int64_t contributors = int64_t(ceil_div(p.B, int(b.period))) * (p.H / int(b.heads)) *
-                                 (b.rows == p.Sq ? 1 : p.Sq) * (b.cols == p.Sk ? 1 : p.Sk);
-    if (bp.deterministic && (contributors > 2 || !tma)) return false;  // atomics: v1's ordered reduction instead
-    vb.dbias_mode = !tma ? kDbiasAtomic : contributors > 1 ? kDbiasReduce : kDbiasStore;
-    vb.dbias_period = int(b.period);
-    vb.dbias_heads = int(b.heads);
-    vb.dbias_rows = int(b.rows);
-    vb.dbias_cols = int(b.cols);
-  }
-  // the 16-bit dbias store: dbias allocated in the bias dtype (bwd_dbias_layout), which is the input dtype, with
-  // rows of whole 16-byte units (TMA)
-  const bool dbias16_ok = dbias && bp.dbias_in_bias_dtype && bp.bias.dtype == bp.dtype && p.Sk % 8 == 0;
-  int smem = 0;  // (the launch sizes it again: three stages without a term)
-  dispatch_bwd_v3_hdim(dk, [&](auto d) {
-    smem = bwd_pipelined_sm90_configure<decltype(d)::value>(p, dt, dbias16_ok, vb, dev.smem_optin);
-  });
-  if (smem == 0) return false;
-
-  pl.v3 = true;
-  pl.dk = dk;
-  const int mblocks = ceil_div(p.Sq, kBwdV3BlockM);
-  vb.sq_pad = mblocks * kBwdV3BlockM;
-  Carver cv;  // zero-filled: the dQ accumulator and the tickets
-  pl.off_dqacc = cv.take(int64_t(p.B) * p.H * vb.sq_pad * pl.dk * 4);
-  if (bp.deterministic) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * mblocks * 4);
+// Backward v3's workspace: the zero-filled dQ accumulator (and tickets), the preprocess rows, the prepared term.
+void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
+  const KParams& p = pl.c.p;
+  Carver cv;
+  pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
+  if (bp.deterministic) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
+  const BwdV3Buffers& vb = pl.c.v3;
+  if (vb.dbias_padded)
+    pl.off_dbias_pad = cv.take(int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq * vb.dbias_pitch * 4);
   pl.zero_bytes = cv.size;
-  pl.off_lse2 = cv.take(int64_t(p.B) * p.H * vb.sq_pad * 4);
-  pl.off_delta = cv.take(int64_t(p.B) * p.H * vb.sq_pad * 4);
-  if (bp.rel_table) pl.off_comb = cv.take(pl.comb.bytes);  // the combined fp16 term, written by bwd()
+  pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * 4);
+  pl.off_delta = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * 4);
+  if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
   pl.ws_bytes = cv.size;
-  return true;
+}
+
+// v1's window mode (many items per CTA, dS summed in a shared [Sq][BN] fp32 tile, one partial per CTA) and the
+// staging depth of the additive tile (QS stages: prefetched with Q / dO; 1: loaded at the top of its step; 0: read
+// from global), chosen together for the most CTAs per SM (ties: deeper staging). The CTA count is the runtime's
+// occupancy (registers and shared memory).
+void size_bwd_v1(BwdPlan& pl, const BwdParams& bp, const BwdNeeds& n, const DeviceCaps& dev, int dt,
+                 const TileConfig& tc) {
+  KParams& p = pl.c.p;
+  const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
+  const bool window_ok = n.wants_accum && p.H == p.Hkv && p.B >= 2;
+  int tile = 0;
+  if (p.bias.ptr) {
+    choose_bias_mode(p, pl.bn);
+    tile = pl.bm * p.bias_pitch;
+  }
+  const int max_stages = std::min(p.bias.ptr ? tc.bwd_qs : 0, env_int("WINATTN_BIAS_STAGES", 2));
+  int best_stages = 0, best_occ = -1;
+  bool best_window = false;
+  for (int win = window_ok ? 1 : 0; win >= 0; --win) {
+    for (int st = max_stages; st >= 0; --st) {
+      const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
+      if (smem > dev.smem_optin) continue;
+      int occ = 0;
+      dispatch_hdim(pl.c.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
+      if (occ > best_occ) {
+        best_occ = occ;
+        best_stages = st;
+        best_window = win;
+      }
+    }
+    if (best_occ >= 0 && win) break;  // window mode when it fits at all
+  }
+  p.bias_stages = best_stages;
+  pl.smem = tc.bwd_smem + best_stages * tile;
+  int G = 1, Pg = 1;
+  if (best_window) {
+    Pg = n.dbias && !n.dbias_store ? int(bp.bias.period) : 1;
+    const int per_r = p.B / Pg;
+    const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
+    int occ = 1;
+    dispatch_hdim(pl.c.dk, [&](auto d) {
+      occ = bwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem + acc_bytes, pl.cfg);
+    });
+    G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
+    G = env_int("WINATTN_BWD_G", G);
+    G = std::max(1, std::min(G, per_r));
+  }
+  pl.window = G > 1;
+  if (!pl.window) Pg = 1;
+  p.G = G;
+  p.Pg = Pg;
+  p.NC = ceil_div(p.B / Pg, G);
+  p.NR = p.NC * Pg;
+  pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
+  if (pl.window) pl.smem += acc_bytes;
 }
 
 BwdPlan plan_bwd(const BwdParams& bp) {
   BwdPlan pl;
-  KParams& p = pl.p;
-  fill_common(bp, p);
-  p.dout = bp.dout;
-  p.do_sb = bp.do_stride_b;
-  p.do_ss = bp.do_stride_s;
-  p.do_sh = bp.do_stride_h;
-  check_rows(bp.dout, p.do_sb, p.do_ss, p.do_sh, "grad_out");
-  pl.dk = kernel_head_dim(p.D);
-  const TileConfig tc = tile_config(pl.dk);
-  const DeviceInfo dev = device_info();
+  KParams user;
+  fill_common(bp, user);
+  user.dout = bp.dout;
+  user.do_sb = bp.do_stride_b;
+  user.do_ss = bp.do_stride_s;
+  user.do_sh = bp.do_stride_h;
+  check_rows(bp.dout, user.do_sb, user.do_ss, user.do_sh, "grad_out");
+  const DeviceCaps& dev = device_caps();
+  pl.c = choose_bwd(bp, user, dev, forced_kernels());
+  if (pl.c.kernel == BwdKernel::kV3) {
+    carve_bwd_v3(pl, bp);
+    return pl;
+  }
+  KParams& p = pl.c.p;
+  const BwdNeeds n = bwd_needs(bp, user);
+  const TileConfig tc = tile_config(pl.c.dk);
+  const int dt = dtype_code(bp.dtype);
+  const bool det = bp.deterministic;
   pl.bm = tc.bwd_bm;
   pl.bn = tc.bwd_bn;
   pl.mblocks = ceil_div(p.Sq, pl.bm);
   pl.nblocks = ceil_div(p.Sk, pl.bn);
   pl.dtable = bp.dtable != nullptr;
   pl.cfg = std::max(0, env_int("WINATTN_BWD_CFG", 0));  // tuning / testing override (out of range: default)
-  const int dt = dtype_code(bp.dtype);
-  const bool det = bp.deterministic;
   p.dq_mode = pl.nblocks <= 1 ? DqMode::kDirect : det ? DqMode::kOrdered : DqMode::kAtomic;
-
-  // the additive operand the kernel reads, staged with Q / dO (one tile per pipeline stage)
-  pl.comb = comb_plan(bp);
-  if (bp.rel_table) use_comb(p, pl.comb, reinterpret_cast<const void*>(uintptr_t(256)));
-  const bool dbias = bp.dbias != nullptr;
-  const Broadcast4d& bias = bp.bias;
-  const bool full_rc = bias.rows == p.Sq && bias.cols == p.Sk;
-  const bool dbias_store = dbias && full_rc && bias.period == p.B && bias.heads == p.H;
-
-  // window mode (many items per CTA, dS summed in a shared [Sq][BN] fp32 tile, one partial per CTA) and the
-  // staging depth of the additive tile (QS stages: prefetched with Q / dO; 1: loaded at the top of its step;
-  // 0: read from global) are chosen together for the most CTAs per SM (ties: deeper staging). The CTA count is the
-  // runtime's occupancy (registers and shared memory): v1 counted shared memory only and, with the register-bound
-  // D = 32 kernel, gave up the staged tile for a third CTA per SM that never became resident.
-  const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
-  const bool wants_accum = pl.dtable || (dbias && !dbias_store);
-  // (the Hopper window kernels set G, Pg, the grid and the shared memory themselves; v3 its own workspace)
-  const bool sm90_windows = plan_bwd_windows_sm90(pl, dev, dt, dbias && dbias_store, wants_accum) ||
-                            plan_bwd_wide_sm90(pl, bp, dev, dt, dbias && dbias_store, wants_accum);
-  if (!sm90_windows && plan_bwd_v3(pl, bp, dev, dt)) return pl;
-  if (!sm90_windows) {
-    const bool window_ok = wants_accum && p.H == p.Hkv && p.B >= 2;
-    int tile = 0;
-    if (p.bias.ptr) {
-      choose_bias_mode(p, pl.bn);
-      tile = pl.bm * p.bias_pitch;
+  const int period = p.bias.ptr ? p.bias.period : 1;
+  switch (pl.c.kernel) {
+    case BwdKernel::kWindows: {
+      const int occ = bwd_windows_sm90_blocks_per_sm<32>(dt, pl.c.window_smem);
+      pl.grid = window_grid(p, period, 1, occ, dev.sms, "WINATTN_BWD_G");
+      pl.smem = pl.c.window_smem;
+      pl.window = n.wants_accum;
+      break;
     }
-    const int max_stages = std::min(p.bias.ptr ? tc.bwd_qs : 0, env_int("WINATTN_BIAS_STAGES", 2));
-    int best_stages = 0, best_occ = -1;
-    bool best_window = false;
-    for (int win = window_ok ? 1 : 0; win >= 0; --win) {
-      for (int st = max_stages; st >= 0; --st) {
-        const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
-        if (smem > dev.smem_optin) continue;
-        int occ = 0;
-        dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
-        if (occ > best_occ) {
-          best_occ = occ;
-          best_stages = st;
-          best_window = win;
-        }
-      }
-      if (best_occ >= 0 && win) break;  // window mode when it fits at all
+    case BwdKernel::kWideWindows: {
+      // windows of more than 144 tokens: four CTAs (a cluster) per work item, so G is chosen for four times the work
+      // items' CTAs, and the grid counts work items (the slots of the partials)
+      const int ctas_per_item = pl.c.wide == 256 ? 4 : 1;
+      const int slots = pl.c.wide == 256 ? dev.wide_cluster_slots : dev.sms;
+      pl.grid = window_grid(p, period, ctas_per_item, 1, slots, "WINATTN_BWD_G") / ctas_per_item;
+      pl.smem = pl.c.window_smem;
+      pl.window = true;
+      pl.bn = p.Sk;
+      pl.nblocks = 1;
+      p.dq_mode = DqMode::kDirect;
+      break;
     }
-    p.bias_stages = best_stages;
-    pl.smem = tc.bwd_smem + best_stages * tile;
-
-    int G = 1, Pg = 1;
-    if (best_window) {
-      Pg = (dbias && !dbias_store) ? int(bias.period) : 1;
-      const int per_r = p.B / Pg;
-      const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
-      const int smem = pl.smem + acc_bytes;
-      int occ = 1;
-      dispatch_hdim(pl.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
-      G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
-      G = env_int("WINATTN_BWD_G", G);
-      G = std::max(1, std::min(G, per_r));
-    }
-    pl.window = G > 1;
-    if (!pl.window) Pg = 1;
-    p.G = G;
-    p.Pg = Pg;
-    p.NC = ceil_div(p.B / Pg, G);
-    p.NR = p.NC * Pg;
-    pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
-    if (pl.window) pl.smem += acc_bytes;
+    default:
+      size_bwd_v1(pl, bp, n, dev, dt, tc);
+      break;
   }
 
   // where dS goes
@@ -803,12 +432,14 @@ BwdPlan plan_bwd(const BwdParams& bp) {
     t.rows = p.Sq;
     t.cols = p.Sk;
   };
-  if (dbias) {
+  const Broadcast4d& bias = bp.bias;
+  const bool full_rc = bias.rows == p.Sq && bias.cols == p.Sk;
+  if (n.dbias) {
     Target& t = p.t_bias;
     t.period = int(bias.period);
     t.heads = int(bias.heads);
     full(t);
-    if (dbias_store) {
+    if (n.dbias_store) {
       t.mode = TargetMode::kStore;
     } else if (pl.window) {
       t.mode = TargetMode::kAccum;
@@ -844,11 +475,11 @@ BwdPlan plan_bwd(const BwdParams& bp) {
   if (pl.dtable && !pl.window) pl.off_dtb = cv.take(int64_t(p.H) * sqsk * 4);
   if (pl.expand) pl.off_inter = cv.take(int64_t(bias.period) * bias.heads * sqsk * 4);
   pl.zero_bytes = cv.size;
-  if (pl.comb.bytes > 0) pl.off_comb = cv.take(pl.comb.bytes);
-  if (pl.mbits.bytes > 0) pl.off_mbits = cv.take(pl.mbits.bytes);
-  if (pl.sm90_wide) {  // lse2 rows (aux_kernels.h lse2_rows_kernel)
-    pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.v3buf.sq_pad * 4);
-  } else if (!pl.sm90_windows) {  // (the 64-token windows kernel makes its own)
+  if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
+  if (pl.c.mb_words > 0) pl.off_mbits = cv.take(mask_bits_bytes(p));
+  if (pl.c.kernel == BwdKernel::kWideWindows) {  // lse2 rows (aux_kernels.h lse2_rows_kernel)
+    pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.c.wide * 4);
+  } else if (pl.c.kernel != BwdKernel::kWindows) {  // (the 64-token windows kernel makes its own)
     pl.off_delta = cv.take(int64_t(p.B) * p.H * p.Sq * 4);
   }
   if (pl.window) pl.off_partials = cv.take(pl.grid * p.Sq * pl.bn * 4);
@@ -909,38 +540,43 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads == 0) return;
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   FwdPlan pl = reuse ? m.plan : plan_fwd(params);
-  KParams& p = pl.p;
+  KParams& p = pl.c.p;
   char* ws = static_cast<char*>(workspace);
-  if (pl.comb.bytes > 0) {  // the table term (+ bias), or a recast bf16 bias
-    __half* comb = reinterpret_cast<__half*>(ws + pl.off_comb);
-    if (p.Sk > 0) launch_combine(params, p, pl.comb, comb, stream);
-    p.bias.ptr = comb;
-  }
-  if (pl.mbits.bytes > 0) launch_mask_bits(params, p, pl.mbits, reinterpret_cast<uint32_t*>(ws + pl.off_mbits), stream);
+  if (pl.c.comb.bytes > 0 && p.Sk > 0) launch_combine(params, p, pl.c.comb, ws + pl.off_comb, stream);
+  if (pl.c.mb_words > 0) launch_mask_bits(params, p, false, reinterpret_cast<uint32_t*>(ws + pl.off_mbits), stream);
   const int dt = dtype_code(params.dtype);
-  if (pl.v3)
-    dispatch_hdim(pl.dk, [&](auto d) { run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, device_info().smem_optin, device_info().sms, stream);
-    });
-  else if (pl.sm90_windows)
-    dispatch_window_tiles(pl.dk, pl.window_bn, [&](auto d, auto n) {
-      run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);
-    });
-  else if (pl.sm90)
-    dispatch_sm90_hdim(pl.dk, [&](auto d) { run_fwd_sm90<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
-  else
-    dispatch_hdim(pl.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+  const DeviceCaps& dev = device_caps();
+  switch (pl.c.kernel) {
+    case FwdKernel::kV3:
+      dispatch_hdim(pl.c.dk, [&](auto d) {
+        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_wide, pl.c.v3_persistent,
+                                                   pl.c.v3_stage_bytes, dev.sms, stream);
+      });
+      break;
+    case FwdKernel::kWindows:
+      dispatch_window_tiles(pl.c.dk, pl.c.window_bn, [&](auto d, auto n) {
+        run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);
+      });
+      break;
+    case FwdKernel::kV2:
+      dispatch_sm90_hdim(pl.c.dk, [&](auto d) { run_fwd_sm90<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+      break;
+    default:
+      dispatch_hdim(pl.c.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
+      break;
+  }
 }
 
 // Backward v3: preprocess (delta, lse * log2 e into padded rows), the pipelined kernel (dK, dV, dbias written by it),
 // dQ from its fp32 fragment-order accumulator. The workspace's zero-filled part is cleared by the caller.
 static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStream_t stream) {
-  KParams& p = pl.p;
-  BwdV3Buffers vb = pl.v3buf;
+  KParams& p = pl.c.p;
+  BwdV3Buffers vb = pl.c.v3;
   vb.dq_acc = reinterpret_cast<float*>(ws + pl.off_dqacc);
   vb.dq_sems = pl.off_dqsem >= 0 ? reinterpret_cast<int*>(ws + pl.off_dqsem) : nullptr;
   vb.lse2 = reinterpret_cast<float*>(ws + pl.off_lse2);
   vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
-  vb.dbias = params.dbias;
+  vb.dbias = vb.dbias_padded ? static_cast<void*>(ws + pl.off_dbias_pad) : params.dbias;
   const int dt = dtype_code(params.dtype);
   const int64_t threads = int64_t(p.B) * p.H * vb.sq_pad * 4;
   const int blocks = int((threads + 255) / 256);
@@ -953,20 +589,25 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   };
   if (dt == 0) prep(__half());
   else prep(__nv_bfloat16());
-  dispatch_bwd_v3_hdim(pl.dk, [&](auto d) {
-    run_bwd_pipelined_sm90<decltype(d)::value>(p, vb, dt, device_info().smem_optin, stream);
-  });
+  dispatch_bwd_v3_hdim(pl.c.dk, [&](auto d) { run_bwd_pipelined_sm90<decltype(d)::value>(p, vb, dt, stream); });
   const int mblocks = vb.sq_pad / kBwdV3BlockM;
-  const int64_t n4 = int64_t(p.B) * p.H * vb.sq_pad * pl.dk / 4;
+  const int64_t n4 = int64_t(p.B) * p.H * vb.sq_pad * pl.c.dk / 4;
   const int cblocks = int(std::min<int64_t>((n4 + 255) / 256, 65535 * 4));
   auto convert = [&](auto elem) {
     using E = decltype(elem);
     dq_frag_convert_kernel<E><<<cblocks, 256, 0, stream>>>(static_cast<E*>(params.dq), vb.dq_acc, p.B, p.Sq, p.H,
-                                                          p.D, pl.dk, mblocks, p.scale);
+                                                          p.D, pl.c.dk, mblocks, p.scale);
     check_cuda(cudaGetLastError(), "window_attention bwd v3 dq conversion");
   };
   if (dt == 0) convert(__half());
   else convert(__nv_bfloat16());
+  if (vb.dbias_padded) {
+    const int64_t rows = int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq;
+    const int blocks = int(std::min<int64_t>((rows * p.Sk + 255) / 256, 65535 * 4));
+    unpad_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(params.dbias), static_cast<const float*>(vb.dbias),
+                                                  rows, p.Sk, vb.dbias_pitch);
+    check_cuda(cudaGetLastError(), "window_attention dbias unpad");
+  }
 }
 
 // The 16-bit dbias layout where v3 stores each element once (pair mode or one contributor) in the bias's dtype; it
@@ -980,9 +621,9 @@ DbiasLayout bwd_dbias_layout(const BwdParams& params) {
   probe.dbias = reinterpret_cast<void*>(uintptr_t(256));
   probe.dbias_in_bias_dtype = true;
   const BwdPlan pl = plan_bwd(probe);
-  if (pl.v3 && pl.v3buf.dbias_mode == kDbiasStore16) {
+  if (pl.c.kernel == BwdKernel::kV3 && pl.c.v3.dbias_mode == kDbiasStore16) {
     layout.in_bias_dtype = true;
-    layout.zero_fill = pl.p.has_band || pl.p.kp != nullptr;
+    layout.zero_fill = pl.c.p.has_band || pl.c.p.kp != nullptr;
   }
   return layout;
 }
@@ -1004,8 +645,9 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     return;
   }
   BwdPlan pl = plan_bwd(params);
-  KParams& p = pl.p;
-  if (params.dbias_in_bias_dtype && !(pl.v3 && pl.v3buf.dbias_mode == kDbiasStore16))
+  KParams& p = pl.c.p;
+  const BwdKernel kernel = pl.c.kernel;
+  if (params.dbias_in_bias_dtype && !(kernel == BwdKernel::kV3 && pl.c.v3.dbias_mode == kDbiasStore16))
     throw std::logic_error("window_attention (cuda): dbias came in the bias dtype, but this call adds it in fp32 "
                            "(allocate it as bwd_dbias_layout says)");
   char* ws = static_cast<char*>(workspace);
@@ -1019,7 +661,8 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   p.dq_sems = static_cast<int*>(at(pl.off_dqsem));
   float* delta = static_cast<float*>(at(pl.off_delta));
   p.delta = delta;
-  p.dlse = pl.sm90_windows || pl.sm90_wide ? params.dlse : nullptr;  // (kernels that compute delta themselves)
+  const bool window_kernel = kernel == BwdKernel::kWindows || kernel == BwdKernel::kWideWindows;
+  p.dlse = window_kernel ? params.dlse : nullptr;  // (kernels that compute delta themselves)
   p.partials = static_cast<float*>(at(pl.off_partials));
   float* dtb = static_cast<float*>(at(pl.off_dtb));
   float* dbias32 = static_cast<float*>(params.dbias);  // v1 paths: float32 (bwd_dbias_layout's default)
@@ -1031,24 +674,21 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     p.t_tb.ptr = dtb;
     p.t_tb.sems = static_cast<int*>(at(pl.off_sem_tb));
   }
-  if (pl.comb.bytes > 0) {  // the table term (+ bias), or a recast bf16 bias
-    __half* comb = static_cast<__half*>(at(pl.off_comb));
-    launch_combine(params, p, pl.comb, comb, stream);
-    p.bias.ptr = comb;
-  }
-  if (pl.mbits.bytes > 0) launch_mask_bits(params, p, pl.mbits, static_cast<uint32_t*>(at(pl.off_mbits)), stream);
+  if (pl.c.comb.bytes > 0) launch_combine(params, p, pl.c.comb, at(pl.off_comb), stream);
+  if (pl.c.mb_words > 0)
+    launch_mask_bits(params, p, kernel == BwdKernel::kWideWindows, static_cast<uint32_t*>(at(pl.off_mbits)), stream);
 
   const int dt = dtype_code(params.dtype);
-  if (pl.v3) {
+  if (kernel == BwdKernel::kV3) {
     run_bwd_v3(params, pl, ws, stream);
     return;
   }
-  if (pl.sm90_wide) {
-    const int64_t n = int64_t(p.B) * p.H * pl.v3buf.sq_pad;
-    lse2_rows_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(static_cast<float*>(at(pl.off_lse2)),
-                                                                    pl.v3buf.sq_pad, p.lse, int64_t(p.B) * p.H, p.Sq);
+  float* lse2 = static_cast<float*>(at(pl.off_lse2));
+  if (kernel == BwdKernel::kWideWindows) {
+    const int64_t n = int64_t(p.B) * p.H * pl.c.wide;
+    lse2_rows_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(lse2, pl.c.wide, p.lse, int64_t(p.B) * p.H, p.Sq);
     check_cuda(cudaGetLastError(), "window_attention bwd lse2");
-  } else if (!pl.sm90_windows) {  // delta = rowsum(dO * O) - dlse
+  } else if (kernel != BwdKernel::kWindows) {  // delta = rowsum(dO * O) - dlse
     const int64_t threads = B * Sq * H * 4;
     const int blocks = int((threads + 255) / 256);
     if (dt == 0)
@@ -1062,16 +702,16 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
     check_cuda(cudaGetLastError(), "window_attention bwd preprocess");
   }
 
-  if (pl.sm90_wide == 128)
-    run_bwd_windows_wide_sm90<128>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
-  else if (pl.sm90_wide == 144)
-    run_bwd_windows_wide_sm90<144>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
-  else if (pl.sm90_wide == 256)
-    run_bwd_windows_wide_sm90<256>(p, static_cast<float*>(at(pl.off_lse2)), pl.v3buf.sq_pad, dt, pl.grid, stream);
-  else if (pl.sm90_windows)
+  if (kernel == BwdKernel::kWideWindows && pl.c.wide == 128)
+    run_bwd_windows_wide_sm90<128>(p, lse2, pl.c.wide, dt, pl.grid, stream);
+  else if (kernel == BwdKernel::kWideWindows && pl.c.wide == 144)
+    run_bwd_windows_wide_sm90<144>(p, lse2, pl.c.wide, dt, pl.grid, stream);
+  else if (kernel == BwdKernel::kWideWindows)
+    run_bwd_windows_wide_sm90<256>(p, lse2, pl.c.wide, dt, pl.grid, stream);
+  else if (kernel == BwdKernel::kWindows)
     run_bwd_windows_sm90<32>(p, dt, pl.grid, pl.smem, stream);
   else
-    dispatch_hdim(pl.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, pl.cfg, stream); });
+    dispatch_hdim(pl.c.dk, [&](auto d) { run_bwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, pl.cfg, stream); });
 
   if (p.dq_mode != DqMode::kDirect) {
     const int64_t n2 = B * Sq * H * p.D / 2;

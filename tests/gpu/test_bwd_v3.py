@@ -167,8 +167,9 @@ def test_key_padding_hides_whole_key_blocks(kernel):
 @pytest.mark.parametrize("pair", ["1", "0"])
 def test_dense_bias_with_causal_and_padding(kernel, pair, monkeypatch):
     # [1, H, S, S] with B = 2: pair mode (one CTA owns both batches, dS summed on chip, plain store) and the
-    # reduce-add it replaces (WINATTN_BWD_PAIR=0)
-    monkeypatch.setenv("WINATTN_BWD_PAIR", pair)
+    # reduce-add it replaces (WINATTN_FORCE_KERNEL=bwd_v3_no_pair)
+    if pair == "0":
+        monkeypatch.setenv("WINATTN_FORCE_KERNEL", "bwd_v3_no_pair")
     inp = qkv(2, 336, 336, 2, 64)
     inp["bias"] = rand(1, 2, 336, 336, dtype=BF16, grad=True)
     kpm = torch.ones(2, 336, dtype=torch.bool, device="cuda")

@@ -244,11 +244,11 @@ def test_bias_staging_fallbacks(kernel, stages, monkeypatch):
 
 # ---- the v1 (sm80-class) kernels on Hopper: on compute capability 9.0 the planner runs the sm90 (wgmma) kernels
 # where they apply (forward for head dims 32..128 without an additive term, window mode forward D=32/64 and
-# backward D=32), so the tests above check those there; WINATTN_SM90=0 keeps the v1 kernels (what sm80 / sm86 /
-# sm89 run) checked on the same machine ----------------------------------------------------------------------------
+# backward D=32), so the tests above check those there; WINATTN_FORCE_KERNEL=v1 keeps the v1 kernels (what sm80 /
+# sm86 / sm89 run) checked on the same machine ----------------------------------------------------------------------------
 @pytest.mark.parametrize("D", [32, 64, 128])
 def test_v1_kernels_on_hopper(kernel, D, monkeypatch):
-    monkeypatch.setenv("WINATTN_SM90", "0")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "v1")
     inp = qkv(2, 197, 197, 3, D, BF16)
     inp["bias"] = rand(1, 3, 197, 197, dtype=BF16, grad=True)
     run_case(kernel, inp, {"causal": True})

@@ -101,7 +101,7 @@ def test_negative_scale(kernel):
     fwd(kernel, qkv(1, 200, 200, 2, 64), scale=-0.3)
 
 
-@pytest.mark.parametrize("env", [{"WINATTN_FWD_V2": "1"}, {"WINATTN_SM90": "0"}])
+@pytest.mark.parametrize("env", [{"WINATTN_FORCE_KERNEL": "fwd_v2"}, {"WINATTN_FORCE_KERNEL": "v1"}])
 def test_older_kernels_still_selectable(kernel, env, monkeypatch):
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -77,27 +77,47 @@ def _is_sm90(names):
 
 
 def test_knobs_changed_at_run_time_are_seen(kernel, monkeypatch):
-    """WINATTN_SM90=0 runs the v1 kernels on Hopper. Flipped between calls, through monkeypatch and through
+    """WINATTN_FORCE_KERNEL=v1 runs the v1 kernels on Hopper. Flipped between calls, through monkeypatch and through
     os.environ (set, changed, deleted), the launched kernels follow the variable on every call: the environment
     cache (host_env.h) notices each change, and no plan made under the old value is reused."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the sm90 / v1 choice exists on Hopper")
-    monkeypatch.delenv("WINATTN_SM90", raising=False)
+    knob = "WINATTN_FORCE_KERNEL"
+    monkeypatch.delenv(knob, raising=False)
     q, k, v, kw = _swin(BF16)
     assert _is_sm90(_names(kernel, q, k, v, kw))
-    monkeypatch.setenv("WINATTN_SM90", "0")
+    monkeypatch.setenv(knob, "v1")
     names = _names(kernel, q, k, v, kw)
     assert names and not _is_sm90(names), names
     _check(kernel, q, k, v, kw)
-    monkeypatch.setenv("WINATTN_SM90", "1")
+    monkeypatch.setenv(knob, "fwd_v3,bwd_v1")
     assert _is_sm90(_names(kernel, q, k, v, kw))
-    os.environ["WINATTN_SM90"] = "0"  # back to a value seen before (glibc may reuse that string)
+    os.environ[knob] = "v1"  # back to a value seen before (glibc may reuse that string)
     assert not _is_sm90(_names(kernel, q, k, v, kw))
-    del os.environ["WINATTN_SM90"]
+    del os.environ[knob]
     assert _is_sm90(_names(kernel, q, k, v, kw))
-    os.environ["WINATTN_SM90"] = ""  # empty = unset
+    os.environ[knob] = ""  # empty = unset
     assert _is_sm90(_names(kernel, q, k, v, kw))
-    del os.environ["WINATTN_SM90"]
+    del os.environ[knob]
+
+
+def test_forced_kernel_errors_are_clear(kernel, monkeypatch):
+    """An unknown name, a forced kernel that cannot take the call and a retired A/B switch each raise one clear error
+    (never a silent fallback to another kernel)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the sm90 kernels")
+    q, k, v, kw = _swin(BF16)
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v9")
+    with pytest.raises(Exception, match="unknown kernel 'fwd_v9'"):
+        kernel.window_attention(q, k, v, **kw)
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_windows")
+    big = torch.randn(2, 300, 2, 128, device="cuda", dtype=BF16)
+    with pytest.raises(Exception, match="fwd_windows: this call cannot run it"):
+        kernel.attention(big, big, big)
+    monkeypatch.delenv("WINATTN_FORCE_KERNEL")
+    monkeypatch.setenv("WINATTN_SM90", "0")
+    with pytest.raises(Exception, match="WINATTN_SM90 is no longer read: use WINATTN_FORCE_KERNEL=v1"):
+        kernel.attention(big, big, big)
 
 
 def _grids(fn, path):
@@ -119,7 +139,7 @@ def test_window_grouping_override_is_read_each_call(kernel, monkeypatch, tmp_pat
     window-count column -> ceil(32 / G) CTAs per column), and the result stays the reference one."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Hopper window kernel")
-    monkeypatch.delenv("WINATTN_SM90", raising=False)
+    monkeypatch.delenv("WINATTN_FORCE_KERNEL", raising=False)
     q, k, v, kw = _swin(BF16, batch=32)  # 32 * NW windows, the shift mask's period NW: 32 per column
     trace = tmp_path / "trace.json"
     sizes = {}

@@ -82,12 +82,25 @@ def torch_paths_at(base: Path) -> TorchPaths:
 
 @lru_cache(maxsize=1)
 def torch_paths() -> TorchPaths:
-    """The torch this process imports (the stable-ABI headers of every stable variant come from it)."""
+    """The torch this process imports (the stable-ABI headers of every stable variant come from it).
+
+    $WINATTN_TORCH_INCLUDE names another torch `include/` directory for the headers (the libraries still come from
+    the importable torch): a GPU machine whose torch predates the stable-ABI macros the binding uses (torch 2.11
+    lacks STABLE_TORCH_ERROR_CODE_CHECK) can then build the same torch-stable-abi210 variant with a newer torch's
+    headers carried over, on its own cores instead of this project's 2-core build machine."""
     try:
         import torch
     except ImportError as e:
         raise BuildError(f"torch is not importable ({e}); install torch>=2.10 in this environment") from None
-    return torch_paths_at(Path(torch.__file__).resolve().parent)
+    paths = torch_paths_at(Path(torch.__file__).resolve().parent)
+    include = os.environ.get("WINATTN_TORCH_INCLUDE")
+    if include:
+        inc = Path(include).resolve()
+        if not (inc / "torch" / "csrc" / "stable" / "library.h").is_file():
+            raise BuildError(f"WINATTN_TORCH_INCLUDE={include}: torch's stable-ABI headers "
+                             "(torch/csrc/stable/library.h) are not under it")
+        paths = TorchPaths(include_dirs=[inc], lib_dir=paths.lib_dir, version=paths.version)
+    return paths
 
 
 def python_include() -> Path:

@@ -1,5 +1,5 @@
-// Definitions of the backward v3 entry points (bwd_v3_api.h): readiness, the call's shared memory, tensor maps and
-// the launch. Included only by instantiations/bwd_v3_sm90_hdim*.cu (sm_90a).
+// Definitions of the backward v3 entry point (bwd_v3_api.h): the tensor maps and the launch of what the plan chose;
+// included only by instantiations/bwd_v3_sm90_hdim*.cu (sm_90a).
 #pragma once
 #include "../host_env.h"
 #include "../launch_template.h"
@@ -36,7 +36,7 @@ struct BwdPipelinedSm90 {
   static Fn pick(int dtype, int terms, bool pair, bool defer) {
     return dtype == 0 ? pick_terms<__half>(terms, pair, defer) : pick_terms<__nv_bfloat16>(terms, pair, defer);
   }
-  // no additive term: three stages (WINATTN_BWD_STAGES=2 keeps two, for A/B runs)
+  // no additive term: three stages (WINATTN_FORCE_KERNEL=bwd_v3_two_stages keeps two, for A/B runs)
   static Fn pick_deep(int dtype) {
     constexpr bool defer = !Deep::kSplitD;
     return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, kBwdTermsNone, false, defer>
@@ -44,77 +44,6 @@ struct BwdPipelinedSm90 {
   }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
-
-template <int D>
-bool bwd_pipelined_sm90_ready(int dtype) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, BwdPipelinedSm90<D>::pick(dtype, kBwdTermsNone, false, true)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attr.binaryVersion == 90;
-}
-
-// The additive term is staged (TMA) when it is a full-rows / full-columns tile of the input dtype with contiguous,
-// 16-byte aligned rows, there is no bool mask and the kernel has room to stage (can_stage); other terms and masks
-// are read from global memory. The dbias atomics live in the global-terms kernel only (they cost the staged kernel
-// registers otherwise).
-inline int bwd_terms(const KParams& p, int dtype, int dbias_mode, bool can_stage) {
-  const Operand4d& t = p.bias;
-  if (p.mask.ptr != nullptr || dbias_mode == kDbiasAtomic || (t.ptr != nullptr && !can_stage)) return kBwdTermsGlobal;
-  if (t.ptr == nullptr) return kBwdTermsNone;
-  const bool stageable = t.dtype == dtype && t.rows == p.Sq && t.cols == p.Sk && t.sk == 1 &&
-                         reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
-                         (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
-  return stageable ? kBwdTermsStaged : kBwdTermsGlobal;
-}
-
-// Deferred dQ (bwd_consume) where no dbias tile is staged (not the split head-dim consumer: it has its own
-// schedule). Its third dS^T tile takes the staging's room.
-template <typename Tr>
-bool bwd_defer_dq(const BwdV3Buffers& buf) {
-  return !Tr::kSplitD && (buf.dbias_mode == kDbiasNone || buf.dbias_mode == kDbiasAtomic);
-}
-template <typename Tr>
-int bwd_defer_bytes(const BwdV3Buffers& buf) {
-  return bwd_defer_dq<Tr>(buf) ? Tr::kDSBytes : 0;
-}
-
-// Shared memory of a call with `bufs` dbias staging tiles (fp32, or 16-bit with kDbiasStore16 plus pair mode's
-// fp32 sum tile) and, in pair mode, a second K / V set.
-template <typename Tr>
-int bwd_smem_bytes(int terms, const BwdV3Buffers& buf, int bufs) {
-  int dbias = 0;
-  if (buf.dbias_mode == kDbiasStore16)
-    dbias = bufs * Tr::kBiasBytes + (buf.pair ? Tr::kDbiasBytes : 0);
-  else if (buf.dbias_mode != kDbiasNone)
-    dbias = bufs * Tr::kDbiasBytes;
-  const int staged = terms == kBwdTermsStaged ? Tr::kStages * Tr::kBiasBytes : 0;
-  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + staged + dbias + bwd_defer_bytes<Tr>(buf);
-}
-
-// Pair mode (bwd_pipelined_sm90.h) when exactly two batches share each dbias element and no heads do, at head dim
-// 64, where it fits; WINATTN_BWD_PAIR=0 turns it off (A/B). The 16-bit store where the planner allows it.
-template <int D>
-int bwd_pipelined_sm90_configure(const KParams& p, int dtype, bool dbias16_ok, BwdV3Buffers& buf, int smem_optin) {
-  using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
-  const int terms = bwd_terms(p, dtype, buf.dbias_mode, !Tr::kSplitD);
-  buf.pair = false;
-  buf.dbias_bufs = 1;
-  if (buf.dbias_mode == kDbiasStore || buf.dbias_mode == kDbiasReduce) {
-    const bool shared = buf.dbias_mode == kDbiasReduce;
-    buf.pair = D == 64 && p.B == 2 * buf.dbias_period && buf.dbias_heads == p.H &&
-               env_int("WINATTN_BWD_PAIR", 1) != 0;
-    if (buf.pair || !shared) buf.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
-    if (buf.pair && bwd_smem_bytes<Tr>(terms, buf, 1) > smem_optin) {
-      buf.pair = false;
-      buf.dbias_mode = kDbiasReduce;
-    }
-    buf.dbias_bufs = bwd_smem_bytes<Tr>(terms, buf, 2) <= smem_optin ? 2 : 1;
-  }
-  const int smem = bwd_smem_bytes<Tr>(terms, buf, buf.dbias_bufs);
-  return smem <= smem_optin ? smem : 0;
-}
 
 // Map of a padded fp32 [B, H, sq_pad] row vector of the preprocess (lse2, delta), read in boxes of `box` entries.
 inline CUtensorMap make_vec_map(const float* base, int B, int H, int sq_pad, int box, const char* what) {
@@ -125,9 +54,10 @@ inline CUtensorMap make_vec_map(const float* base, int B, int H, int sq_pad, int
                          CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
 }
 
+// Launches what the plan chose (kernel_choice.h configure_bwd_v3: terms, pair mode, deferred dQ, pipeline depth,
+// shared memory).
 template <int D>
-void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype, int smem_optin,
-                            cudaStream_t stream) {
+void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype, cudaStream_t stream) {
   using K = BwdPipelinedSm90<D>;
   using Tr = typename K::Tr;
   sm90::BwdPipeParams P;
@@ -143,8 +73,7 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
   P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's lse rows");
   P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's delta rows");
-  const int terms = bwd_terms(p, dtype, buf.dbias_mode, !Tr::kSplitD);
-  if (terms == kBwdTermsStaged) {
+  if (buf.terms == kBwdTermsStaged) {
     P.bias_stage_bytes = Tr::kBiasBytes;
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
@@ -168,25 +97,18 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     } else {
       P.dbias_tile_bytes = Tr::kDbiasBytes;
       P.tdb = sm90::make_dbias_map(static_cast<float*>(buf.dbias), P.db_period, P.db_heads, p.Sq, p.Sk,
-                                   Tr::kBlockM);
+                                   buf.dbias_pitch, Tr::kBlockM);
     }
   }
-  const bool deep = terms == kBwdTermsNone && env_int("WINATTN_BWD_STAGES", 3) != 2 &&
-                    K::Deep::kSmemBytes + bwd_defer_bytes<typename K::Deep>(buf) <= smem_optin;
-  const int smem = deep ? K::Deep::kSmemBytes + bwd_defer_bytes<typename K::Deep>(buf)
-                         : bwd_smem_bytes<Tr>(terms, buf, P.dbias_bufs);
-  if (smem > smem_optin) throw std::runtime_error("window_attention (cuda): bwd v3 planned for a call it cannot fit");
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = deep ? K::pick_deep(dtype) : K::pick(dtype, terms, pair, bwd_defer_dq<Tr>(buf));
-  raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
-  kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
+  auto kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, pair, buf.defer);
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), buf.smem, K::kName);
+  kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), buf.smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
 }
 
-#define WINATTN_INSTANTIATE_BWD_PIPELINED_SM90(D)                                                    \
-  template bool bwd_pipelined_sm90_ready<D>(int);                                                    \
-  template int bwd_pipelined_sm90_configure<D>(const KParams&, int, bool, BwdV3Buffers&, int);       \
-  template void run_bwd_pipelined_sm90<D>(const KParams&, const BwdV3Buffers&, int, int, cudaStream_t);
+#define WINATTN_INSTANTIATE_BWD_PIPELINED_SM90(D) \
+  template void run_bwd_pipelined_sm90<D>(const KParams&, const BwdV3Buffers&, int, cudaStream_t);
 
 }  // namespace cuda
 }  // namespace winattn

@@ -17,10 +17,6 @@
 namespace winattn {
 namespace cuda {
 
-// Forward v3 switches for A/B runs in the benchmarks: WINATTN_V3_NARROW=0 / 1 (the raw path's tile),
-// WINATTN_V3_PERSISTENT=0 / 1 (one CTA per tile or per SM); unset: the planner's choice. Read with env_flag
-// (../host_env.h: '1' = on, cached while the environment is unchanged).
-
 // One kernel family per head dim: its traits, its fp16 / bf16 instantiations and the name errors report.
 using KernelFn = void (*)(KParams);
 template <int D>
@@ -69,16 +65,6 @@ int family_blocks_per_sm(int dtype, int smem) {
 template <typename K>
 void launch_family(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
   launch_kernel(K::pick(dtype), grid, K::Tr::kNThreads, smem, stream, p, K::kName);
-}
-
-template <int D>
-bool fwd_sm90_ready(int dtype) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, FwdSm90<D>::pick(dtype)) != cudaSuccess) {
-    (void)cudaGetLastError();  // no image for this device: clear the error, use v1
-    return false;
-  }
-  return attr.binaryVersion == 90;
 }
 
 template <int D>
@@ -141,15 +127,6 @@ struct BwdWideWindowsSm90 {
   }
   static constexpr const char* kName = "window_attention bwd (sm90 wide windows)";
 };
-template <int N>
-int bwd_windows_wide_sm90_smem(int dtype) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, BwdWideWindowsSm90<N>::pick(dtype)) != cudaSuccess) {
-    (void)cudaGetLastError();  // no image for this device
-    return 0;
-  }
-  return attr.binaryVersion == 90 ? BwdWideWindowsSm90<N>::Tr::kSmemBytes : 0;
-}
 // A launch configuration with clusters of kCluster CTAs along x (for cudaLaunchKernelEx and the cluster occupancy
 // query; the attribute lives with the configuration that points to it).
 template <int kCluster>
@@ -242,25 +219,10 @@ bool fwd_pipelined_sm90_ready(int dtype) {
   return attr.binaryVersion == 90;
 }
 
-// Bytes of one staged additive tile, or 0 when the term is read from global memory instead: staging needs a term
-// of the input dtype with full rows and contiguous full columns, 16-byte aligned rows (TMA), whole 64-column boxes,
-// no bool mask (that one takes the general path, which reads the term itself), scale > 0 (the raw-score path)
-// and room for kStages tiles next to Q / K / V.
-template <typename Tr>
-int bias_stage_bytes(const KParams& p, int dtype, int smem_optin) {
-  const Operand4d& t = p.bias;
-  if (t.ptr == nullptr || t.dtype != dtype || t.rows != p.Sq || t.cols != p.Sk || t.sk != 1 ||
-      p.mask.ptr != nullptr || !(p.scale > 0.f) || Tr::kBlockN % 64 != 0)
-    return 0;
-  const bool aligned = reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
-                       (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
-  const int bytes = Tr::kBlockM * Tr::kBlockN * 2;
-  if (!aligned || Tr::kSmemBytes + Tr::kStages * bytes > smem_optin) return 0;
-  return bytes;
-}
-
+// Launches what the plan chose (kernel_choice.h try_fwd_v3_for): the term path, the tile, the schedule. Persistent:
+// one CTA per SM walks the tiles (its epilogue overlapping the next tile's loads); else one CTA per tile.
 template <typename K, typename Tr, int kMode>
-void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, int sms, cudaStream_t stream) {
+void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, int sms, cudaStream_t stream) {
   const KParams& p = P.p;
   P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
   P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
@@ -269,13 +231,7 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, int sms, cudaStream
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
   const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
-  // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
-  // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms, D=64 / Wan
-  // within 1-2% either way. With a causal / sliding-window band the static strided assignment is unbalanced
-  // (causal D=128 S=16k 2.50 vs 1.65 ms), so those calls launch one CTA per tile and let the hardware schedule
-  // them longest first. WINATTN_V3_PERSISTENT=0 / 1 forces either (A/B).
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
-  const bool persistent = env_flag("WINATTN_V3_PERSISTENT", !p.has_band);
   const int64_t grid = persistent ? std::min<int64_t>(tiles, sms) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
@@ -283,38 +239,32 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, int sms, cudaStream
   check_cuda(cudaGetLastError(), K::kName);
 }
 
-// The wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k 3.48 vs 3.61 ms, D=64 2.44 vs
-// 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352 0.790 vs 0.778, where the
-// last 176-key block is mostly padding).
-constexpr int kWideMinKeys = 8192;
-
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms, cudaStream_t stream) {
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, bool persistent, int stage_bytes,
+                            int sms, cudaStream_t stream) {
   using K = FwdPipelinedSm90<D>;
   sm90::FwdPipeParams P;
   P.p = p;
-  P.bias_stage_bytes = bias_stage_bytes<typename K::Narrow>(p, dtype, smem_optin);
-  if (P.bias_stage_bytes > 0)
-    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, sms, stream);
-  else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f))
-    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, sms, stream);
-  else if (!std::is_same<typename K::Wide, typename K::Narrow>::value &&
-           env_flag("WINATTN_V3_NARROW", p.Sk < kWideMinKeys))
-    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, sms, stream);
+  P.bias_stage_bytes = stage_bytes;
+  if (terms == sm90::kTermsRawBias)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsGeneral)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, persistent, sms, stream);
+  else if (wide)
+    launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
-    launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, sms, stream);
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
 }
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
   template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
-  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, cudaStream_t);
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, bool, bool, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
   template void run_bwd_windows_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_WIDE_SM90(N)                                                \
-  template int bwd_windows_wide_sm90_smem<N>(int);                                                   \
   template int bwd_windows_wide_sm90_cluster_slots<N>(int);                                          \
   template void run_bwd_windows_wide_sm90<N>(const KParams&, const float*, int, int, int64_t, cudaStream_t);
 
@@ -323,7 +273,6 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int smem_optin, int sms
   template void run_fwd_windows_sm90<D, BN>(const KParams&, int, int64_t, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_FWD_SM90(D)                                                              \
-  template bool fwd_sm90_ready<D>(int);                                                              \
   template int fwd_sm90_blocks_per_sm<D>(int, int);                                                  \
   template void run_fwd_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
 

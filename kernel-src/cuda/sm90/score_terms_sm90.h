@@ -12,6 +12,7 @@
 //     cap the fast paths.
 #pragma once
 #include "../block_info.h"
+#include "../kernel_choice.h"
 #include "../kernel_params.h"
 #include "../score_mod.h"
 
@@ -42,8 +43,6 @@ __device__ __forceinline__ bool kp_all_kept(const KParams& p, int b, int j0, int
   }
   return __all_sync(0xffffffffu, kept);
 }
-
-enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2 };
 
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
 // 1 after apply_terms). sB: the staged tile of this key block (kTermsRawBias).

@@ -113,12 +113,12 @@ inline CUtensorMap make_mask_bits_map(const uint32_t* base, int period, int head
                    CU_TENSOR_MAP_DATA_TYPE_UINT32);
 }
 
-// Map of the fp32 dbias [period, heads, rows, cols] (contiguous, cols a multiple of 4: TMA strides are whole 16-byte
-// units) written in boxes of 32 columns x box_rows rows with the 128-byte swizzle (dbias_stage_offset in
+// Map of the fp32 dbias [period, heads, rows, cols] (rows of `pitch` elements, a multiple of 4: TMA strides are whole
+// 16-byte units; columns past `cols` are never written) written in boxes of 32 columns x box_rows rows with the 128-byte swizzle (dbias_stage_offset in
 // bwd_pipelined_sm90.h writes the staging tile in that order).
-inline CUtensorMap make_dbias_map(float* base, int period, int heads, int rows, int cols, int box_rows) {
+inline CUtensorMap make_dbias_map(float* base, int period, int heads, int rows, int cols, int pitch, int box_rows) {
   const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(period)};
-  const cuuint64_t row = cuuint64_t(cols) * 4, plane = row * rows;
+  const cuuint64_t row = cuuint64_t(pitch) * 4, plane = row * rows;
   const cuuint64_t strides[3] = {row, plane, plane * heads};
   return encode_4d(base, dims, strides, 32, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, "the bias gradient",
                    CU_TENSOR_MAP_DATA_TYPE_FLOAT32);

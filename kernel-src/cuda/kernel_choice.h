@@ -1,0 +1,761 @@
+// The kernel choice: which kernel runs a call and how (tile, score-term path, persistence, dbias route, the term
+// preparation before it), decided in one place, top to bottom. FA3's tile_size.h / heuristics.h are the model.
+// Every kernel passes the same tests, so each rule is a speed decision; each says what was measured
+// (benchmarks/RESULTS.md has the runs).
+//
+// Plan, then run: the planner (winattn_cuda.cu) asks choose_fwd / choose_bwd once per call, sizes the grid and
+// the workspace for the chosen kernel (occupancy, windows per CTA) and launches exactly that; the launchers
+// (sm90/launch_sm90.h, sm90/launch_bwd_sm90.h) decide nothing.
+//
+// Plain C++ on purpose (no CUDA runtime): tests/unit/test_kernel_choice.py compiles this header with g++ and
+// prints the choice for a table of shapes against tests/unit/kernel_choice_golden.txt, a golden file reviewed like
+// code. WINATTN_FORCE_KERNEL (docs/knobs.md) forces a kernel for A/B runs and tests; a forced kernel that cannot
+// take the call is an error, never a silent fallback.
+#pragma once
+#ifndef __CUDACC__  // (g++: the traits' host / device markers)
+#ifndef __host__
+#define __host__
+#endif
+#ifndef __device__
+#define __device__
+#endif
+#endif
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "call_params.h"
+#include "sm90/kernel_traits_sm90.h"
+
+namespace winattn {
+namespace cuda {
+
+inline int div_up(int a, int b) { return (a + b - 1) / b; }
+
+// The head-dim instance a call's D runs on (the kernels are instantiated for these; the columns past D are zero).
+__host__ __device__ constexpr int kernel_head_dim(int d) {
+  return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
+}
+
+// ---- the kernels ---------------------------------------------------------------------------------------------
+enum class FwdKernel : int {
+  kAuto = 0,
+  kV1,       // fwd_kernel.h: mma.sync, every architecture, every call
+  kV2,       // sm90/fwd_kernel_sm90.h: Hopper, head dims 32..128, no additive term (kept for A/B; empty key sets)
+  kV3,       // sm90/fwd_pipelined_sm90.h: Hopper, TMA + warp specialization, every head dim and term
+  kWindows,  // sm90/fwd_windows_sm90.h: Hopper, many short windows per CTA (D = 32: <= 256 keys, D = 64: <= 64)
+};
+enum class BwdKernel : int {
+  kAuto = 0,
+  kV1,           // bwd_kernel.h: mma.sync, every call (window mode: many items per CTA, dS summed on chip)
+  kV3,           // sm90/bwd_pipelined_sm90.h: Hopper, KV-outer, TMA + warp specialization
+  kWindows,      // sm90/bwd_windows_sm90.h: Hopper, D = 32 windows of <= 64 tokens
+  kWideWindows,  // sm90/bwd_windows_wide_sm90.h: Hopper, D = 32 windows of 65 .. 256 tokens
+};
+inline const char* name_of(FwdKernel k) {
+  switch (k) {
+    case FwdKernel::kV1: return "fwd_v1";
+    case FwdKernel::kV2: return "fwd_v2";
+    case FwdKernel::kV3: return "fwd_v3";
+    case FwdKernel::kWindows: return "fwd_windows";
+    default: return "auto";
+  }
+}
+inline const char* name_of(BwdKernel k) {
+  switch (k) {
+    case BwdKernel::kV1: return "bwd_v1";
+    case BwdKernel::kV3: return "bwd_v3";
+    case BwdKernel::kWindows: return "bwd_windows";
+    case BwdKernel::kWideWindows: return "bwd_windows_wide";
+    default: return "auto";
+  }
+}
+
+namespace sm90 {
+// Forward v3's score-term paths (score_terms_sm90.h): kTermsRaw (no additive term: scores stay raw, the scale folds
+// into the exponent), kTermsRawBias (a 16-bit additive tile of the input dtype staged by TMA with each key block),
+// kTermsGeneral (the term and the bool mask read from global memory per score).
+enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2 };
+}  // namespace sm90
+
+// Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32
+// reduce-add by TMA (elements shared by several (batch, head)); kDbiasStore16: a store in the input dtype (one
+// writer per element, a bias of the input dtype: the caller allocates dbias so, bwd_dbias_layout); kDbiasAtomic: dbias
+// broadcast over rows / columns or rows TMA cannot address: summed in registers, then fp32 atomics.
+enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3, kDbiasAtomic = 4 };
+// Backward v3: how the score terms are read: none (key padding and bands only), the additive term staged by TMA
+// with Q / dO, or the term and the bool mask read from global memory per element.
+enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2 };
+
+constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
+// The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
+// by head-dim halves); the dims between run on the next one up with TMA's zero fill as padding.
+inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+
+// The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
+struct BwdV3Buffers {
+  float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e), written by the preprocess
+  float* delta = nullptr;   // [B, H, sq_pad] rowsum(dO * O) - dlse, written by the preprocess
+  float* dq_acc = nullptr;  // [B, H, sq_pad / 64, 64 * D] fp32 fragment order, zero-filled
+  int* dq_sems = nullptr;   // deterministic only: [B, H, sq_pad / 64], zero-filled
+  int sq_pad = 0;
+  void* dbias = nullptr;    // [period, heads, Sq, Sk]: fp32 zero-filled by the caller, or the input dtype (Store16)
+  int dbias_period = 1, dbias_heads = 1;  // the user bias's broadcast (the kernel's term may be a prepared one)
+  int dbias_rows = 1, dbias_cols = 1;     // Sq / Sk, or 1 where broadcast (kDbiasAtomic)
+  int dbias_pitch = 0;                    // fp32 elements per dbias row as the kernel writes them (TMA modes)
+  bool dbias_padded = false;              // into a padded workspace copy (rows TMA cannot address), then unpadded
+  int dbias_mode = kDbiasNone;
+  int dbias_bufs = 1;  // staging tiles (two where they fit)
+  bool pair = false;   // pair mode: one CTA owns the two batches that share a dbias tile
+  int terms = kBwdTermsNone;
+  bool deep = false;   // three stages (no additive term)
+  bool defer = false;  // deferred dQ (no dbias tile staged)
+  int smem = 0;
+};
+
+// ---- what the choice reads besides the call -------------------------------------------------------------------
+struct DeviceCaps {
+  int cc_major = 0, sms = 0, smem_optin = 0;
+  bool sm90a = false;          // compute capability 9.x and this binary holds the sm_90a kernels (built with 9.0a)
+  int wide_cluster_slots = 0;  // CTAs of the split wide-window backward resident in whole clusters of four
+};
+
+// WINATTN_FORCE_KERNEL: comma-separated names (docs/knobs.md). Variants of v3 name the tile / schedule.
+struct Forced {
+  FwdKernel fwd = FwdKernel::kAuto;
+  BwdKernel bwd = BwdKernel::kAuto;
+  int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide (the no-term path's key block)
+  int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
+  bool bwd_two_stages = false, bwd_no_pair = false;
+};
+constexpr const char* kForceNames =
+    "v1, fwd_v1, fwd_v2, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
+    "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_windows, bwd_windows_wide";
+inline Forced parse_forced(const std::string& spec) {
+  Forced f;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    size_t end = spec.find(',', at);
+    if (end == std::string::npos) end = spec.size();
+    std::string n = spec.substr(at, end - at);
+    n.erase(0, n.find_first_not_of(" \t"));
+    n.erase(n.find_last_not_of(" \t") + 1);
+    at = end + 1;
+    if (n.empty()) continue;
+    if (n == "v1") f.fwd = FwdKernel::kV1, f.bwd = BwdKernel::kV1;
+    else if (n == "fwd_v1") f.fwd = FwdKernel::kV1;
+    else if (n == "fwd_v2") f.fwd = FwdKernel::kV2;
+    else if (n == "fwd_v3") f.fwd = FwdKernel::kV3;
+    else if (n == "fwd_v3_narrow") f.fwd = FwdKernel::kV3, f.v3_tile = 1;
+    else if (n == "fwd_v3_wide") f.fwd = FwdKernel::kV3, f.v3_tile = 2;
+    else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
+    else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
+    else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
+    else if (n == "bwd_v1") f.bwd = BwdKernel::kV1;
+    else if (n == "bwd_v3") f.bwd = BwdKernel::kV3;
+    else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
+    else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
+    else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
+    else if (n == "bwd_windows_wide") f.bwd = BwdKernel::kWideWindows;
+    else
+      throw std::invalid_argument("WINATTN_FORCE_KERNEL: unknown kernel '" + n + "' (known: " + kForceNames + ")");
+  }
+  return f;
+}
+
+// ---- term preparation ---------------------------------------------------------------------------------------
+// An additive term the kernel cannot read as given is prepared on the device first, into the workspace (256-byte
+// aligned, rows padded to Skp = a multiple of 8 elements, so TMA and 16-byte copies address every row):
+//   comb[P, heads, Sq, Skp] = table[index] (+ bias) (+ -inf where a folded bool mask hides), in `dtype`.
+// fp16 for the window kernels (their term tables are fp16; exact for 16-bit terms, |err| <= 2^-11 |term| for the
+// table); the input dtype for v3, whose staged tile is the input dtype: the rounding of the term is then exactly the
+// PyTorch same-dtype computation's (score + bias.to(dtype)), finite magnitudes past the dtype's range saturate and
+// -inf stays -inf (aux_kernels.h combine_terms_kernel).
+struct CombPlan {
+  int P = 1, heads = 1, Skp = 0;
+  int dtype = 0;      // 0 fp16, 1 bf16
+  bool mask = false;  // a bool mask broadcast over the windows folded in (fold_window_mask)
+  int64_t bytes = 0;
+};
+inline CombPlan comb_plan_of(const FwdParams& fp, int P, int heads, int dtype) {
+  CombPlan c;
+  c.P = P;
+  c.heads = heads;
+  c.dtype = dtype;
+  c.Skp = int((fp.seqlen_k + 7) / 8 * 8);
+  c.bytes = int64_t(c.P) * heads * fp.seqlen_q * c.Skp * 2;
+  return c;
+}
+// The kernel's view of a prepared term. Its address is the workspace's, known when the plan runs: until then the
+// view holds kWorkspaceTerm (never dereferenced; 256, the workspace alignment, so alignment rules hold for it).
+inline const void* const kWorkspaceTerm = reinterpret_cast<const void*>(uintptr_t(256));
+inline void use_comb(KParams& p, const CombPlan& c) {
+  Operand4d o;
+  o.ptr = kWorkspaceTerm;
+  o.dtype = c.dtype;
+  o.period = c.P;
+  o.heads = c.heads;
+  o.rows = p.Sq;
+  o.cols = p.Sk;
+  o.sq = c.Skp;
+  o.sh = c.heads > 1 ? int64_t(p.Sq) * c.Skp : 0;
+  o.sb = c.heads * int64_t(p.Sq) * c.Skp;
+  o.sk = 1;
+  o.vec2 = true;
+  p.bias = o;
+}
+
+// How v1 / the window kernels stage the additive tile (KParams::bias_mode / bias_pitch).
+inline int bias_pitch_of(int block_n, int esize) { return block_n * esize + (esize == 4 ? 32 : 16); }
+inline void choose_bias_mode(KParams& p, int block_n) {
+  const Operand4d& b = p.bias;
+  if (!b.ptr) return;
+  const int es = b.dtype == 2 ? 4 : 2;
+  auto aligned = [&](int a) {
+    return reinterpret_cast<uintptr_t>(b.ptr) % a == 0 && (b.sb * es) % a == 0 && (b.sh * es) % a == 0 &&
+           (b.sq * es) % a == 0;
+  };
+  p.bias_mode = 3;
+  if (b.sk == 1 && b.cols == p.Sk) p.bias_mode = aligned(16) ? 1 : aligned(4) ? 2 : 3;
+  p.bias_pitch = bias_pitch_of(block_n, es);
+}
+
+// A bf16 term broadcast over the windows recast to fp16 for the wide window kernels, whose term tables are fp16
+// (exact: bf16's 8 mantissa bits fit fp16's 10). Without it such calls ran v3: H200 W12 backward with a [1, H, N, N]
+// bf16 bias 6.74 ms, recast 1.55 ms.
+inline bool recast_bf16_term(const FwdParams& fp, const KParams& p) {
+  return fp.rel_table == nullptr && p.bias.ptr != nullptr && p.bias.dtype == 1 && p.bias.period < p.B;
+}
+// A bool mask broadcast over the windows folded into the fp16 term as -inf where it hides (the wide tiles read no
+// mask per score). Only for 16-bit biases or the table term; the mask's period must divide the term's, which must
+// be < B (a per-window mask would make an fp16 copy the size of the scores: it goes as bits). Returns P, 0 if not.
+inline int mask_fold_period(const FwdParams& fp, const KParams& p) {
+  if (fp.mask.ptr == nullptr || p.has_band || (fp.bias.ptr && fp.bias.dtype == DType::kFloat32 && !fp.rel_table))
+    return 0;
+  const int pm = int(fp.mask.period);
+  const int P = fp.bias.ptr ? int(fp.bias.period) : fp.rel_table ? 1 : pm;
+  return P % pm == 0 && P < p.B && p.B % P == 0 ? P : 0;
+}
+
+// A term v3 can stage as given: the input dtype, full rows and contiguous full columns, 16-byte aligned rows.
+inline bool v3_stageable(const Operand4d& t, const KParams& p, int dtype) {
+  return t.ptr != nullptr && t.dtype == dtype && t.rows == p.Sq && t.cols == p.Sk && t.sk == 1 &&
+         reinterpret_cast<uintptr_t>(t.ptr) % 16 == 0 && (t.sq * 2) % 16 == 0 &&
+         (t.heads == 1 || (t.sh * 2) % 16 == 0) && (t.period == 1 || (t.sb * 2) % 16 == 0);
+}
+// v3 takes any other full-rows / full-columns term recast to the input dtype (keeping its own period and heads):
+// an fp32 bias (a learnable relative-position bias under autocast, T5's), a term of the other 16-bit dtype, rows
+// that are not 16-byte aligned (BEiT's N = 197). Without it those calls read the term per score from global
+// memory (the general path: BEiT-shaped forward 0.13x FlexAttention, issue 29).
+inline bool v3_recast_term(const FwdParams& fp, const KParams& p, int dtype) {
+  const Operand4d& t = p.bias;
+  return fp.rel_table == nullptr && t.ptr != nullptr && t.rows == p.Sq && t.cols == p.Sk && !v3_stageable(t, p, dtype);
+}
+
+// ---- forward --------------------------------------------------------------------------------------------------
+struct FwdChoice {
+  FwdKernel kernel = FwdKernel::kV1;
+  int dk = 32;                   // head-dim instance
+  KParams p;                     // the kernels' view (a prepared term at kWorkspaceTerm)
+  CombPlan comb;                 // the prepared term (bytes == 0: none)
+  // window kernels
+  int window_bn = 0;             // key block
+  int window_smem = 0;
+  int mb_words = 0;              // a bool mask per window as bits (0: none), words per query row
+  // v3
+  int v3_terms = sm90::kTermsRaw;
+  bool v3_wide = false, v3_persistent = false;
+  int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
+  int block_m = 0, block_n = 0;  // the sm90 kernels' tile (0: v1's per-head-dim tile, kernel_traits.h)
+  std::string why;
+};
+
+// Window-mode key block: every window's keys in one block.
+inline int window_key_block(int dk, int sk) {
+  if (dk == 64) return sk <= 64 ? 64 : 0;
+  return sk <= 64 ? 64 : sk <= 128 ? 128 : sk <= 160 ? 160 : sk <= 256 ? 256 : 0;
+}
+template <typename F>
+void dispatch_window_tiles(int dk, int bn, F&& f) {
+  if (dk == 64) {
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
+    return;
+  }
+  switch (bn) {
+    case 64: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 128>{}); break;
+    case 160: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 160>{}); break;
+    default: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 256>{}); break;
+  }
+}
+
+// The window forward (sm90/fwd_windows_sm90.h): every window's keys fit one key block, queries in 64-row tiles,
+// the additive term repeating with a period that divides B (windows grouped by it), the term table in shared
+// memory. Returns "" when it takes the call (c filled), else why not.
+inline std::string try_fwd_windows(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev) {
+  KParams p = user;
+  CombPlan comb;
+  if (fp.rel_table) {  // the table term gathered into an fp16 [P, H, Sq, Skp] tile
+    comb = comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, p.H, 0);
+    use_comb(p, comb);
+  }
+  const int bn = window_key_block(c.dk, p.Sk);
+  if (!dev.sm90a) return "not Hopper / no sm_90a code";
+  if ((c.dk != 32 && c.dk != 64) || bn == 0 || p.Sq > 256 || p.Sk == 0)
+    return "head dim > 64 or window past its key block";
+  if (p.mask.ptr) {  // a bool mask broadcast over the windows folds into the fp16 term
+    const int P = mask_fold_period(fp, p);
+    if (P) {
+      comb = comb_plan_of(fp, P, p.H, 0);
+      comb.mask = true;
+      use_comb(p, comb);
+      p.mask = Operand4d{};
+    }
+  }
+  const int period = p.bias.ptr ? p.bias.period : 1;
+  if (p.B % period != 0) return "the term's period does not divide the batch";
+  if (p.bias.ptr) choose_bias_mode(p, bn);
+  int mb_words = 0;
+  if (p.mask.ptr && bn > 64 && !p.has_band) {  // a mask per window: bits, whole 16-byte rows for the TMA box
+    mb_words = (div_up(p.Sk, 32) + 3) / 4 * 4;
+    p.mb_period = p.mask.period;
+    p.mb_heads = p.mask.heads;
+    p.mb_rows = p.Sq;
+    p.mask = Operand4d{};
+    p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
+    p.mb_words = mb_words;
+  }
+  const int bits_smem = mb_words ? 128 + 2 * 64 * mb_words * 4 : 0;  // (alignment, two stages' boxes)
+  std::string no;
+  int smem = 0;
+  dispatch_window_tiles(c.dk, bn, [&](auto d, auto n) {
+    using Tr = typename sm90::FwdWindowTraitsSm90For<decltype(d)::value, decltype(n)::value>::type;
+    const bool table_terms = p.mask.ptr == nullptr && !p.has_band;
+    if (!Tr::kGeneralTerms && !table_terms) no = "a mask or band the wide tiles cannot read";
+    if (Tr::kHalfTerms && p.bias.ptr && p.bias.dtype != 0 && !recast_bf16_term(fp, p))
+      no = "a term the fp16 table cannot hold";
+    smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? Tr::kBlockM * p.bias_pitch : 0) +
+           bits_smem;
+  });
+  if (!no.empty()) return no;
+  if (smem > dev.smem_optin) return "shared memory";
+  if (bn > 160 && p.bias.ptr && p.bias.dtype != 0) {  // the fp16 table past 160 keys: a bf16 term recast
+    comb = comb_plan_of(fp, int(fp.bias.period), p.H, 0);
+    use_comb(p, comb);
+    choose_bias_mode(p, bn);  // (the same 16-bit pitch: the shared memory above still holds)
+  }
+  c.kernel = FwdKernel::kWindows;
+  c.p = p;
+  c.comb = comb;
+  c.window_bn = bn;
+  c.window_smem = smem;
+  c.mb_words = mb_words;
+  c.block_m = 64;
+  c.block_n = bn;
+  return "";
+}
+
+// Forward v3's tile, term path and schedule.
+constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
+// 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
+// 0.790 vs 0.778, where the last 176-key block is mostly padding)
+template <int D>
+std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,
+                           const Forced& force) {
+  using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
+  using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
+  const int dt = dtype_code(fp.dtype);
+  KParams p = user;
+  CombPlan comb;
+  if (fp.rel_table) {  // the table term (+ bias) gathered into a tile of the input dtype
+    comb = comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, p.H, dt);
+    use_comb(p, comb);
+  } else if (v3_recast_term(fp, p, dt)) {
+    comb = comb_plan_of(fp, p.bias.period, p.bias.heads, dt);
+    use_comb(p, comb);
+  }
+  // Staging: a term of the input dtype with full, 16-byte aligned rows, no bool mask (the general path reads the
+  // term itself), scale > 0 (the raw-score path) and room for kStages tiles next to Q / K / V.
+  int stage = 0;
+  if (v3_stageable(p.bias, p, dt) && p.mask.ptr == nullptr && p.scale > 0.f && Narrow::kBlockN % 64 == 0) {
+    const int bytes = Narrow::kBlockM * Narrow::kBlockN * 2;
+    if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
+  }
+  bool wide = false;
+  if (stage > 0) {
+    c.v3_terms = sm90::kTermsRawBias;
+  } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {
+    c.v3_terms = sm90::kTermsGeneral;
+  } else {
+    c.v3_terms = sm90::kTermsRaw;
+    wide = !std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys);
+  }
+  if (force.v3_tile == 2 && !wide) return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
+  // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
+  // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms. With a causal /
+  // sliding-window band the static strided assignment is unbalanced (causal D=128 S=16k 2.50 vs 1.65 ms): one CTA
+  // per tile, longest first, scheduled by the hardware.
+  c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
+  c.v3_wide = wide;
+  c.v3_stage_bytes = stage;
+  c.block_m = Narrow::kBlockM;
+  c.block_n = wide ? Wide::kBlockN : Narrow::kBlockN;
+  c.kernel = FwdKernel::kV3;
+  c.p = p;
+  c.comb = comb;
+  return "";
+}
+inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& p, const DeviceCaps& dev,
+                              const Forced& force) {
+  if (!dev.sm90a) return "not Hopper / no sm_90a code";
+  if (p.Sk == 0) return "an empty key set (a tensor map needs a nonzero extent)";
+  switch (c.dk) {
+    case 32: return try_fwd_v3_for<32>(c, fp, p, dev, force);
+    case 64: return try_fwd_v3_for<64>(c, fp, p, dev, force);
+    case 96: return try_fwd_v3_for<96>(c, fp, p, dev, force);
+    case 128: return try_fwd_v3_for<128>(c, fp, p, dev, force);
+    case 160: return try_fwd_v3_for<160>(c, fp, p, dev, force);
+    case 192: return try_fwd_v3_for<192>(c, fp, p, dev, force);
+    default: return try_fwd_v3_for<256>(c, fp, p, dev, force);
+  }
+}
+
+// The v2 general Hopper forward: head dims 32..128, faster than v1 only without an additive term (H200 bf16: no
+// bias D=128 S=16k 7.09 vs 9.79 ms; with one it lost, dense bias D=64 2.12 vs 1.71 ms).
+inline std::string try_fwd_v2(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev) {
+  if (!dev.sm90a) return "not Hopper / no sm_90a code";
+  if (c.dk > 128) return "head dim > 128";
+  if (user.bias.ptr || fp.rel_table) return "an additive term";
+  c.kernel = FwdKernel::kV2;
+  c.p = user;
+  switch (c.dk) {
+    case 32: c.block_m = sm90::FwdTraitsSm90For<32>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<32>::type::kBlockN; break;
+    case 64: c.block_m = sm90::FwdTraitsSm90For<64>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<64>::type::kBlockN; break;
+    case 96: c.block_m = sm90::FwdTraitsSm90For<96>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<96>::type::kBlockN; break;
+    default: c.block_m = sm90::FwdTraitsSm90For<128>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<128>::type::kBlockN; break;
+  }
+  return "";
+}
+
+inline void fwd_v1(FwdChoice& c, const FwdParams& fp, const KParams& user) {
+  c.kernel = FwdKernel::kV1;
+  c.p = user;
+  c.block_m = c.block_n = 0;
+  if (fp.rel_table) {  // the table term (+ bias) gathered into an fp16 tile
+    c.comb = comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, user.H, 0);
+    use_comb(c.p, c.comb);
+  }
+}
+
+// The forward table, in order: the first kernel that takes the call runs it (or the forced one, which must).
+inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& user, const DeviceCaps& dev, const Forced& force) {
+  FwdChoice c;
+  c.dk = kernel_head_dim(user.D);
+  auto forced = [&](const std::string& no) {
+    if (!no.empty())
+      throw std::runtime_error(std::string("WINATTN_FORCE_KERNEL=") + name_of(force.fwd) + ": this call cannot run it (" +
+                               no + ")");
+  };
+  switch (force.fwd) {
+    case FwdKernel::kV1: fwd_v1(c, fp, user); c.why = "forced"; return c;
+    case FwdKernel::kV2: forced(try_fwd_v2(c, fp, user, dev)); c.why = "forced"; return c;
+    case FwdKernel::kV3: forced(try_fwd_v3(c, fp, user, dev, force)); c.why = "forced"; return c;
+    case FwdKernel::kWindows: forced(try_fwd_windows(c, fp, user, dev)); c.why = "forced"; return c;
+    default: break;
+  }
+  // 1. Short windows, many per CTA (Swin): the window kernels (W7: 0.29 ms against v3's ~1 ms, RESULTS v3.x).
+  if (try_fwd_windows(c, fp, user, dev).empty()) {
+    c.why = "windows: every window in one key block";
+    return c;
+  }
+  // 2. Everything else on Hopper: v3, with every score term.
+  if (try_fwd_v3(c, fp, user, dev, force).empty()) {
+    c.why = "v3";
+    return c;
+  }
+  // 3. Empty key sets on Hopper without a term: v2 (v3 cannot map them); 4. v1 everywhere else.
+  if (user.Sk == 0 && try_fwd_v2(c, fp, user, dev).empty()) {
+    c.why = "empty key set";
+    return c;
+  }
+  fwd_v1(c, fp, user);
+  c.why = dev.sm90a ? "v1 (empty key set with a term)" : "not Hopper";
+  return c;
+}
+
+// ---- backward -------------------------------------------------------------------------------------------------
+struct BwdChoice {
+  BwdKernel kernel = BwdKernel::kV1;
+  int dk = 32;
+  KParams p;          // the kernels' view
+  CombPlan comb;      // the prepared term
+  BwdV3Buffers v3;    // bwd_v3: the dbias route, terms, pipeline
+  int wide = 0;       // bwd_windows_wide: its window instance (128, 144, 256)
+  int mb_words = 0;   // bwd_windows_wide: a bool mask per window as transposed bits
+  int window_smem = 0;
+  int block_m = 0, block_n = 0;
+  std::string why;
+};
+
+// What the backward's gradients ask of the kernel.
+struct BwdNeeds {
+  bool dbias = false, dtable = false;
+  bool dbias_store = false;  // dbias with one contributor per element: [B, H, Sq, Sk]
+  bool wants_accum = false;  // a gradient summed over items: the table's, or a dbias broadcast over them
+};
+inline BwdNeeds bwd_needs(const BwdParams& bp, const KParams& p) {
+  BwdNeeds n;
+  n.dbias = bp.dbias != nullptr;
+  n.dtable = bp.dtable != nullptr;
+  const Broadcast4d& b = bp.bias;
+  n.dbias_store = n.dbias && b.rows == p.Sq && b.cols == p.Sk && b.period == p.B && b.heads == p.H;
+  n.wants_accum = n.dtable || (n.dbias && !n.dbias_store);
+  return n;
+}
+
+// The 64-token window backward (sm90/bwd_windows_sm90.h): head dim 32, every window one 64 x 64 tile, no GQA, the
+// term's period dividing B, no per-item dbias (that one is stored per window by v1).
+inline std::string try_bwd_windows(BwdChoice& c, const BwdParams& bp, const KParams& user, const BwdNeeds& n,
+                                   const DeviceCaps& dev) {
+  KParams p = user;
+  CombPlan comb;
+  if (bp.rel_table) {
+    comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, p.H, 0);
+    use_comb(p, comb);
+  }
+  if (!dev.sm90a) return "not Hopper / no sm_90a code";
+  if (c.dk != 32 || p.Sq > 64 || p.Sk > 64 || p.H != p.Hkv || n.dbias_store)
+    return "head dim > 32, windows past 64 tokens, GQA or a dbias per item";
+  const int period = p.bias.ptr ? p.bias.period : 1;
+  if (p.B % period != 0) return "the term's period does not divide the batch";
+  using Tr = sm90::BwdWindowTraitsSm90For<32>::type;
+  if (p.bias.ptr) choose_bias_mode(p, 64);
+  const int smem = Tr::kSmemBytes + (p.bias.ptr && !sm90::window_term_aliased<Tr>(p) ? 64 * p.bias_pitch : 0);
+  if (smem > dev.smem_optin) return "shared memory";
+  c.kernel = BwdKernel::kWindows;
+  c.p = p;
+  c.comb = comb;
+  c.window_smem = smem;
+  c.block_m = c.block_n = 64;
+  return "";
+}
+
+// Wide windows (sm90/bwd_windows_wide_sm90.h): head dim 32, 64 < max(Sq, Sk) <= 256, no GQA, an fp16 term (the
+// table's, or a bf16 one recast) with its period dividing B, key padding and per-window masks as bits, and a
+// gradient summed over windows (the calls that otherwise take v1's window mode: v3 would sum them with unordered
+// L2 reduce-adds). Windows of more than 144 tokens take the split instance (a cluster of four CTAs per window).
+inline std::string try_bwd_wide(BwdChoice& c, const BwdParams& bp, const KParams& user, const BwdNeeds& n,
+                                const DeviceCaps& dev) {
+  KParams p = user;
+  CombPlan comb;
+  if (bp.rel_table) {
+    comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, p.H, 0);
+    use_comb(p, comb);
+  }
+  if (p.mask.ptr) {
+    const int P = mask_fold_period(bp, p);
+    if (P) {
+      comb = comb_plan_of(bp, P, p.H, 0);
+      comb.mask = true;
+      use_comb(p, comb);
+      p.mask = Operand4d{};
+    }
+  }
+  const int nt = std::max(p.Sq, p.Sk);
+  if (!dev.sm90a) return "not Hopper / no sm_90a code";
+  if (c.dk != 32 || nt <= 64 || nt > 256 || p.H != p.Hkv || n.dbias_store || !n.wants_accum)
+    return "head dim > 32, window size, GQA, or no gradient summed over windows";
+  if (p.bias.ptr == nullptr || (p.bias.dtype != 0 && !recast_bf16_term(bp, p)) || p.has_band)
+    return "no fp16 / bf16 term broadcast over the windows, or a band";
+  if (p.B % p.bias.period != 0) return "the term's period does not divide the batch";
+  const int wide = nt <= 128 ? 128 : nt <= 144 ? 144 : 256;
+  int smem = wide == 128   ? sm90::BwdWideWindowTraitsSm90For<128>::type::kSmemBytes
+             : wide == 144 ? sm90::BwdWideWindowTraitsSm90For<144>::type::kSmemBytes
+                           : sm90::BwdWideWindowTraitsSm90For<256>::type::kSmemBytes;
+  if (smem > dev.smem_optin) return "shared memory";
+  if (wide == 256 && dev.wide_cluster_slots == 0) return "no cluster of four fits";
+  if (p.mask.ptr) {  // a mask per window (not folded): transposed bits
+    c.mb_words = div_up(wide, 32);
+    p.mb_period = p.mask.period;
+    p.mb_heads = p.mask.heads;
+    p.mb_rows = p.Sk;  // (transposed: the backward's tiles are S^T)
+    p.mask = Operand4d{};
+    p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
+    p.mb_words = c.mb_words;
+  }
+  if (p.bias.dtype != 0) {  // a bf16 term recast to fp16
+    comb = comb_plan_of(bp, int(bp.bias.period), p.H, 0);
+    use_comb(p, comb);
+  }
+  c.kernel = BwdKernel::kWideWindows;
+  c.p = p;
+  c.comb = comb;
+  c.wide = wide;
+  c.window_smem = smem;
+  c.block_m = c.block_n = wide;
+  return "";
+}
+
+// Backward v3's shared memory with `bufs` dbias staging tiles and, in pair mode, a second K / V set.
+template <typename Tr>
+int bwd_v3_smem(const BwdV3Buffers& buf, int bufs) {
+  int dbias = 0;
+  if (buf.dbias_mode == kDbiasStore16)
+    dbias = bufs * Tr::kBiasBytes + (buf.pair ? Tr::kDbiasBytes : 0);
+  else if (buf.dbias_mode != kDbiasNone)
+    dbias = bufs * Tr::kDbiasBytes;
+  const int staged = buf.terms == kBwdTermsStaged ? Tr::kStages * Tr::kBiasBytes : 0;
+  const int defer = buf.defer ? Tr::kDSBytes : 0;  // the third dS^T tile of deferred dQ
+  return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + staged + dbias + defer;
+}
+
+// v3's terms, dbias route, pair mode and pipeline depth for head-dim instance D.
+template <int D>
+std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool dbias16_ok, const DeviceCaps& dev,
+                             const Forced& force) {
+  using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
+  using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
+  // the term: staged by TMA where it can be (the split head-dim consumer reads every term from global memory); the
+  // dbias atomics live in the global-terms kernel only (they cost the staged kernel registers otherwise)
+  if (p.mask.ptr != nullptr || vb.dbias_mode == kDbiasAtomic || (p.bias.ptr != nullptr && Tr::kSplitD))
+    vb.terms = kBwdTermsGlobal;
+  else if (p.bias.ptr == nullptr)
+    vb.terms = kBwdTermsNone;
+  else
+    vb.terms = v3_stageable(p.bias, p, dt) ? kBwdTermsStaged : kBwdTermsGlobal;
+  // Pair mode when exactly two batches share each dbias element and no heads do, at head dim 64 (dK / dV of two
+  // batches fit the registers there only): H200, dense bias [1, 16, 4096, 4096] with B = 2: 2.06 vs 2.23 ms.
+  vb.pair = false;
+  vb.dbias_bufs = 1;
+  // deferred dQ wherever no dbias tile is staged (not the split head-dim consumer: it has its own schedule)
+  vb.defer = !Tr::kSplitD && (vb.dbias_mode == kDbiasNone || vb.dbias_mode == kDbiasAtomic);
+  if (vb.dbias_mode == kDbiasStore || vb.dbias_mode == kDbiasReduce) {
+    const bool shared = vb.dbias_mode == kDbiasReduce;
+    vb.pair = D == 64 && p.B == 2 * vb.dbias_period && vb.dbias_heads == p.H && !force.bwd_no_pair;
+    if (vb.pair || !shared) vb.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
+    if (vb.pair && bwd_v3_smem<Tr>(vb, 1) > dev.smem_optin) {
+      vb.pair = false;
+      vb.dbias_mode = kDbiasReduce;
+    }
+    vb.dbias_bufs = bwd_v3_smem<Tr>(vb, 2) <= dev.smem_optin ? 2 : 1;
+  }
+  // no additive term: three stages (fwd_v3's data: RESULTS v3.1)
+  const int deep_smem = Deep::kSmemBytes + (vb.defer && !Deep::kSplitD ? Deep::kDSBytes : 0);
+  vb.deep = vb.terms == kBwdTermsNone && !force.bwd_two_stages && deep_smem <= dev.smem_optin;
+  vb.smem = vb.deep ? deep_smem : bwd_v3_smem<Tr>(vb, vb.dbias_bufs);
+  if (vb.smem > dev.smem_optin) return "shared memory";
+  return "";
+}
+
+// Backward v3 (sm90/bwd_pipelined_sm90.h): every score term but the table's gradient (window mode, v1); with
+// deterministic=True, dbias with at most two contributors per element and full rows with Sk % 4 == 0 (a two-term
+// fp32 reduce-add by TMA is order-independent; more would need ordering: v1 orders them).
+inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& user, const DeviceCaps& dev,
+                              const Forced& force) {
+  if (!dev.sm90a) return "not Hopper / no sm_90a code";
+  if (bp.dtable != nullptr) return "the table's gradient (v3 has no ordered reduction over windows)";
+  const int dt = dtype_code(bp.dtype);
+  KParams p = user;
+  CombPlan comb;
+  if (bp.rel_table) {
+    comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, p.H, dt);
+    use_comb(p, comb);
+  } else if (v3_recast_term(bp, p, dt)) {
+    comb = comb_plan_of(bp, p.bias.period, p.bias.heads, dt);
+    use_comb(p, comb);
+  }
+  BwdV3Buffers vb;
+  if (bp.dbias != nullptr) {
+    const Broadcast4d& b = bp.bias;
+    // Full rows go by TMA (store or reduce-add); rows of Sk % 4 != 0 fp32 elements are not 16-byte units, so those go
+    // into a zero-filled copy with padded rows, unpadded after the kernel (BEiT's N = 197: per-element atomics over a
+    // batch of 128 otherwise).
+    const bool full = b.rows == p.Sq && b.cols == p.Sk;
+    const int64_t contributors = int64_t(div_up(p.B, int(b.period))) * (p.H / int(b.heads)) *
+                                 (b.rows == p.Sq ? 1 : p.Sq) * (b.cols == p.Sk ? 1 : p.Sk);
+    if (bp.deterministic && (contributors > 2 || !full))
+      return "deterministic dbias with more than two contributors per element";
+    vb.dbias_mode = !full ? kDbiasAtomic : contributors > 1 ? kDbiasReduce : kDbiasStore;
+    vb.dbias_period = int(b.period);
+    vb.dbias_heads = int(b.heads);
+    vb.dbias_rows = int(b.rows);
+    vb.dbias_cols = int(b.cols);
+    vb.dbias_padded = full && p.Sk % 4 != 0;
+    vb.dbias_pitch = vb.dbias_padded ? (p.Sk + 3) / 4 * 4 : p.Sk;
+  }
+  // the 16-bit dbias store: dbias allocated in the bias dtype (bwd_dbias_layout), which is the input dtype, with rows
+  // of whole 16-byte units (TMA)
+  const bool dbias16_ok = bp.dbias != nullptr && bp.dbias_in_bias_dtype && bp.bias.dtype == bp.dtype && p.Sk % 8 == 0;
+  c.dk = bwd_v3_head_dim(p.D);
+  std::string no;
+  switch (c.dk) {
+    case 64: no = configure_bwd_v3<64>(vb, p, dt, dbias16_ok, dev, force); break;
+    case 128: no = configure_bwd_v3<128>(vb, p, dt, dbias16_ok, dev, force); break;
+    default: no = configure_bwd_v3<256>(vb, p, dt, dbias16_ok, dev, force); break;
+  }
+  if (!no.empty()) return no;
+  vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
+  c.kernel = BwdKernel::kV3;
+  c.p = p;
+  c.comb = comb;
+  c.v3 = vb;
+  c.block_m = kBwdV3BlockM;
+  c.block_n = c.dk == 256 ? 64 : 128;
+  return "";
+}
+
+inline void bwd_v1(BwdChoice& c, const BwdParams& bp, const KParams& user) {
+  c.kernel = BwdKernel::kV1;
+  c.dk = kernel_head_dim(user.D);
+  c.p = user;
+  c.block_m = c.block_n = 0;
+  if (bp.rel_table) {
+    c.comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, user.H, 0);
+    use_comb(c.p, c.comb);
+  }
+}
+
+// The backward table, in order.
+inline BwdChoice choose_bwd(const BwdParams& bp, const KParams& user, const DeviceCaps& dev, const Forced& force) {
+  BwdChoice c;
+  c.dk = kernel_head_dim(user.D);
+  const BwdNeeds n = bwd_needs(bp, user);
+  auto forced = [&](const std::string& no) {
+    if (!no.empty())
+      throw std::runtime_error(std::string("WINATTN_FORCE_KERNEL=") + name_of(force.bwd) + ": this call cannot run it (" +
+                               no + ")");
+  };
+  switch (force.bwd) {
+    case BwdKernel::kV1: bwd_v1(c, bp, user); c.why = "forced"; return c;
+    case BwdKernel::kV3: forced(try_bwd_v3(c, bp, user, dev, force)); c.why = "forced"; return c;
+    case BwdKernel::kWindows: forced(try_bwd_windows(c, bp, user, n, dev)); c.why = "forced"; return c;
+    case BwdKernel::kWideWindows: forced(try_bwd_wide(c, bp, user, n, dev)); c.why = "forced"; return c;
+    default: break;
+  }
+  // 1. Swin-shaped windows: the window kernels (W7 bwd 0.69 ms, W12 1.53 ms: RESULTS v3.5).
+  if (try_bwd_windows(c, bp, user, n, dev).empty()) {
+    c.why = "windows of <= 64 tokens";
+    return c;
+  }
+  if (try_bwd_wide(c, bp, user, n, dev).empty()) {
+    c.why = "windows of 65 .. 256 tokens";
+    return c;
+  }
+  // 2. Everything else on Hopper that v3 takes.
+  c = BwdChoice{};
+  c.dk = kernel_head_dim(user.D);
+  const std::string no = try_bwd_v3(c, bp, user, dev, force);
+  if (no.empty()) {
+    c.why = "v3";
+    return c;
+  }
+  // 3. v1: other architectures, the table's gradient outside window shapes, ordered dbias reductions.
+  c = BwdChoice{};
+  bwd_v1(c, bp, user);
+  c.why = dev.sm90a ? "v1: " + no : "not Hopper";
+  return c;
+}
+
+}  // namespace cuda
+}  // namespace winattn

@@ -1,0 +1,87 @@
+"""The kernel choice (kernel-src/cuda/kernel_choice.h) is plain C++: compiled here with the host compiler, it prints the
+kernel, tile, term path and dbias route it picks for a table of call shapes on an H200-like and an A100-like device
+(tests/unit/kernel_choice_table.cpp). The output is compared with a golden file reviewed like code, so a change of
+choice shows in the diff of the change that made it.
+
+    python tests/unit/test_kernel_choice.py --update     # rewrite the golden file after an intended change
+"""
+
+import difflib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "tests" / "unit" / "kernel_choice_table.cpp"
+GOLDEN = ROOT / "tests" / "unit" / "kernel_choice_golden.txt"
+
+
+def build_table(out_dir: Path) -> Path:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    exe = out_dir / "kernel_choice_table"
+    subprocess.run([cxx, "-std=c++17", "-O0", "-Wall", "-Werror", "-I", str(ROOT / "kernel-src"), str(TABLE), "-o",
+                    str(exe)], check=True, capture_output=True, text=True)
+    return exe
+
+
+def run_table(exe: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def table_exe(tmp_path_factory):
+    try:
+        return build_table(tmp_path_factory.mktemp("choice"))
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"kernel_choice.h does not compile as plain C++:\n{e.stderr}")
+
+
+def test_choice_matches_golden(table_exe):
+    got = run_table(table_exe)
+    assert got.returncode == 0, got.stderr
+    want = GOLDEN.read_text()
+    if got.stdout != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.stdout.splitlines(True), "golden", "now"))
+        pytest.fail("the kernel choice changed (if intended: python tests/unit/test_kernel_choice.py --update)\n"
+                    + diff)
+
+
+def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
+    for name in ["v1", "fwd_v1", "fwd_v2", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_persistent",
+                 "fwd_v3_per_tile", "fwd_windows", "bwd_v1", "bwd_v3", "bwd_v3_two_stages", "bwd_v3_no_pair",
+                 "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
+        r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
+        assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
+    r = run_table(table_exe, "--force", "fwd_v9", "flux")
+    assert "error: WINATTN_FORCE_KERNEL: unknown kernel 'fwd_v9'" in r.stdout
+
+
+def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
+    r = run_table(table_exe, "--force", "v1", "flux")
+    assert "fwd_v1" in r.stdout and "bwd_v1" in r.stdout
+    r = run_table(table_exe, "--force", "fwd_v3_per_tile", "flux")
+    assert "per-tile" in r.stdout
+    # a window kernel cannot take a long sequence: an error naming why, not another kernel
+    r = run_table(table_exe, "--force", "fwd_windows", "flux")
+    assert "error: WINATTN_FORCE_KERNEL=fwd_windows: this call cannot run it (head dim > 64 or window past" in r.stdout
+    r = run_table(table_exe, "--force", "bwd_v3", "swin W7 table+shift")
+    assert "error: WINATTN_FORCE_KERNEL=bwd_v3: this call cannot run it (the table's gradient" in r.stdout
+    r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
+    assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update"]:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            out = subprocess.run([str(build_table(Path(d)))], check=True, capture_output=True, text=True).stdout
+        GOLDEN.write_text(out)
+        print(f"wrote {GOLDEN}")
+    else:
+        sys.exit(pytest.main([__file__, "-q"]))
