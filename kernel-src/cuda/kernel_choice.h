@@ -75,8 +75,9 @@ inline const char* name_of(BwdKernel k) {
 namespace sm90 {
 // Forward v3's score-term paths (score_terms_sm90.h): kTermsRaw (no additive term: scores stay raw, the scale folds
 // into the exponent), kTermsRawBias (a 16-bit additive tile of the input dtype staged by TMA with each key block),
-// kTermsGeneral (the term and the bool mask read from global memory per score).
-enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2 };
+// kTermsRawRow (a term broadcast over the queries, [B or 1, H or 1, 1, Sk]: one value per key, read once per key
+// block), kTermsGeneral (the term and the bool mask read from global memory per score).
+enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2, kTermsRawRow = 3 };
 }  // namespace sm90
 
 // Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32
@@ -85,8 +86,9 @@ enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2 };
 // broadcast over rows / columns or rows TMA cannot address: summed in registers, then fp32 atomics.
 enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3, kDbiasAtomic = 4 };
 // Backward v3: how the score terms are read: none (key padding and bands only), the additive term staged by TMA
-// with Q / dO, or the term and the bool mask read from global memory per element.
-enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2 };
+// with Q / dO, the term and the bool mask read from global memory per element, or a term broadcast over the queries
+// (one value per key: two per thread and step, the keys of a CTA fixed).
+enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2, kBwdTermsRow = 3 };
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 // The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
@@ -253,6 +255,27 @@ inline bool v3_recast_term(const FwdParams& fp, const KParams& p, int dtype) {
   return fp.rel_table == nullptr && t.ptr != nullptr && t.rows == p.Sq && t.cols == p.Sk && !v3_stageable(t, p, dtype);
 }
 
+// A term broadcast over the queries ([B or 1, H or 1, 1, Sk], any float dtype): a float key-padding mask (what
+// diffusers pipelines pass: 0 / -inf / finfo.min / -10000), a per-key bias. v3 reads it one value per key (the
+// general path read it per score: Flux-shaped [B, 1, 1, S] forward 0.23x cuDNN, issue 29).
+inline bool row_term(const Operand4d& t, const KParams& p) {
+  return t.ptr != nullptr && t.rows == 1 && t.cols == p.Sk && p.Sq > 1;
+}
+
+// A bool mask [B or 1, 1, 1, Sk] is key padding (same semantics: False hides the key for every query and head), which
+// every kernel reads as one byte per key; the call's own key padding, if any, keeps the mask a mask.
+inline void mask_as_key_padding(KParams& p) {
+  const Operand4d& m = p.mask;
+  if (m.ptr == nullptr || p.kp != nullptr || m.heads != 1 || m.rows != 1 || m.cols != p.Sk ||
+      (m.period != 1 && m.period != p.B))
+    return;
+  p.kp = static_cast<const bool*>(m.ptr);
+  p.kp_sb = m.period == 1 ? 0 : m.sb;
+  p.kp_sk = m.sk;
+  p.kp_vec4 = p.kp_sk == 1 && reinterpret_cast<uintptr_t>(p.kp) % 4 == 0 && p.kp_sb % 4 == 0;
+  p.mask = Operand4d{};
+}
+
 // ---- forward --------------------------------------------------------------------------------------------------
 struct FwdChoice {
   FwdKernel kernel = FwdKernel::kV1;
@@ -385,6 +408,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   bool wide = false;
   if (stage > 0) {
     c.v3_terms = sm90::kTermsRawBias;
+  } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f) {
+    c.v3_terms = sm90::kTermsRawRow;
   } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {
     c.v3_terms = sm90::kTermsGeneral;
   } else {
@@ -449,7 +474,9 @@ inline void fwd_v1(FwdChoice& c, const FwdParams& fp, const KParams& user) {
 }
 
 // The forward table, in order: the first kernel that takes the call runs it (or the forced one, which must).
-inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& user, const DeviceCaps& dev, const Forced& force) {
+inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const DeviceCaps& dev, const Forced& force) {
+  KParams user = call;
+  mask_as_key_padding(user);
   FwdChoice c;
   c.dk = kernel_head_dim(user.D);
   auto forced = [&](const std::string& no) {
@@ -622,8 +649,10 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
     vb.terms = kBwdTermsGlobal;
   else if (p.bias.ptr == nullptr)
     vb.terms = kBwdTermsNone;
+  else if (v3_stageable(p.bias, p, dt))
+    vb.terms = kBwdTermsStaged;
   else
-    vb.terms = v3_stageable(p.bias, p, dt) ? kBwdTermsStaged : kBwdTermsGlobal;
+    vb.terms = row_term(p.bias, p) && vb.dbias_mode == kDbiasNone ? kBwdTermsRow : kBwdTermsGlobal;
   // Pair mode when exactly two batches share each dbias element and no heads do, at head dim 64 (dK / dV of two
   // batches fit the registers there only): H200, dense bias [1, 16, 4096, 4096] with B = 2: 2.06 vs 2.23 ms.
   vb.pair = false;
@@ -717,7 +746,9 @@ inline void bwd_v1(BwdChoice& c, const BwdParams& bp, const KParams& user) {
 }
 
 // The backward table, in order.
-inline BwdChoice choose_bwd(const BwdParams& bp, const KParams& user, const DeviceCaps& dev, const Forced& force) {
+inline BwdChoice choose_bwd(const BwdParams& bp, const KParams& call, const DeviceCaps& dev, const Forced& force) {
+  KParams user = call;
+  mask_as_key_padding(user);
   BwdChoice c;
   c.dk = kernel_head_dim(user.D);
   const BwdNeeds n = bwd_needs(bp, user);

@@ -80,7 +80,7 @@ Call& padding(Call& c) {
 }
 
 std::string terms_name(int t) {
-  return t == sm90::kTermsRawBias ? "staged" : t == sm90::kTermsGeneral ? "general" : "raw";
+  return t == sm90::kTermsRawBias ? "staged" : t == sm90::kTermsGeneral ? "general" : t == sm90::kTermsRawRow ? "row" : "raw";
 }
 std::string prep(const CombPlan& c) {
   if (c.bytes == 0) return "";
@@ -110,7 +110,7 @@ std::string describe_fwd(const FwdChoice& c) {
 }
 std::string describe_bwd(const BwdChoice& c) {
   static const char* dbias[] = {"none", "store", "reduce", "store16", "atomic"};
-  static const char* terms[] = {"none", "staged", "global"};
+  static const char* terms[] = {"none", "staged", "global", "row"};
   std::string s = name_of(c.kernel);
   char buf[200];
   if (c.kernel == BwdKernel::kV3) {

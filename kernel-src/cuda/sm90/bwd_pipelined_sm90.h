@@ -225,6 +225,14 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
     lo = int(max(min(p.band_lo - base, int64_t(1) << 30), -(int64_t(1) << 30)));
     hi = int(max(min(p.band_hi - base, int64_t(1) << 30), -(int64_t(1) << 30)));
   }
+  // kBwdTermsRow: the term of this thread's two keys (broadcast over the queries), in log2 units
+  float row_z[2] = {0.f, 0.f};
+  if constexpr (kTerms == kBwdTermsRow) {
+    const int64_t g = int64_t(b % p.bias.period) * p.bias.sb + int64_t(p.bias.heads > 1 ? h : 0) * p.bias.sh;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      row_z[hf] = ld_scalar(p.bias.ptr, p.bias.dtype, g + int64_t(min(j0 + 8 * hf, p.Sk - 1)) * p.bias.sk) * kLog2e;
+  }
   // kBwdTermsGlobal: this (b, h)'s planes of the additive term and the bool mask (broadcast dims: stride 0)
   int64_t gb = 0, gm = 0;
   if constexpr (kTerms == kBwdTermsGlobal) {
@@ -243,6 +251,7 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
         bool vis = key_ok[hf] && d >= lo && d <= hi;
         if constexpr (kTerms == kBwdTermsStaged)
           z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
+        if constexpr (kTerms == kBwdTermsRow) z += row_z[hf];
         if constexpr (kTerms == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
           const int64_t i = min(m * BM + q0 + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
           if (p.bias.ptr != nullptr)

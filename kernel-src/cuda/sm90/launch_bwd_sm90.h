@@ -18,9 +18,10 @@ struct BwdPipelinedSm90 {
   // deferred dQ (bwd_consume) wherever no dbias tile is staged: always without a term (no dbias then)
   template <typename T, typename Elem, int kTerms>
   static Fn pick_pair(bool pair, bool defer) {
-    if constexpr (D == 64)  // pair mode: dK / dV of two batches fit the registers at head dim 64 only
-      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;
-    if constexpr (T::kSplitD || kTerms == kBwdTermsNone)  // (the split consumer has its own schedule)
+    if constexpr (D == 64 && kTerms != kBwdTermsRow)  // pair mode: dK / dV of two batches fit the registers at
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;  // head dim 64 only (dbias)
+    // (the split consumer has its own schedule; no dbias, so deferred dQ, without a term or with a row term)
+    if constexpr (T::kSplitD || kTerms == kBwdTermsNone || kTerms == kBwdTermsRow)
       return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, !T::kSplitD>;
     else
       return defer ? sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, true>
@@ -28,8 +29,10 @@ struct BwdPipelinedSm90 {
   }
   template <typename Elem>
   static Fn pick_terms(int terms, bool pair, bool defer) {
-    if constexpr (!Tr::kSplitD)  // (the split head-dim consumer reads every term from global memory)
+    if constexpr (!Tr::kSplitD) {  // (the split head-dim consumer reads every term from global memory)
       if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair, defer);
+      if (terms == kBwdTermsRow) return pick_pair<Tr, Elem, kBwdTermsRow>(pair, defer);
+    }
     if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair, defer);
     return pick_pair<Tr, Elem, kBwdTermsNone>(pair, defer);
   }

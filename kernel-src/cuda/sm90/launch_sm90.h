@@ -248,6 +248,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, b
   P.bias_stage_bytes = stage_bytes;
   if (terms == sm90::kTermsRawBias)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawRow)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawRow>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsGeneral)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, persistent, sms, stream);
   else if (wide)

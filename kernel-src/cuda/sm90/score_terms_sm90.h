@@ -6,6 +6,9 @@
 //     and s = -inf for hidden keys, and the softmax folds scale * log2(e) into its exponent FMA. Covers no term, the
 //     staged additive tile, key padding, the causal / sliding-window band and the sequence end; needs scale > 0
 //     (the row max commutes with the scaling).
+//   * kTermsRawRow: a term broadcast over the queries ([B or 1, H or 1, 1, Sk]) enters as s += term / scale, one
+//     value per column: each thread reads its 2 x NT columns once per key block (every row of the tile shares them,
+//     so the loads hit L1), instead of one read per score on the general path.
 //   * kTermsGeneral: apply_terms() (score_mod.h), reading the term and the bool mask from global memory, scores leave
 //     in log2 units. A bool mask, an additive term that is not staged, or scale <= 0 take it. It is a kernel of its
 //     own because its registers (ptxas: 280+ bytes of spills at D = 128 when it shared the loop) would otherwise
@@ -67,6 +70,20 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
         acc[nt][2 * hf] = fmaf(bv.x, inv_scale, acc[nt][2 * hf]);
         acc[nt][2 * hf + 1] = fmaf(bv.y, inv_scale, acc[nt][2 * hf + 1]);
       }
+  }
+  if constexpr (kMode == kTermsRawRow) {
+    const Operand4d& t = p.bias;
+    const float inv_scale = 1.f / p.scale;
+    const int64_t base = int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 v = bias_pair(t, base, j0 + nt * 8 + qc, p.Sk);  // (0 past Sk: those keys are hidden below)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        acc[nt][2 * hf] = fmaf(v.x, inv_scale, acc[nt][2 * hf]);
+        acc[nt][2 * hf + 1] = fmaf(v.y, inv_scale, acc[nt][2 * hf + 1]);
+      }
+    }
   }
   // key padding that hides nothing in this block costs one warp vote (kp_all_kept)
   const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));

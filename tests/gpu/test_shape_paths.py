@@ -1,0 +1,150 @@
+"""The paths the kernel choice (kernel_choice.h) added for the shape matrix (issue 29), marked `gpu`: each case runs
+the FlashAttention accuracy rule against the float64 reference and checks, on Hopper, which kernels ran.
+
+* a full-size additive term v3 cannot stage as given (fp32, the other 16-bit dtype, rows that are not 16-byte
+  aligned: BEiT's N = 197) is recast to the input dtype (combine_terms_kernel) and staged;
+* its dbias, when its rows are not whole 16-byte units, is reduced into a padded copy and unpadded;
+* a term broadcast over the queries ([B or 1, H or 1, 1, Sk]: float key-padding masks) is read one value per key
+  (forward kTermsRawRow, backward kBwdTermsRow), -inf / finfo.min / -10000 entries included;
+* a bool mask [B or 1, 1, 1, Sk] runs as key padding (fully masked items included);
+* the relative-position table term of a v3 call is gathered in the input dtype.
+"""
+
+import pytest
+import torch
+
+from swin_index import swin_relative_index
+
+from ._helpers import qkv as make_qkv
+from ._helpers import rand, run_case
+
+pytestmark = pytest.mark.gpu
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+
+def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None):
+    return make_qkv(B, Sq, Sk, H, D, dtype=dtype, Hkv=Hkv, grad=True)
+
+
+def kernels_run(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def hopper():
+    return torch.cuda.get_device_capability()[0] == 9
+
+
+def ran(names, *parts):
+    return any(all(p in n for p in parts) for n in names)
+
+
+@pytest.mark.parametrize("dtype,bias_dtype", [(BF16, FP32), (FP16, FP32), (BF16, FP16), (BF16, BF16)])
+@pytest.mark.parametrize("N", [197, 200])
+def test_relative_position_bias_shared_over_the_batch(kernel, dtype, bias_dtype, N):
+    # BEiT-shaped: a learnable [1, H, N, N] bias shared over the batch, with its gradient (reduced over the batch)
+    inp = qkv(6, N, N, 3, 64, dtype)
+    inp["bias"] = rand(1, 3, N, N, dtype=bias_dtype, grad=True)
+    run_case(kernel, inp, {})
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"]).sum().backward())
+        assert ran(names, "combine_terms_kernel") or (bias_dtype == dtype and N % 8 == 0), sorted(names)
+        assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "bwd_pipelined_kernel_sm90"), sorted(names)
+        assert ran(names, "unpad_rows_kernel") == (N % 4 != 0), sorted(names)
+
+
+def test_per_item_fp32_bias_with_ragged_rows(kernel):
+    # [B, H, S, S] fp32 (one contributor per dbias element: the store into the padded copy), S % 4 != 0
+    inp = qkv(2, 131, 131, 2, 128)
+    inp["bias"] = rand(2, 2, 131, 131, dtype=FP32, grad=True)
+    run_case(kernel, inp, {})
+    run_case(kernel, inp, {"causal": True})
+
+
+@pytest.mark.parametrize("fill", ["-inf", "finfo.min", "-10000"])
+@pytest.mark.parametrize("term_dtype", [FP32, BF16])
+def test_float_key_padding_mask(kernel, fill, term_dtype):
+    # what diffusers pipelines pass: an additive [B, 1, 1, S] mask of 0 and a large negative value
+    B, S = 3, 300
+    value = {"-inf": float("-inf"), "finfo.min": torch.finfo(term_dtype).min, "-10000": -10000.0}[fill]
+    m = torch.zeros(B, 1, 1, S, device="cuda", dtype=term_dtype)
+    m[0, ..., 250:] = value
+    m[1, ..., :7] = value
+    m[2, ..., 1::3] = value
+    inp = qkv(B, S, S, 4, 128)
+    inp["bias"] = m
+    run_case(kernel, inp, {})
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=m).sum().backward())
+        assert not ran(names, "combine_terms_kernel"), sorted(names)  # read as given, one value per key
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 1, 257), (1, 3, 1, 257), (2, 3, 1, 257)])
+def test_terms_broadcast_over_the_queries(kernel, shape):
+    # a per-key bias without its gradient (row path), cross-attention lengths, GQA
+    inp = qkv(2, 190, 257, 3, 64, FP16, Hkv=1)
+    inp["bias"] = rand(*shape, dtype=FP32)
+    run_case(kernel, inp, {})
+    run_case(kernel, inp, {"window": (40, 7)})
+
+
+def test_row_term_with_gradient_still_correct(kernel):
+    # with dbias the row term goes the general path (atomics per key): checked here so the route stays covered
+    inp = qkv(2, 150, 150, 2, 64)
+    inp["bias"] = rand(2, 1, 1, 150, dtype=FP32, grad=True)
+    run_case(kernel, inp, {})
+
+
+def test_fully_hidden_rows_under_a_float_mask(kernel):
+    # every key of item 1 at -inf: output 0 and lse -inf there, gradients 0 (no NaN)
+    inp = qkv(2, 70, 90, 2, 64)
+    m = torch.zeros(2, 1, 1, 90, device="cuda", dtype=FP32)
+    m[1] = float("-inf")
+    inp["bias"] = m
+    run_case(kernel, inp, {})
+    out, lse = kernel.attention(inp["q"], inp["k"], inp["v"], bias=m, return_lse=True)
+    assert torch.all(out[1] == 0) and torch.all(torch.isneginf(lse[1]))
+
+
+@pytest.mark.parametrize("period", [1, 3])
+def test_bool_key_mask_runs_as_key_padding(kernel, period):
+    B, S = 3, 333
+    mask = torch.rand(period, 1, 1, S, device="cuda") > 0.3
+    if period == 3:
+        mask[1] = False  # an item with no visible key: output 0, gradients 0
+    inp = qkv(B, S, S, 2, 64)
+    inp["mask"] = mask
+    run_case(kernel, inp, {})
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask).sum().backward())
+        assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "bwd_pipelined_kernel_sm90"), sorted(names)
+
+
+def test_bool_key_mask_with_key_padding_stays_a_mask(kernel):
+    inp = qkv(2, 200, 200, 2, 64)
+    inp["mask"] = torch.rand(2, 1, 1, 200, device="cuda") > 0.3
+    kpm = torch.ones(2, 200, dtype=torch.bool, device="cuda")
+    kpm[0, 150:] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, {})
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_table_term_outside_window_shapes(kernel, dtype):
+    # head dim 64 and N = 197: not a window-kernel shape; the table term is gathered in the input dtype for v3 (the
+    # forward; with the table's gradient the backward is v1's ordered reduction)
+    W = 14
+    N = 197
+    B, H = 4, 3
+    idx = torch.zeros(N, N, dtype=torch.long, device="cuda")
+    idx[1:, 1:] = swin_relative_index(W, "cuda")
+    idx[0, :] = (2 * W - 1) ** 2  # BEiT's cls-token rows / columns: three extra table rows
+    idx[:, 0] = (2 * W - 1) ** 2 + 1
+    idx[0, 0] = (2 * W - 1) ** 2 + 2
+    inp = qkv(B, N, N, H, 64, dtype)
+    inp["rel_pos_table"] = rand((2 * W - 1) ** 2 + 3, H, dtype=FP32, grad=True)
+    inp["rel_pos_index"] = idx
+    run_case(kernel, inp, {}, swin=True)
