@@ -3,8 +3,12 @@
 # racecheck pass on small cases, and the benchmarks. Results go to results/ (and to $OUT when set, e.g. on the
 # device machine). Environment:
 #   WINATTN_VARIANT_DIR  prebuilt variant (default build/torch-stable-abi210-cu130-x86_64-linux, built if missing)
-#   GPU_CHECK_STEPS      subset of "tests sanitize bench models" (default: the first three; "models" runs
-#                        benchmarks/bench_models.py, which needs the extra wheels named in its docstring)
+#   GPU_CHECK_STEPS      subset of "tests sanitize bench shapes models" (default: tests sanitize bench; "shapes"
+#                        runs the shape matrix benchmarks/bench_shapes.py, "models" benchmarks/bench_models.py,
+#                        which needs the extra wheels named in its docstring)
+#   SHAPES_BASELINE      shapes: a variant to measure beside this one in the same process (--variant; this build is
+#                        then --variant-b); SHAPES_ARGS: extra bench_shapes.py arguments
+#   MODELS_ARGS          extra bench_models.py arguments (e.g. "--only beit_b16_train sdxl_step")
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k swin")
 #   BENCH_ARGS           extra bench_cuda.py arguments (e.g. "--reps 10 --only swin_w7")
 set -uo pipefail
@@ -50,9 +54,18 @@ if [[ " $steps " == *" bench "* ]]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 
+if [[ " $steps " == *" shapes "* ]]; then
+  echo "== shape matrix"
+  if [ -n "${SHAPES_BASELINE:-}" ]; then shape_variants=(--variant "$SHAPES_BASELINE" --variant-b "$variant")
+  else shape_variants=(--variant "$variant"); fi
+  python3 benchmarks/bench_shapes.py "${shape_variants[@]}" --out "$results/bench_shapes.json" ${SHAPES_ARGS:-} \
+    2>"$results/bench_shapes.err" | tee "$results/bench_shapes.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
 if [[ " $steps " == *" models "* ]]; then
   echo "== model benchmarks"
-  python3 benchmarks/bench_models.py --variant "$variant" --out "$results/bench_models.json" \
+  python3 benchmarks/bench_models.py --variant "$variant" --out "$results/bench_models.json" ${MODELS_ARGS:-} \
     2>"$results/bench_models.err" | tee "$results/bench_models.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
