@@ -64,12 +64,12 @@ and agree; its times mean nothing (tests/unit/test_bench_shapes.py runs it on a 
 import argparse
 import contextlib
 import json
-import math
 import statistics
 import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -270,8 +270,8 @@ ROWS = [
     R("t5_base_mask_bhqk", "mask", "T5-base shape with a bool [B,H,S,S] mask", 32, 12, 512, 512, 64,
       terms=(bmask("BHQK"),)),
     # MMDiT / video DiTs: long joint sequences, diffusers' key padding forms
-    R("sd3_m_joint", "long", "SD3-medium 1024 px joint attention: 4096 image + 154 text tokens, 24 heads", 2, 24,
-      4250, 4250, 64),
+    R("sd3_m_joint", "long", "SD3-medium 1024 px joint attention: 4096 image + 77 CLIP + 256 T5 tokens (diffusers' "
+      "default max_sequence_length), 24 heads", 2, 24, 4429, 4429, 64),
     R("flux1_joint", "long", "Flux.1 1024 px: 4096 image + 512 text tokens", 1, 24, 4608, 4608, 128),
     R("flux1_fmask_b11k", "keypad", "Flux.1 1024 px, batch 2, float additive key padding [B,1,1,S] bf16 -inf", 2,
       24, 4608, 4608, 128, terms=(fmask("B11K", "-inf"),)),
@@ -699,7 +699,7 @@ def measure(call, leaves, reps, device):
     autograd.grad) when there are leaves. `call` = (fwd, context, note)."""
     fwd, ctx, note = call
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    timer = bc.cuda_time if device == "cuda" else (lambda fn, reps: cpu_time(fn, reps))
+    timer = bc.cuda_time if device == "cuda" else partial(cpu_time, warmup=0)
     rec = {"note": note} if note else {}
     with ctx():
         t0 = time.perf_counter()
@@ -715,15 +715,16 @@ def measure(call, leaves, reps, device):
     return rec, out.detach()
 
 
-def attempt(fn, device):
-    """fn() -> (record, out); a failure becomes ({"error": one line}, None) (async CUDA errors surface here)."""
+def attempt(make_call, leaves, opt):
+    """measure(make_call(), ...); a failure, in building the call or in running it, becomes ({"error": one line},
+    None) (asynchronous CUDA errors surface here too)."""
     try:
-        rec, out = fn()
-        if device == "cuda":
+        rec, out = measure(make_call(), leaves, opt.reps, opt.device)
+        if opt.device == "cuda":
             torch.cuda.synchronize()
         return rec, out
     except Exception as e:  # a peer (or ours) that cannot run a row is reported, not fatal
-        if device == "cuda":
+        if opt.device == "cuda":
             torch.cuda.empty_cache()
         return {"error": one_line(e)}, None
 
@@ -769,8 +770,7 @@ def run_row(row: Row, kerns: dict, peers: list, opt: Options, later=()) -> dict:
     outs, flex_s = {}, 0.0
     for label, kern in kerns.items():
         leaves = qkv + ([learn] if learn is not None and opt.bwd else [])
-        res["impls"][label], outs[label] = attempt(
-            lambda: measure(ours_call(kern, row, x, learn, opt.device), leaves, opt.reps, opt.device), opt.device)
+        res["impls"][label], outs[label] = attempt(partial(ours_call, kern, row, x, learn, opt.device), leaves, opt)
         opt.log(f"  {label}: {brief(res['impls'][label])}")
     for peer in peers:
         why = peer.takes(row)
@@ -783,9 +783,7 @@ def run_row(row: Row, kerns: dict, peers: list, opt: Options, later=()) -> dict:
         dbias = peer.dbias and learn is not None and bwd
         leaves = (qkv if bwd else []) + ([learn] if dbias else [])
         t0 = time.perf_counter()
-        rec, outs[peer.name] = attempt(
-            lambda: measure(peer.call(row, x, learn if dbias else None, opt.device), leaves, opt.reps, opt.device),
-            opt.device)
+        rec, outs[peer.name] = attempt(partial(peer.call, row, x, learn if dbias else None, opt.device), leaves, opt)
         if "fwd_ms" in rec:
             rec["dbias"] = dbias
         res["peers"][peer.name] = rec
@@ -944,8 +942,11 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown peers {sorted(unknown)}; known: {[p.name for p in PEERS]}")
     peers = [p for p in PEERS if p.name in names]
-    fa4 = fa4_import()[1] or "ready" if "fa4" in names and args.device == "cuda" else "not asked for"
-    if args.device == "cpu":
+    cuda = args.device == "cuda"
+    fa4 = "not asked for"
+    if "fa4" in names and cuda:
+        fa4 = fa4_import()[1] or "ready"
+    if not cuda:
         rows = [shrink(r) for r in rows]
     t_start = time.perf_counter()
 
@@ -954,17 +955,15 @@ def main(argv=None) -> int:
 
     kerns = load_variants(args.variant, args.variant_b)
     labels = list(kerns)
-    if args.device == "cuda":
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    if cuda:
         bc.warm_up_gpu()
-    cuda = args.device == "cuda"
     opt = Options(reps=args.reps, device=args.device, bwd=not args.no_bwd, log=log,
                   budget=FlexBudget(args.budget_s) if cuda else None, fwd_only=() if cuda else ("flex",))
-    meta = {"gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu (dry run)",
-            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version() if args.device == "cuda" else None,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "variant": args.variant, "variant_b": args.variant_b,
-            "modules": {k: m.__name__ for k, m in kerns.items()}, "reps": args.reps, "budget_s": args.budget_s,
-            "peers": names, "fa4": fa4, "bwd": not args.no_bwd, "timing": "fwd alone; f+b = one region fwd + autograd.grad"}
+    meta = {"gpu": torch.cuda.get_device_name() if cuda else "cpu (dry run)", "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version() if cuda else None, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "variant": args.variant, "variant_b": args.variant_b, "modules": {k: m.__name__ for k, m in kerns.items()},
+            "reps": args.reps, "budget_s": args.budget_s, "peers": names, "fa4": fa4, "bwd": not args.no_bwd,
+            "timing": "fwd alone; f+b = one region: forward + autograd.grad (no retain_graph)"}
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     peer_names = [p.name for p in peers]
