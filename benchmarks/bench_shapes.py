@@ -27,8 +27,8 @@ Peers (PEERS), each on the rows where it computes the same thing:
   flex       FlexAttention, torch.compile'd: float terms as a score_mod, bool masks / key padding / causal / window
              as a block mask (create_block_mask, outside the timing); its captured tensors get their gradient.
              Compiled once per row, its compile time recorded as setup_s and never timed; skipped when what is
-             left of --budget-s cannot pay its compile plus the later rows (rows with terms have priority: see
-             FlexBudget).
+             left of --budget-s cannot pay its compile plus the later rows. Rows with terms have priority (see
+             FlexBudget): without terms Flex is plain attention, ~0.75x cuDNN on the H200, rarely the best peer.
   fa4        FlashAttention-4, flash_attn.cute.flash_attn_func after site.addsitedir("/tmp/fa4/site")
              (../shared/device/fa4_wheels.sh stages it): rows without terms; causal and window_size.
 The dBias peers (best_peer_dbias) are efficient and flex. GQA rows: SDPA gets enable_gqa=True, or k/v repeated
@@ -36,7 +36,8 @@ inside the call where a backend refuses it (the JSON notes which). A peer that f
 reason in the table and the JSON and is left out of that row's ratios; a row where ours fails counts as below 1.0x.
 
 Timing: CUDA events (bench_cuda.cuda_time: median of --reps after 3 warm-up calls, queued back to back) after
-bench_cuda.warm_up_gpu. fwd: the forward as the row calls it (with inputs that need a gradient, as in training).
+bench_cuda.warm_up_gpu; an SDPA backend is selected once around its timing, not per call (its host cost would
+weigh on the decode rows). fwd: the forward as the row calls it (inputs that need a gradient do, as in training).
 f+b: ONE timed region, forward + torch.autograd.grad(out, leaves, dout) with a random dout, no retain_graph: what a
 training step pays for the call (dBias included where the implementation returns it). The first forward + backward
 of each implementation runs untimed; its wall time is setup_s (Flex's compile, FA4's JIT). Inputs: random normal
@@ -558,6 +559,17 @@ def sdpa_call(backend):
 _FLEX = {}
 
 
+def squeezed(t):
+    """(view of `t` without its size-1 dims, which of b, h, q, k index it): Flex's score_mod / mask_mod then index
+    with tensors only, the form bench_cuda's Flex workloads use (a view of a learnable bias gets its gradient)."""
+    keep = tuple(n > 1 for n in t.shape)
+    return t[tuple(slice(None) if k else 0 for k in keep)], keep
+
+
+def at(view, keep, b, h, q, k):
+    return view[tuple(i for i, use in zip((b, h, q, k), keep) if use)]
+
+
 def flex_call(row: Row, x: dict, learn, device):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -565,15 +577,14 @@ def flex_call(row: Row, x: dict, learn, device):
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False) if device == "cuda" else flex_attention
     if device != "cuda":  # eager Flex on the CPU has no backward: the dry run checks its forward
         x, learn = {n: t.detach() for n, t in x.items()}, None
-    floats = [(t if t is learn else t.detach(), [n > 1 for n in t.shape])
-              for t in (x.get("bias"), x.get("fmask")) if t is not None]
+    floats = [squeezed(t if t is learn else t.detach()) for t in (x.get("bias"), x.get("fmask")) if t is not None]
     table = None if "table" not in x else (x["table"] if x["table"] is learn else x["table"].detach())
     index, shift = x.get("index"), x.get("shift")
     nW = None if shift is None else shift.shape[0]
 
     def score_mod(score, b, h, q, k):
-        for t, use in floats:
-            score = score + t[b if use[0] else 0, h if use[1] else 0, q if use[2] else 0, k if use[3] else 0]
+        for view, keep in floats:
+            score = score + at(view, keep, b, h, q, k)
         if table is not None:
             score = score + table[index[q, k], h]
         if shift is not None:
@@ -582,10 +593,9 @@ def flex_call(row: Row, x: dict, learn, device):
 
     preds, per_b, per_h = [], False, False
     if "mask" in x:
-        m, use = x["mask"], [n > 1 for n in x["mask"].shape]
-        preds.append(lambda b, h, q, k: m[b if use[0] else 0, h if use[1] else 0, q if use[2] else 0,
-                                          k if use[3] else 0])
-        per_b, per_h = use[0], use[1]
+        m, keep = squeezed(x["mask"])
+        preds.append(lambda b, h, q, k: at(m, keep, b, h, q, k))
+        per_b, per_h = keep[0], keep[1]
     if "kpm" in x:
         kpm = x["kpm"]
         preds.append(lambda b, h, q, k: kpm[b, k])
