@@ -468,19 +468,22 @@ def gather_table(table, index):
     return table[index].permute(2, 0, 1)[None]
 
 
-def position_mask(row: Row, device) -> Optional[torch.Tensor]:
-    """Causal / sliding window as bool [1, 1, Sq, Sk], bottom-right aligned as ours (None without either)."""
-    if not row.causal and row.window is None:
-        return None
-    i = torch.arange(row.Sq, device=device)[:, None]
-    d = torch.arange(row.Sk, device=device)[None, :] - i - (row.Sk - row.Sq)
-    vis = d <= 0 if row.causal else torch.ones_like(d, dtype=torch.bool)
+def position_visible(row: Row, q, k):
+    """Causal / sliding window as a predicate of query and key positions (tensors), bottom-right aligned as ours;
+    None when the row has neither. SDPA gets it as a tensor, Flex as its mask_mod."""
+    d = k - q - (row.Sk - row.Sq)
     left, right = row.window or (-1, -1)
-    if left >= 0:
-        vis = vis & (d >= -left)
-    if right >= 0:
-        vis = vis & (d <= right)
-    return vis[None, None]
+    right = 0 if row.causal else right
+    vis = None
+    for ok in ([d <= right] if right >= 0 else []) + ([d >= -left] if left >= 0 else []):
+        vis = ok if vis is None else vis & ok
+    return vis
+
+
+def position_mask(row: Row, device) -> Optional[torch.Tensor]:
+    """position_visible as bool [1, 1, Sq, Sk]."""
+    vis = position_visible(row, torch.arange(row.Sq, device=device)[:, None], torch.arange(row.Sk, device=device))
+    return None if vis is None else vis[None, None]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -600,14 +603,8 @@ def flex_call(row: Row, x: dict, learn, device):
         kpm = x["kpm"]
         preds.append(lambda b, h, q, k: kpm[b, k])
         per_b = True
-    off = row.Sk - row.Sq
-    left, right = row.window or (-1, -1)
-    if row.causal:
-        preds.append(lambda b, h, q, k: k <= q + off)
-    if left >= 0:
-        preds.append(lambda b, h, q, k: k >= q + off - left)
-    if right >= 0:
-        preds.append(lambda b, h, q, k: k <= q + off + right)
+    if row.causal or row.window is not None:
+        preds.append(lambda b, h, q, k: position_visible(row, q, k))
 
     def mask_mod(b, h, q, k):
         ok = preds[0](b, h, q, k)
@@ -832,7 +829,8 @@ def compare(res: dict, labels: list, learns: bool, tol: float):
             "fb": min(fb, key=lambda n: fb[n]["fb_ms"], default=None),
             "fb_dbias": min((n for n in fb if fb[n]["dbias"]), key=lambda n: fb[n]["fb_ms"], default=None)
             if learns else None}
-    res["best_peer"] = best
+    res["best_peer"] = {"fwd": best["fwd"], "fb": best["fb"]}  # any peer (one without dBias runs without it)
+    res["best_peer_dbias"] = best["fb_dbias"]  # f+b, peers that return dBias, where the row's bias learns
     res["vs_best"] = {}
     for label in labels:
         mine, ratios = res["impls"][label], {}
@@ -876,7 +874,7 @@ def format_row(res: dict, labels: list, peer_names: list) -> str:
     for name in peer_names:
         rec = res["peers"].get(name, {"skipped": ""})
         line += f"{_ms(rec, 'fwd_ms') + '/' + _ms(rec, 'fb_ms'):>20}"
-    vs, best = res["vs_best"][labels[0]], res["best_peer"]
+    vs, best = res["vs_best"][labels[0]], {**res["best_peer"], "fb_dbias": res["best_peer_dbias"]}
     for d, tag in (("fwd", "fwd"), ("fb", "f+b"), ("fb_dbias", "dB")):
         if d in vs:
             line += f"  {tag} {vs[d]:.2f}x {best[d]}"
