@@ -1,0 +1,114 @@
+"""benchmarks/bench_shapes.py without a GPU: the row table, --list, the output lines, and a dry run of a few rows on
+the CPU build (every peer's call is accepted and agrees with ours). Speed is only measured on the H200."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+FLOAT_FORMS = {"1HQK", "BHQK", "B11K", "B1QK", "1H1K"}
+BOOL_FORMS = {"1HQK", "BHQK", "B11K", "B1QK", "1H1K", "11QK"}
+
+
+@pytest.fixture(scope="module")
+def bs():
+    spec = importlib.util.spec_from_file_location("bench_shapes", REPO_ROOT / "benchmarks" / "bench_shapes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rows_are_consistent_and_named_once(bs):
+    assert len(bs.ROWS) >= 40
+    assert len({r.name for r in bs.ROWS}) == len(bs.ROWS)
+    for row in bs.ROWS:
+        assert bs.row_problems(row) == [], row.name
+        assert bs.row_problems(bs.shrink(row)) == [], f"{row.name} shrunk"
+    assert {r.cls for r in bs.ROWS} == set(bs.CLASSES)
+
+
+def test_rows_cover_every_term_form(bs):
+    terms = [t for r in bs.ROWS for t in r.terms]
+    floats = {t.shape for t in terms if t.kind in ("bias", "fmask")}
+    assert FLOAT_FORMS <= floats
+    assert BOOL_FORMS <= {t.shape for t in terms if t.kind == "mask"}
+    assert {"fp32", "bf16", "fp16"} <= {t.dtype for t in terms if t.kind in ("bias", "fmask")}
+    assert set(bs.FILLS) <= {t.fill for t in terms if t.kind == "fmask"}
+    assert {"kpm", "table", "shift"} <= {t.kind for t in terms}
+    biases = [t for t in terms if t.kind == "bias"]
+    assert any(t.grad for t in biases) and any(not t.grad for t in biases)
+    assert any(r.qkv_grad for r in bs.ROWS) and any(not r.trains for r in bs.ROWS)
+    assert any(r.causal and r.hkv < r.H for r in bs.ROWS)
+    assert any(r.window is not None for r in bs.ROWS)
+    assert any(r.Sq == 1 for r in bs.ROWS) and any(r.dtype == "fp16" for r in bs.ROWS)
+
+
+def test_list_prints_every_row_without_a_gpu(bs, capsys):
+    cuda_before = torch.cuda.is_initialized()
+    assert bs.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for row in bs.ROWS:
+        assert f"\n{row.name} " in out
+    assert f"{len(bs.ROWS)} rows: " in out.splitlines()[-1]
+    assert torch.cuda.is_initialized() == cuda_before
+
+
+def _fake(bs, name, ours, peers, learns=False, labels=("ours",)):
+    """A row result as run_row makes it, from (fwd_ms, fb_ms) pairs; peers as name -> (fwd, fb, dbias)."""
+    res = {"name": name, "impls": {}, "peers": {}}
+    for label, (f, fb) in zip(labels, ours):
+        res["impls"][label] = {"fwd_ms": f, "fb_ms": fb} if f else {"error": "RuntimeError: boom"}
+    for pname, (f, fb, dbias) in peers.items():
+        res["peers"][pname] = {"fwd_ms": f, "fb_ms": fb, "dbias": dbias, "max_abs_diff": 0.001}
+    res["peers"]["fa4"] = {"skipped": "FA4 (flash_attn_func) takes no bias or mask"}
+    bs.compare(res, list(labels), learns, 0.05)
+    return res
+
+
+def test_ratios_best_peers_and_summary_line(bs):
+    results = [
+        _fake(bs, "a", [(1.0, 3.0)], {"cudnn": (0.5, 4.0, False), "efficient": (2.0, 6.0, True)}, learns=True),
+        _fake(bs, "b", [(1.0, 2.0)], {"cudnn": (2.0, 1.0, False)}),
+        _fake(bs, "c", [(None, None)], {"cudnn": (1.0, 1.0, False)}),  # ours failed: counts below
+        _fake(bs, "d", [(1.0, 2.0)], {}),  # no peer ran: not counted
+    ]
+    a = results[0]
+    assert a["best_peer"] == {"fwd": "cudnn", "fb": "cudnn"} and a["best_peer_dbias"] == "efficient"
+    assert a["vs_best"]["ours"] == {"fwd": 0.5, "fb": 4.0 / 3.0, "fb_dbias": 2.0}
+    assert results[2]["vs_best"]["ours"] == {"fwd": 0.0, "fb": 0.0}
+    assert bs.summary_line(results, "ours") == "rows below 1.0x best peer: 2 of 3 (fwd), 2 of 3 (fwd+bwd)"
+    line = bs.format_row(a, ["ours"], ["cudnn", "efficient", "fa4"])
+    assert "fwd 0.50x cudnn" in line and "dB 2.00x efficient" in line
+
+
+def test_variant_b_adds_its_column_and_the_last_summary_line(bs):
+    labels = ("ours", "ours_b")
+    results = [_fake(bs, "a", [(1.0, 4.0), (0.5, 4.0)], {"cudnn": (0.8, 3.0, False)}, labels=labels),
+               _fake(bs, "b", [(1.0, 4.0), (1.0, 2.0)], {"cudnn": (2.0, 5.0, False)}, labels=labels)]
+    assert results[0]["b_over_a"] == {"fwd": 2.0, "fb": 1.0}
+    lines = bs.summaries(results, list(labels))
+    assert lines == ["rows below 1.0x best peer: 1 of 2 (fwd), 1 of 2 (fwd+bwd)",
+                     "variant B: rows below 1.0x best peer: 0 of 2 (fwd), 1 of 2 (fwd+bwd)"]
+    assert "B/A" in bs.header(list(labels), ["cudnn"])
+    assert "2.00" in bs.format_row(results[0], list(labels), ["cudnn"])
+
+
+@pytest.mark.parametrize("name", ["beit_b16_fp32", "swin_t_w7", "mistral_7b_swa", "llama3_8b_hf_fmask_b1qk"])
+def test_dry_run_peers_agree_with_ours(bs, kernel, name):
+    """Each row's calls on the CPU build: SDPA math for the SDPA peers, eager Flex (forward only), FA4 skipped."""
+    if kernel.BUILD_DEVICE != "cpu":
+        pytest.skip("the dry run takes the CPU build")
+    row = bs.shrink(next(r for r in bs.ROWS if r.name == name))
+    opt = bs.Options(reps=1, device="cpu", fwd_only=("flex",))
+    res = bs.run_row(row, {"ours": kernel}, bs.PEERS, opt)
+    assert "fb_ms" in res["impls"]["ours"], res["impls"]["ours"]
+    for pname, rec in res["peers"].items():
+        if pname == "fa4" or (pname == "fa2" and (row.terms or row.window)):
+            assert "skipped" in rec
+            continue
+        assert rec.get("max_abs_diff", 1.0) < 1e-4, (pname, rec)
+    assert res["peers"]["efficient"]["dbias"] == row.learns
+    assert res["check"]["ok"]
