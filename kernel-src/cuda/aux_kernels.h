@@ -9,7 +9,8 @@ namespace winattn {
 namespace cuda {
 
 // The prepared additive term (kernel_choice.h CombPlan): comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j])
-// (-inf where a folded bool mask hides) as Out (fp16 or bf16) [P, H, Sq, Skp], rows padded to Skp (a multiple of 8)
+// (-inf where a folded bool mask hides) as Out (fp16 or bf16) [P, H, Sq, Skp] (Sq = 1: a term broadcast over the
+// queries, the mask's row 0), rows padded to Skp (a multiple of 8)
 // so the kernels stage it with 16-byte copies or TMA. P is the bias period (1 without a bias); H the term's heads (the
 // table's H, or 1 for a bias broadcast over heads: a recast term keeps its broadcast). Without a table it is the bias
 // alone, recast: fp16 for the wide window kernels' fp16 term tables, the input dtype for v3's staged tile. Finite

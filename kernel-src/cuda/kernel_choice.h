@@ -26,6 +26,7 @@
 #include <string>
 
 #include "call_params.h"
+#include "kernel_modes.h"
 #include "sm90/kernel_traits_sm90.h"
 
 namespace winattn {
@@ -71,50 +72,6 @@ inline const char* name_of(BwdKernel k) {
     default: return "auto";
   }
 }
-
-namespace sm90 {
-// Forward v3's score-term paths (score_terms_sm90.h): kTermsRaw (no additive term: scores stay raw, the scale folds
-// into the exponent), kTermsRawBias (a 16-bit additive tile of the input dtype staged by TMA with each key block),
-// kTermsRawRow (a term broadcast over the queries, [B or 1, H or 1, 1, Sk]: one value per key, read once per key
-// block), kTermsGeneral (the term and the bool mask read from global memory per score).
-enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2, kTermsRawRow = 3 };
-}  // namespace sm90
-
-// Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32
-// reduce-add by TMA (elements shared by several (batch, head)); kDbiasStore16: a store in the input dtype (one
-// writer per element, a bias of the input dtype: the caller allocates dbias so, bwd_dbias_layout); kDbiasAtomic: dbias
-// broadcast over rows / columns or rows TMA cannot address: summed in registers, then fp32 atomics.
-enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3, kDbiasAtomic = 4 };
-// Backward v3: how the score terms are read: none (key padding and bands only), the additive term staged by TMA
-// with Q / dO, the term and the bool mask read from global memory per element, or a term broadcast over the queries
-// (one value per key: two per thread and step, the keys of a CTA fixed).
-enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2, kBwdTermsRow = 3 };
-
-constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
-// The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
-// by head-dim halves); the dims between run on the next one up with TMA's zero fill as padding.
-inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
-
-// The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
-struct BwdV3Buffers {
-  float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e), written by the preprocess
-  float* delta = nullptr;   // [B, H, sq_pad] rowsum(dO * O) - dlse, written by the preprocess
-  float* dq_acc = nullptr;  // [B, H, sq_pad / 64, 64 * D] fp32 fragment order, zero-filled
-  int* dq_sems = nullptr;   // deterministic only: [B, H, sq_pad / 64], zero-filled
-  int sq_pad = 0;
-  void* dbias = nullptr;    // [period, heads, Sq, Sk]: fp32 zero-filled by the caller, or the input dtype (Store16)
-  int dbias_period = 1, dbias_heads = 1;  // the user bias's broadcast (the kernel's term may be a prepared one)
-  int dbias_rows = 1, dbias_cols = 1;     // Sq / Sk, or 1 where broadcast (kDbiasAtomic)
-  int dbias_pitch = 0;                    // fp32 elements per dbias row as the kernel writes them (TMA modes)
-  bool dbias_padded = false;              // into a padded workspace copy (rows TMA cannot address), then unpadded
-  int dbias_mode = kDbiasNone;
-  int dbias_bufs = 1;  // staging tiles (two where they fit)
-  bool pair = false;   // pair mode: one CTA owns the two batches that share a dbias tile
-  int terms = kBwdTermsNone;
-  bool deep = false;   // three stages (no additive term)
-  bool defer = false;  // deferred dQ (no dbias tile staged)
-  int smem = 0;
-};
 
 // ---- what the choice reads besides the call -------------------------------------------------------------------
 struct DeviceCaps {
@@ -175,18 +132,19 @@ inline Forced parse_forced(const std::string& spec) {
 // PyTorch same-dtype computation's (score + bias.to(dtype)), finite magnitudes past the dtype's range saturate and
 // -inf stays -inf (aux_kernels.h combine_terms_kernel).
 struct CombPlan {
-  int P = 1, heads = 1, Skp = 0;
+  int P = 1, heads = 1, rows = 0, Skp = 0;  // rows: Sq, or 1 for a term broadcast over the queries
   int dtype = 0;      // 0 fp16, 1 bf16
   bool mask = false;  // a bool mask broadcast over the windows folded in (fold_window_mask)
   int64_t bytes = 0;
 };
-inline CombPlan comb_plan_of(const FwdParams& fp, int P, int heads, int dtype) {
+inline CombPlan comb_plan_of(const FwdParams& fp, int P, int heads, int dtype, int rows = -1) {
   CombPlan c;
   c.P = P;
   c.heads = heads;
+  c.rows = rows < 0 ? int(fp.seqlen_q) : rows;
   c.dtype = dtype;
   c.Skp = int((fp.seqlen_k + 7) / 8 * 8);
-  c.bytes = int64_t(c.P) * heads * fp.seqlen_q * c.Skp * 2;
+  c.bytes = int64_t(c.P) * heads * c.rows * c.Skp * 2;
   return c;
 }
 // The kernel's view of a prepared term. Its address is the workspace's, known when the plan runs: until then the
@@ -198,11 +156,11 @@ inline void use_comb(KParams& p, const CombPlan& c) {
   o.dtype = c.dtype;
   o.period = c.P;
   o.heads = c.heads;
-  o.rows = p.Sq;
+  o.rows = c.rows;
   o.cols = p.Sk;
-  o.sq = c.Skp;
-  o.sh = c.heads > 1 ? int64_t(p.Sq) * c.Skp : 0;
-  o.sb = c.heads * int64_t(p.Sq) * c.Skp;
+  o.sq = c.rows > 1 ? c.Skp : 0;
+  o.sh = c.heads > 1 ? int64_t(c.rows) * c.Skp : 0;
+  o.sb = c.heads * int64_t(c.rows) * c.Skp;
   o.sk = 1;
   o.vec2 = true;
   p.bias = o;
@@ -274,6 +232,22 @@ inline void mask_as_key_padding(KParams& p) {
   p.kp_sk = m.sk;
   p.kp_vec4 = p.kp_sk == 1 && reinterpret_cast<uintptr_t>(p.kp) % 4 == 0 && p.kp_sb % 4 == 0;
   p.mask = Operand4d{};
+}
+
+// A bool mask broadcast over the queries that key padding cannot express ([B or 1, H, 1, Sk], per-head token
+// dropping), without an additive term: v3 reads it as a row term of 0 / -inf in the input dtype (same semantics: a
+// key hidden for every query of the head; a row with every key hidden gives 0 and lse -inf), one value per key,
+// instead of a byte per score on the general path (ViT-shaped [1, H, 1, S]: 0.31x cuDNN forward, issue 29).
+inline bool mask_as_row_term(KParams& p, CombPlan& comb, const FwdParams& fp, int dt) {
+  const Operand4d& m = p.mask;
+  if (m.ptr == nullptr || p.bias.ptr != nullptr || fp.rel_table != nullptr || m.rows != 1 || m.cols != p.Sk ||
+      p.Sq == 1)
+    return false;
+  comb = comb_plan_of(fp, m.period, m.heads, dt, 1);
+  comb.mask = true;
+  use_comb(p, comb);
+  p.mask = Operand4d{};
+  return true;
 }
 
 // ---- forward --------------------------------------------------------------------------------------------------
@@ -398,6 +372,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   } else if (v3_recast_term(fp, p, dt)) {
     comb = comb_plan_of(fp, p.bias.period, p.bias.heads, dt);
     use_comb(p, comb);
+  } else {
+    mask_as_row_term(p, comb, fp, dt);
   }
   // Staging: a term of the input dtype with full, 16-byte aligned rows, no bool mask (the general path reads the
   // term itself), scale > 0 (the raw-score path) and room for kStages tiles next to Q / K / V.
@@ -700,6 +676,8 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   } else if (v3_recast_term(bp, p, dt)) {
     comb = comb_plan_of(bp, p.bias.period, p.bias.heads, dt);
     use_comb(p, comb);
+  } else {
+    mask_as_row_term(p, comb, bp, dt);
   }
   BwdV3Buffers vb;
   if (bp.dbias != nullptr) {

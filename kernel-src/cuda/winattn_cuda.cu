@@ -203,13 +203,13 @@ void launch_mask_bits(const FwdParams& fp, KParams& p, bool transposed, uint32_t
 }
 
 void launch_combine(const FwdParams& fp, KParams& p, const CombPlan& c, void* comb, cudaStream_t stream) {
-  const int64_t n = int64_t(c.heads) * p.Sq * c.Skp;  // one period
+  const int64_t n = int64_t(c.heads) * c.rows * c.Skp;  // one period
   const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 65535)),
                   unsigned(std::min(ceil_div(c.P, kCombinePeriods), 65535)));
   auto launch = [&](auto idx, auto out) {
     using Out = decltype(out);
     combine_terms_kernel<decltype(idx), Out><<<grid, 256, 0, stream>>>(
-        static_cast<Out*>(comb), c.P, c.heads, p.Sq, p.Sk, c.Skp, fp.rel_table, fp.table_stride_r,
+        static_cast<Out*>(comb), c.P, c.heads, c.rows, p.Sk, c.Skp, fp.rel_table, fp.table_stride_r,
         fp.table_stride_h, fp.rel_index, fp.index_stride_q, fp.index_stride_k, operand(fp.bias, p.Sk, false),
         c.mask ? operand(fp.mask, p.Sk, true) : Operand4d{});
   };

@@ -123,6 +123,20 @@ def test_bool_key_mask_runs_as_key_padding(kernel, period):
         assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "bwd_pipelined_kernel_sm90"), sorted(names)
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 1, 199), (2, 3, 1, 199)])
+def test_bool_per_head_key_mask_runs_as_a_row_term(kernel, shape):
+    # [B or 1, H, 1, Sk] (per-head token dropping): a 0 / -inf row term on v3; a head with no visible key gives 0
+    B, S = 2, 199
+    mask = torch.rand(*shape, device="cuda") > 0.4
+    mask[0, 1] = False
+    inp = qkv(B, S, S, 3, 64)
+    inp["mask"] = mask
+    run_case(kernel, inp, {})
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask).sum().backward())
+        assert ran(names, "combine_terms_kernel"), sorted(names)
+
+
 def test_bool_key_mask_with_key_padding_stays_a_mask(kernel):
     inp = qkv(2, 200, 200, 2, 64)
     inp["mask"] = torch.rand(2, 1, 1, 200, device="cuda") > 0.3

@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   // bool masks
   { Call c = make("bool mask [B,1,S,S] S1024", 2, 1024, 1024, 16, 16, 64); add(mask(c, 2, 1, 1024, 1024)); }
   { Call c = make("bool mask [B,1,1,S] S4096", 2, 4096, 4096, 16, 16, 128); add(mask(c, 2, 1, 1, 4096)); }
+  { Call c = make("bool mask [1,H,1,S] vit S197", 128, 197, 197, 12, 12, 64); add(mask(c, 1, 12, 1, 197)); }
   // Swin windows (window_attention: table + shift mask)
   { Call c = make("swin W7 table+shift", 4096, 49, 49, 4, 4, 32); table(c, 7); bias(c, f32, 64, 1, 49, 49); add(c); }
   { Call c = make("swin W12 table", 8192, 144, 144, 4, 4, 32); add(table(c, 12)); }

@@ -4,13 +4,13 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "../kernel_choice.h"
+#include "../kernel_modes.h"
 #include "../kernel_params.h"
 
 namespace winattn {
 namespace cuda {
 
-// The plan's types (BwdV3Buffers, the dbias and term modes, kBwdV3BlockM, bwd_v3_head_dim): kernel_choice.h.
+// The plan's types (BwdV3Buffers, the dbias and term modes, kBwdV3BlockM, bwd_v3_head_dim): kernel_modes.h.
 
 template <int D>
 void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype, cudaStream_t stream);

@@ -15,7 +15,7 @@
 //     cap the fast paths.
 #pragma once
 #include "../block_info.h"
-#include "../kernel_choice.h"
+#include "../kernel_modes.h"
 #include "../kernel_params.h"
 #include "../score_mod.h"
 

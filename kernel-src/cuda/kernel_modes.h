@@ -1,0 +1,54 @@
+// The modes the kernel choice (kernel_choice.h) hands to the kernels and their launchers: the score-term paths, the
+// dbias routes and the backward v3 plan. Kept apart from the choice so that a change of the choice rules recompiles
+// the planner alone, not every kernel.
+#pragma once
+
+namespace winattn {
+namespace cuda {
+
+namespace sm90 {
+// Forward v3's score-term paths (score_terms_sm90.h): kTermsRaw (no additive term: scores stay raw, the scale folds
+// into the exponent), kTermsRawBias (a 16-bit additive tile of the input dtype staged by TMA with each key block),
+// kTermsRawRow (a term broadcast over the queries, [B or 1, H or 1, 1, Sk]: one value per key, read once per key
+// block), kTermsGeneral (the term and the bool mask read from global memory per score).
+enum TermsMode : int { kTermsRaw = 0, kTermsRawBias = 1, kTermsGeneral = 2, kTermsRawRow = 3 };
+}  // namespace sm90
+
+// Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32
+// reduce-add by TMA (elements shared by several (batch, head)); kDbiasStore16: a store in the input dtype (one
+// writer per element, a bias of the input dtype: the caller allocates dbias so, bwd_dbias_layout); kDbiasAtomic: dbias
+// broadcast over rows / columns or rows TMA cannot address: summed in registers, then fp32 atomics.
+enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3, kDbiasAtomic = 4 };
+// Backward v3: how the score terms are read: none (key padding and bands only), the additive term staged by TMA
+// with Q / dO, the term and the bool mask read from global memory per element, or a term broadcast over the queries
+// (one value per key: two per thread and step, the keys of a CTA fixed).
+enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2, kBwdTermsRow = 3 };
+
+constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
+// The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
+// by head-dim halves); the dims between run on the next one up with TMA's zero fill as padding.
+inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+
+// The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
+struct BwdV3Buffers {
+  float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e), written by the preprocess
+  float* delta = nullptr;   // [B, H, sq_pad] rowsum(dO * O) - dlse, written by the preprocess
+  float* dq_acc = nullptr;  // [B, H, sq_pad / 64, 64 * D] fp32 fragment order, zero-filled
+  int* dq_sems = nullptr;   // deterministic only: [B, H, sq_pad / 64], zero-filled
+  int sq_pad = 0;
+  void* dbias = nullptr;    // [period, heads, Sq, Sk]: fp32 zero-filled by the caller, or the input dtype (Store16)
+  int dbias_period = 1, dbias_heads = 1;  // the user bias's broadcast (the kernel's term may be a prepared one)
+  int dbias_rows = 1, dbias_cols = 1;     // Sq / Sk, or 1 where broadcast (kDbiasAtomic)
+  int dbias_pitch = 0;                    // fp32 elements per dbias row as the kernel writes them (TMA modes)
+  bool dbias_padded = false;              // into a padded workspace copy (rows TMA cannot address), then unpadded
+  int dbias_mode = kDbiasNone;
+  int dbias_bufs = 1;  // staging tiles (two where they fit)
+  bool pair = false;   // pair mode: one CTA owns the two batches that share a dbias tile
+  int terms = kBwdTermsNone;
+  bool deep = false;   // three stages (no additive term)
+  bool defer = false;  // deferred dQ (no dbias tile staged)
+  int smem = 0;
+};
+
+}  // namespace cuda
+}  // namespace winattn
