@@ -85,8 +85,8 @@ std::string terms_name(int t) {
 std::string prep(const CombPlan& c) {
   if (c.bytes == 0) return "";
   char buf[128];
-  std::snprintf(buf, sizeof buf, " prep=%s[%d,%d,*,%d]%s", c.dtype ? "bf16" : "fp16", c.P, c.heads, c.Skp,
-                c.mask ? "+mask" : "");
+  std::snprintf(buf, sizeof buf, " prep=%s[%d,%d,%s,%d]%s", c.dtype ? "bf16" : "fp16", c.P, c.heads,
+                c.rows == 1 ? "1" : "Sq", c.Skp, c.mask ? "+mask" : "");
   return buf;
 }
 
