@@ -1,0 +1,51 @@
+"""One forward (+ backward where the row trains) of ours per bench_shapes.py row inside a CUDA profiler range, for
+Nsight Compute: the profile behind a row that misses its target.
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats python3 benchmarks/profile_shapes.py --variant DIR --only vit_b16 sdxl_cross_4096
+
+Warm-up calls run outside the range, so the range holds exactly one call of each kernel the row launches.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_cuda as bc  # noqa: E402
+import bench_shapes as bs  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--only", nargs="+", required=True, help="row names or classes (bench_shapes.py --list)")
+    args = ap.parse_args(argv)
+    kern = bc.load_kernel(args.variant)
+    for row in bs.select(bs.ROWS, args.only):
+        torch.manual_seed(0)
+        x = bs.make_inputs(row, "cuda")
+        learn = bs.learnable(x)
+        fwd, _, _ = bs.ours_call(kern, row, x, learn, "cuda")
+        leaves = [t for t in (x["q"], x["k"], x["v"], learn) if t is not None and t.requires_grad]
+
+        def step():
+            out = fwd()
+            if leaves:
+                torch.autograd.grad(out, leaves, torch.randn_like(out))
+
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        step()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        print(f"profiled {row.name}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
