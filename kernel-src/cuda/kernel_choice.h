@@ -264,7 +264,6 @@ struct FwdChoice {
   int v3_terms = sm90::kTermsRaw;
   bool v3_wide = false, v3_persistent = false;
   int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
-  int v3_q_slots = 1;            // Q buffers (2: the next tile's Q loads during this one)
   int block_m = 0, block_n = 0;  // the sm90 kernels' tile (0: v1's per-head-dim tile, kernel_traits.h)
   std::string why;
 };
@@ -399,12 +398,6 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // sliding-window band the static strided assignment is unbalanced (causal D=128 S=16k 2.50 vs 1.65 ms): one CTA
   // per tile, longest first, scheduled by the hardware.
   c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
-  // Two Q buffers where they fit next to the K / V (and bias) stages: the next tile's Q then loads while this tile
-  // runs. Short sequences and short key sets (ViT S = 197, cross-attention to 77 text tokens: one or two key blocks
-  // per tile) otherwise wait for each tile's Q; long sequences are indifferent. The staged bias keeps priority
-  // (at D = 128 both do not fit).
-  const int tile_smem = (wide ? Wide::kSmemBytes : Narrow::kSmemBytes) + Narrow::kStages * stage;
-  c.v3_q_slots = tile_smem + Narrow::kQBytes <= dev.smem_optin ? 2 : 1;  // (the same Q tile in both)
   c.v3_wide = wide;
   c.v3_stage_bytes = stage;
   c.block_m = Narrow::kBlockM;

@@ -550,7 +550,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     case FwdKernel::kV3:
       dispatch_hdim(pl.c.dk, [&](auto d) {
         run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_wide, pl.c.v3_persistent,
-                                                   pl.c.v3_stage_bytes, pl.c.v3_q_slots, dev.sms, stream);
+                                                   pl.c.v3_stage_bytes, dev.sms, stream);
       });
       break;
     case FwdKernel::kWindows:

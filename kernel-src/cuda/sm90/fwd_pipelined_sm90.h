@@ -40,7 +40,6 @@ struct FwdPipeParams {
   KParams p;
   CUtensorMap tq, tk, tv, tb;
   int bias_stage_bytes = 0;
-  int q_slots = 1;  // Q buffers: 2 = the next tile's Q loads while this tile computes (kernel_choice.h)
 };
 
 // Rows [i0, i0 + rows) of a tile that sees no key: out = 0, lse = -inf.
@@ -84,30 +83,23 @@ __device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float 
   }
 }
 
-// Shared memory of one CTA: Q slots | K stages | V stages | mbarriers (1 KB) | bias stages. Sizes are compile-time
-// but for the Q slot count (1, or 2 where it fits: with two, the producer loads the next tile's Q while this tile
-// runs, which short sequences need: a tile of one or two key blocks otherwise waits for its Q every time).
+// Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
+// short of): Q | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice).
 template <typename Tr>
 struct PipeSmem {
+  static constexpr int kK = Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes, kBars = kV + Tr::kStages * Tr::kKVBytes;
+  static constexpr int kBias = kBars + 1024;
   uint32_t base;
-  int qs;  // Q slots (FwdPipeParams::q_slots)
-  __device__ __forceinline__ uint32_t q(int slot) const { return base + slot * Tr::kQBytes; }
-  __device__ __forceinline__ uint32_t k(int s) const { return base + qs * Tr::kQBytes + s * Tr::kKVBytes; }
-  __device__ __forceinline__ uint32_t v(int s) const {
-    return base + qs * Tr::kQBytes + (Tr::kStages + s) * Tr::kKVBytes;
-  }
-  __device__ __forceinline__ uint32_t bars() const {
-    return base + qs * Tr::kQBytes + 2 * Tr::kStages * Tr::kKVBytes;
-  }
-  __device__ __forceinline__ uint32_t q_full(int slot) const { return bars() + 8 * (slot ? 2 + 4 * Tr::kStages : 0); }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return bars() + 8 * (1 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars() + 8 * (1 + Tr::kStages + s); }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return bars() + 8 * (1 + 2 * Tr::kStages + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars() + 8 * (1 + 3 * Tr::kStages + s); }
-  __device__ __forceinline__ uint32_t q_empty(int slot) const {
-    return bars() + 8 * (1 + 4 * Tr::kStages + (slot ? 2 : 0));
-  }
-  __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return bars() + 1024 + s * stage_bytes; }
+  __device__ __forceinline__ uint32_t q() const { return base; }
+  __device__ __forceinline__ uint32_t k(int s) const { return base + kK + s * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t v(int s) const { return base + kV + s * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t q_full() const { return base + kBars; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return base + kBars + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return base + kBars + 8 * (1 + 2 * Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + kBars + 8 * (1 + 3 * Tr::kStages + s); }
+  __device__ __forceinline__ uint32_t q_empty() const { return base + kBars + 8 * (1 + 4 * Tr::kStages); }
+  __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
 };
 
 // One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
@@ -150,12 +142,10 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   const int nblk = tile.n_hi - tile.n_lo;
   const int bb = P.bias_stage_bytes;
   const int bias_h = p.bias.heads > 1 ? h : 0, bias_b = b % p.bias.period;
-  const int slot = t % sm.qs, use = t / sm.qs;
-  if (use > 0) mbar_wait(sm.q_empty(slot), (use - 1) & 1);  // the last Q K^T of the slot's previous tile is done
-  mbar_arrive_expect_tx(sm.q_full(slot), Tr::kQBytes);
+  if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);  // the consumers' last Q K^T of the previous tile is done
+  mbar_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
 #pragma unroll
-  for (int c = 0; c < CB; ++c)
-    tma_load_4d(sm.q(slot) + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(slot), c * 32, i0, h, b);
+  for (int c = 0; c < CB; ++c) tma_load_4d(sm.q() + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(), c * 32, i0, h, b);
   for (int it = 0; it < nblk; ++it) {
     const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
@@ -189,8 +179,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
   const int i0 = m_block * BM;
-  const int qslot = t % sm.qs;
-  const uint32_t qa = sm.q(qslot) + cw * 64 * kSwizzleRowBytes;
+  const uint32_t qa = sm.q() + cw * 64 * kSwizzleRowBytes;
 
   float acc_o[1][DT][4];
   zero_acc(acc_o);
@@ -238,7 +227,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   auto stage = [&](int it) { return (kb + it) % ST; };
   auto phase = [&](int it) { return uint32_t((kb + it) / ST) & 1u; };
   if (cw == 1 && t == 0) your_turn();  // ping-pong: warpgroup 0 issues first
-  mbar_wait(sm.q_full(qslot), (t / sm.qs) & 1);
+  mbar_wait(sm.q_full(), t & 1);
   // first key block: S, terms, softmax (O is still zero)
   mbar_wait(sm.k_full(stage(0)), phase(0));
   my_turn();
@@ -275,7 +264,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     }
     to_pfrag();
   }
-  release(sm.q_empty(qslot));  // every Q K^T of this tile is done: the producer may load a later tile's Q
+  release(sm.q_empty());  // every Q K^T of this tile is done: the producer may load the next tile's Q
   {
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
@@ -319,7 +308,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
-  const PipeSmem<Tr> sm{smem_u32(smem), P.q_slots};
+  const PipeSmem<Tr> sm{smem_u32(smem)};
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   // Persistent grid: CTA c takes tiles c, c + gridDim.x, ... (gridDim.x = the tile count when not persistent);
@@ -327,10 +316,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
 
   if (tid == 0) {
-    for (int slot = 0; slot < 2; ++slot) {
-      mbar_init(sm.q_full(slot), 1);
-      mbar_init(sm.q_empty(slot), Tr::kConsumerWarps);
-    }
+    mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), Tr::kConsumerWarps);
     for (int s = 0; s < ST; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);

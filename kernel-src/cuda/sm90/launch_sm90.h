@@ -230,7 +230,7 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
   if (P.bias_stage_bytes > 0)
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
-  const int smem = Tr::kSmemBytes + (P.q_slots - 1) * Tr::kQBytes + Tr::kStages * P.bias_stage_bytes;
+  const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
   const int64_t grid = persistent ? std::min<int64_t>(tiles, sms) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
@@ -241,12 +241,11 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
 
 template <int D>
 void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, bool persistent, int stage_bytes,
-                            int q_slots, int sms, cudaStream_t stream) {
+                            int sms, cudaStream_t stream) {
   using K = FwdPipelinedSm90<D>;
   sm90::FwdPipeParams P;
   P.p = p;
   P.bias_stage_bytes = stage_bytes;
-  P.q_slots = q_slots;
   if (terms == sm90::kTermsRawBias)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawRow)
@@ -261,7 +260,7 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, b
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
   template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
-  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, bool, bool, int, int, int, cudaStream_t);
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, bool, bool, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
