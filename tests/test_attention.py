@@ -23,7 +23,7 @@ import math
 import pytest
 import torch
 
-from swin_index import swin_relative_index
+from swin_index import beit_relative_index, swin_relative_index
 
 pytestmark = pytest.mark.kernels_ci  # the kernel's own correctness: kernel-builder's ci-test subset (~6 s on CPU)
 
@@ -433,6 +433,23 @@ def test_window_attention_144(kernel, device):
     check_window_attention(kernel, dtype, q, k, v, table, swin_relative_index(ws, device))
 
 
+@pytest.mark.parametrize("ws", [4, 14], ids=["N17", "N197"])
+def test_window_attention_beit_table(kernel, device, ws):
+    """BEiT's table: (2W-1)^2 + 3 rows (class-token entries), index [N, N] with N = W^2 + 1 (odd; 197 for BEiT-B/16
+    at 224 px), one 'window' per image; the flat [N * N] index (timm's RelPosBias) gives the same result."""
+    dtype = _low_precision(device)
+    H, N = 2, ws * ws + 1
+    q, k, v = _qkv(2, N, N, H, H, 32, dtype, device)
+    table = _rand((2 * ws - 1) ** 2 + 3, H, dtype=torch.float32, device=device, scale=0.5)
+    index = beit_relative_index(ws, device)
+    check_window_attention(kernel, dtype, q, k, v, table, index)
+    flat = index.flatten()
+    with torch.no_grad():
+        torch.testing.assert_close(kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=flat),
+                                   kernel.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=index),
+                                   rtol=0, atol=0)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # determinism
 
@@ -554,6 +571,10 @@ def _bad_cases(device):
         "index_wrong_shape": (
             lambda a: a.window_attention(q, k, v, rel_pos_table=t(31, 4, dt=torch.float32),
                                          rel_pos_index=torch.zeros(16, 15, dtype=torch.long, device=device)),
+            "rel_pos_index"),
+        "flat_index_wrong_length": (
+            lambda a: a.window_attention(q, k, v, rel_pos_table=t(31, 4, dt=torch.float32),
+                                         rel_pos_index=torch.zeros(16 * 15, dtype=torch.long, device=device)),
             "rel_pos_index"),
         "shift_mask_wrong_count": (lambda a: a.window_attention(q, k, v, mask=t(3, 16, 16)), "divide"),
     }

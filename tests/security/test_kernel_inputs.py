@@ -120,6 +120,27 @@ def test_range_is_computed_once_per_index_tensor(kernel, monkeypatch):
     assert all(ref() is not None for ref, *_ in bounds._seen.values())
 
 
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+def test_flat_index_is_checked_as_the_callers_tensor(kernel, impl, monkeypatch):
+    """A flat [N * N] index (timm's RelPosBias keeps its index so) is range-checked on the caller's tensor, not on
+    the [N, N] view made of it (a new tensor every call): IndexError out of range, and one range computation for
+    any number of calls (the reference takes the Python check on every build, as the CUDA build does)."""
+    mod = kernel if impl == "kernel" else kernel.reference
+    q, k, v, table = _window_inputs()
+    with pytest.raises(IndexError, match=r"rel_pos_index has value 169 at \(262,\).* 169 rows"):
+        mod.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=_with_bad_entry(ROWS).flatten())
+    bounds = kernel._index_bounds
+    calls = []
+    real = bounds._range
+    monkeypatch.setattr(bounds, "_range", lambda index: calls.append(1) or real(index))
+    flat = _swin_index().flatten()
+    for _ in range(3):
+        out = mod.window_attention(q, k, v, rel_pos_table=table, rel_pos_index=flat)
+    assert len(calls) == (1 if impl == "reference" else 0)
+    torch.testing.assert_close(out, kernel.reference.window_attention(q, k, v, rel_pos_table=table,
+                                                                      rel_pos_index=_swin_index()))
+
+
 def test_inference_tensor_index_is_checked_every_call(kernel):
     """Inference tensors have no version counter, so they are never cached."""
     q, k, v, table = _window_inputs()

@@ -287,24 +287,31 @@ def _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowe
 
 def _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check):
     """All metadata checks of `window_attention`; returns the plan
-    (scale, table_rows, cast_table, cast_index, bias_shape4, mask_repeat, additive_cast)."""
+    (scale, table_rows, cast_table, cast_index, index_shape, bias_shape4, mask_repeat, additive_cast)."""
     _check_qkv(q, k, v, allowed_dtypes)
     BW, N, H, D = q.shape
     if k.shape[1] != N:
         raise ValueError(f"window attention needs equal q and k lengths (the window area N), got {N} and {k.shape[1]}")
     if (rel_pos_table is None) != (rel_pos_index is None):
         raise ValueError("rel_pos_table and rel_pos_index must be given together")
-    rows = None
+    rows = index_shape = None
     cast_table = cast_index = False
     if rel_pos_table is not None:
         _check_same_device(rel_pos_table, "rel_pos_table", q.device)
         _check_same_device(rel_pos_index, "rel_pos_index", q.device)
+        # Any row count T: (2W-1)^2 for Swin, (2W-1)^2 + 3 for BEiT's class-token entries; the index range is what
+        # check_rel_pos_index verifies against it.
         if rel_pos_table.dim() != 2 or rel_pos_table.shape[1] != H or not rel_pos_table.is_floating_point():
-            raise ValueError(f"rel_pos_table must be a float [(2W-1)^2, num_heads={H}] tensor, got "
+            raise ValueError(f"rel_pos_table must be a float [T, num_heads={H}] tensor (T rows, e.g. (2W-1)^2), got "
                              f"{tuple(rel_pos_table.shape)} {rel_pos_table.dtype}")
-        if tuple(rel_pos_index.shape) != (N, N) or rel_pos_index.is_floating_point() or rel_pos_index.dtype == torch.bool:
-            raise ValueError(f"rel_pos_index must be an integer [N, N] = [{N}, {N}] tensor, got "
-                             f"{tuple(rel_pos_index.shape)} {rel_pos_index.dtype}")
+        # [N, N], or flat [N * N] as timm's RelPosBias keeps it: viewed as [N, N] after the range check, so that the
+        # range cache of _index_bounds sees the caller's own (module buffer) tensor on every call.
+        if (tuple(rel_pos_index.shape) not in ((N, N), (N * N,)) or rel_pos_index.is_floating_point()
+                or rel_pos_index.dtype == torch.bool):
+            raise ValueError(f"rel_pos_index must be an integer [N, N] = [{N}, {N}] tensor (or flat [N * N] = "
+                             f"[{N * N}]), got {tuple(rel_pos_index.shape)} {rel_pos_index.dtype}")
+        if rel_pos_index.dim() == 1:
+            index_shape = (N, N)
         rows = rel_pos_table.shape[0]
         # float32 table (Swin keeps it fp32 under AMP) and int64 index at the op level: both are tiny.
         cast_table = rel_pos_table.dtype != torch.float32
@@ -336,7 +343,7 @@ def _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allo
     scale = _scale(scale, D)
     if device_check is not None:
         device_check(q)
-    return scale, rows, cast_table, cast_index, bias_shape, mask_repeat, additive_cast
+    return scale, rows, cast_table, cast_index, index_shape, bias_shape, mask_repeat, additive_cast
 
 
 def window_attention_op_args(
@@ -358,16 +365,18 @@ def window_attention_op_args(
     if plan is None:
         plan = _check_window(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check)
         _remember(key, plan)
-    scale, rows, cast_table, cast_index, bias_shape, mask_repeat, additive_cast = plan
+    scale, rows, cast_table, cast_index, index_shape, bias_shape, mask_repeat, additive_cast = plan
     if rows is not None:
-        # Before .long(): the caller's own tensor is the one whose range is cached (an int32 index would
-        # otherwise be a new tensor every call).
+        # Before .long() and the [N, N] view: the caller's own tensor is the one whose range is cached (an int32 or
+        # flat index would otherwise be a new tensor every call).
         if not compiling and not op_checks_index:
             check_rel_pos_index(rel_pos_index, rows)
         if cast_table:
             rel_pos_table = rel_pos_table.float()
         if cast_index:
             rel_pos_index = rel_pos_index.long()
+        if index_shape is not None:
+            rel_pos_index = rel_pos_index.reshape(index_shape)
     additive = None
     if mask is not None:
         additive = mask.unsqueeze(1)  # [nW, 1, N, N]: window index = batch index mod nW

@@ -112,9 +112,11 @@ def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=No
 
     Args:
         q, k, v: [B * nW, N, H, D] (N = window area, e.g. 49 for 7x7 windows).
-        rel_pos_table: [(2W-1)^2, H] relative-position bias table (gets a gradient).
-        rel_pos_index: [N, N] integer index into the table, every entry in [0, (2W-1)^2): IndexError otherwise
-            (checked when an index tensor is first seen and after each in-place change, see _index_bounds.py).
+        rel_pos_table: [T, H] relative-position bias table (gets a gradient); any row count T, e.g. (2W-1)^2 for
+            Swin, (2W-1)^2 + 3 for BEiT (its class-token entries).
+        rel_pos_index: [N, N] integer index into the table (or the same flattened to [N * N], as timm's RelPosBias
+            keeps it), every entry in [0, T): IndexError otherwise (checked when an index tensor is first seen and
+            after each in-place change, see _index_bounds.py).
         bias: optional extra float bias broadcastable to [B * nW, H, N, N].
         mask: optional additive float [nW, N, N] shift mask; window index = batch index mod nW.
         scale: default 1/sqrt(D).
