@@ -7,12 +7,13 @@ module and it reads that module's attributes (annotated below). Only relative im
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 try:
-    from .interface import window_attention
+    from .interface import attention, window_attention
 except ImportError:  # the pure-PyTorch reference package (winattn.load(..., fallback="reference")) has no _ops
-    from .reference import window_attention
+    from .reference import attention, window_attention
 
 
 class WindowAttention(nn.Module):
@@ -70,4 +71,133 @@ class WindowAttention(nn.Module):
         return self.proj_drop(x)
 
 
-__all__ = ["WindowAttention"]
+def _no_attention_dropout(module: nn.Module, layer: str) -> None:
+    attn_drop = getattr(module.attn_drop, "p", 0.0)
+    if module.training and attn_drop > 0.0:
+        raise ValueError(f"window_attention.layers.{layer} does not implement attention dropout (attn_drop={attn_drop})")
+
+
+class BeitAttention(nn.Module):
+    """Forward of timm's BEiT `Attention` (`timm.models.beit.Attention`) on the fused kernel.
+
+    With a relative-position table (`use_rel_pos_bias`) the bias is gathered from it inside the kernel: the table has
+    (2W-1)^2 + 3 rows (the last three for class -> patch, patch -> class and class -> class) and the index is
+    [N, N] with N = W^2 + 1 (197 for BEiT-B/16 at 224 px); the table gets its gradient from the kernel's dBias pass.
+    A `shared_rel_pos_bias` ([nH, N, N], the model-level `RelativePositionBias` of `use_shared_rel_pos_bias`) is
+    added in the kernel as an extra bias and gets its gradient reduced to its own shape; without a table it is the
+    only bias (`attention(bias=...)`). q/k/v biases (`q_bias`, zero `k_bias`, `v_bias`; `qkv_bias_separate`) as
+    timm. Same signature as timm's forward.
+
+    Attention dropout is not implemented: in training mode a module with `attn_drop.p > 0` raises.
+
+    Shapes:
+        x: [B, N, C]; shared_rel_pos_bias: None or float broadcastable to [B, nH, N, N]. returns [B, N, C].
+    """
+
+    can_torch_compile: bool = True
+    has_backward: bool = True
+
+    # Attributes of timm's beit.Attention that this forward reads.
+    qkv: nn.Linear
+    q_bias: Optional[nn.Parameter]
+    k_bias: Optional[torch.Tensor]
+    v_bias: Optional[nn.Parameter]
+    qkv_bias_separate: bool
+    proj: nn.Linear
+    proj_drop: nn.Module
+    attn_drop: nn.Module
+    relative_position_bias_table: Optional[nn.Parameter]
+    relative_position_index: Optional[torch.Tensor]
+    num_heads: int
+    scale: float
+
+    def forward(self, x: torch.Tensor, shared_rel_pos_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        _no_attention_dropout(self, "BeitAttention")
+        B, N, _ = x.shape
+        if self.q_bias is None:
+            qkv = self.qkv(x)
+        else:
+            qkv_bias = torch.cat((self.q_bias, self.k_bias, self.v_bias))
+            if self.qkv_bias_separate:
+                qkv = self.qkv(x)
+                qkv += qkv_bias
+            else:
+                qkv = F.linear(x, weight=self.qkv.weight, bias=qkv_bias)
+        # [B, N, 3, nH, hd] -> q, k, v as strided [B, N, nH, hd] views (the kernel reads them by stride).
+        q, k, v = qkv.reshape(B, N, 3, self.num_heads, -1).unbind(2)
+        if self.relative_position_bias_table is not None:
+            out = window_attention(
+                q,
+                k,
+                v,
+                rel_pos_table=self.relative_position_bias_table,
+                rel_pos_index=self.relative_position_index,
+                bias=shared_rel_pos_bias,
+                scale=self.scale,
+            )
+        else:
+            out = attention(q, k, v, bias=shared_rel_pos_bias, scale=self.scale)
+        x = self.proj(out.reshape(B, N, -1))
+        return self.proj_drop(x)
+
+
+class RelPosAttention(nn.Module):
+    """Forward of timm's `RelPosAttention` (`timm.models.vision_transformer_relpos`, the `vit_relpos_*` /
+    `vit_srelpos_*` models) on the fused kernel.
+
+    The bias comes from the module's `rel_pos`, as in timm:
+      * `RelPosBias` (rel_pos_type="bias"): its table ((2W-1)^2 rows, + 3 with a class token) is gathered inside the
+        kernel through its flat [N * N] index and gets its gradient from the kernel's dBias pass;
+      * `RelPosMlp` (the default, "mlp" / "mlp_swin"): the bias is computed by the module (`rel_pos.get_bias()`, an
+        MLP on log-spaced coordinates, [1, nH, N, N]) and passed as `bias=`; its gradient flows back into the MLP;
+      * no `rel_pos`: `shared_rel_pos` (the model-level bias of `shared_rel_pos=True`) is the bias, or none.
+    As timm, `shared_rel_pos` is ignored when the module has its own `rel_pos`. q / k norms (`qk_norm`) as timm.
+    Any other `rel_pos` class goes through `get_bias()` as timm's fused path does; `kernelize_relpos` leaves such
+    modules on timm's forward instead. Same signature as timm's forward.
+
+    Attention dropout is not implemented: in training mode a module with `attn_drop.p > 0` raises.
+
+    Shapes:
+        x: [B, N, C]; shared_rel_pos: None or float broadcastable to [B, nH, N, N]. returns [B, N, C].
+    """
+
+    can_torch_compile: bool = True
+    has_backward: bool = True
+
+    # Attributes of timm's RelPosAttention that this forward reads.
+    qkv: nn.Linear
+    q_norm: nn.Module
+    k_norm: nn.Module
+    rel_pos: Optional[nn.Module]
+    proj: nn.Linear
+    proj_drop: nn.Module
+    attn_drop: nn.Module
+    num_heads: int
+    head_dim: int
+    scale: float
+
+    def forward(self, x: torch.Tensor, shared_rel_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
+        _no_attention_dropout(self, "RelPosAttention")
+        B, N, _ = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).unbind(2)
+        q = self.q_norm(q)  # over the head dim: the same in timm's [B, nH, N, hd] layout
+        k = self.k_norm(k)
+        rel_pos = self.rel_pos
+        if rel_pos is None:
+            out = attention(q, k, v, bias=shared_rel_pos, scale=self.scale)
+        elif getattr(rel_pos, "relative_position_bias_table", None) is not None:
+            out = window_attention(
+                q,
+                k,
+                v,
+                rel_pos_table=rel_pos.relative_position_bias_table,
+                rel_pos_index=rel_pos.relative_position_index,
+                scale=self.scale,
+            )
+        else:
+            out = attention(q, k, v, bias=rel_pos.get_bias(), scale=self.scale)
+        x = self.proj(out.reshape(B, N, -1))
+        return self.proj_drop(x)
+
+
+__all__ = ["WindowAttention", "BeitAttention", "RelPosAttention"]

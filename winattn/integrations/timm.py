@@ -1,13 +1,20 @@
-"""timm Swin on the window-attention kernel, through `kernels.kernelize`.
+"""timm Swin, BEiT and the `vit_relpos` family on the window-attention kernel, through `kernels.kernelize`.
 
     from kernels import Mode
-    from winattn.integrations.timm import kernelize_swin
+    from winattn.integrations.timm import kernelize_relpos, kernelize_swin
     model = timm.create_model("swin_tiny_patch4_window7_224")
     kernelize_swin(model, mode=Mode.INFERENCE)            # or Mode.TRAINING, | Mode.TORCH_COMPILE
+    model = timm.create_model("beit_base_patch16_224")     # or a vit_relpos_* / vit_srelpos_* model
+    kernelize_relpos(model, mode=Mode.TRAINING)
 
 Every `timm.models.swin_transformer.WindowAttention` in the model then runs the kernel's
 `layers.WindowAttention.forward`: q/k/v from the module's own `qkv`, the relative-position bias table gathered in the
 kernel (its gradient from the kernel's dBias pass), the shift mask added in the kernel, then the module's `proj`.
+`kernelize_relpos` does the same for `timm.models.beit.Attention` (layer `BeitAttention`: the (2W-1)^2 + 3-row table
+with its class-token entries gathered in the kernel, the optional shared bias added in the kernel) and
+`timm.models.vision_transformer_relpos.RelPosAttention` (layer `RelPosAttention`: `RelPosBias` tables gathered in the
+kernel, `RelPosMlp` biases computed by the module and passed as `bias=` with dBias); a module the layer cannot run
+exactly as timm does keeps timm's forward, with the reason in a warning (`relpos_support` lists them beforehand).
 
 How the layer gets to `kernelize`: timm's class is made extensible with kernels' `replace_kernel_forward_from_hub`,
 and the mapping points at `VerifiedLayerRepository`, an object implementing kernels' layer-repository protocol
@@ -22,8 +29,10 @@ op-schema shim first (`winattn.integrations._torchvision_shim`).
 
 from __future__ import annotations
 
+import contextvars
 import importlib
-from typing import Any, Optional
+import warnings
+from typing import Any, Dict, Optional
 
 from . import check_head_dim, install_torchvision_shim, load_kernel
 
@@ -34,8 +43,11 @@ from kernels import Mode, kernelize, replace_kernel_forward_from_hub, use_kernel
 
 DEFAULT_REPO_ID = "winattn/window-attention"
 LAYER_NAME = "WindowAttention"
+BEIT_LAYER_NAME = "BeitAttention"
+RELPOS_LAYER_NAME = "RelPosAttention"
 
-__all__ = ["kernelize_swin", "VerifiedLayerRepository", "LAYER_NAME", "Mode"]
+__all__ = ["kernelize_swin", "kernelize_relpos", "relpos_support", "VerifiedLayerRepository", "LAYER_NAME",
+           "BEIT_LAYER_NAME", "RELPOS_LAYER_NAME", "Mode"]
 
 
 class VerifiedLayerRepository:
@@ -154,3 +166,137 @@ def kernelize_swin(model, *, mode: Mode = Mode.INFERENCE, repo_id: str = DEFAULT
     with use_kernel_mapping(mapping):
         kernelize(model, mode=mode, device=device, use_fallback=use_fallback)
     return model
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# BEiT and vit_relpos: timm's relative-position attention
+
+
+def _relpos_classes() -> tuple:
+    """((timm attention class, kernel layer name), ...): BEiT's Attention and vit_relpos' RelPosAttention."""
+    import timm.models.beit as beit
+    import timm.models.vision_transformer_relpos as relpos
+
+    return ((beit.Attention, BEIT_LAYER_NAME), (relpos.RelPosAttention, RELPOS_LAYER_NAME))
+
+
+def _relpos_class_of(module) -> Optional[tuple]:
+    for cls, layer in _relpos_classes():
+        if isinstance(module, cls):
+            return cls, layer
+    return None
+
+
+def _head_dim_of(module) -> int:
+    head_dim = getattr(module, "head_dim", None)  # RelPosAttention
+    if head_dim is None:  # beit.Attention: qkv is [3 * nH * hd, C] (attn_head_dim may differ from C / nH)
+        head_dim = module.qkv.out_features // 3 // module.num_heads
+    return int(head_dim)
+
+
+def _relpos_problem(module, mode: Optional[Mode]) -> Optional[str]:
+    """Why the kernel layer cannot run this timm attention module exactly as timm does, or None when it can.
+
+    mode None: the checks that do not depend on the kernelize mode only."""
+    from timm.layers import RelPosBias, RelPosMlp
+
+    from . import head_dim_problem
+
+    cls, layer = _relpos_class_of(module)
+    if type(module) is not cls:
+        return (f"{type(module).__module__}.{type(module).__qualname__} subclasses timm's {cls.__qualname__}; its "
+                f"forward may differ from the one layers.{layer} implements")
+    problem = head_dim_problem(_head_dim_of(module))
+    if problem:
+        return problem
+    if layer == RELPOS_LAYER_NAME:
+        rel_pos = module.rel_pos
+        if rel_pos is not None and type(rel_pos) not in (RelPosBias, RelPosMlp):
+            return (f"its rel_pos is a {type(rel_pos).__module__}.{type(rel_pos).__qualname__}; the layer runs "
+                    "timm's RelPosBias (table gathered in the kernel) and RelPosMlp (bias from get_bias()) only")
+    drop = getattr(module.attn_drop, "p", 0.0)
+    if mode is not None and Mode.TRAINING in mode and drop > 0.0:
+        return (f"attention dropout {drop}, which the kernel does not implement (build the model with "
+                "attn_drop_rate=0.0 to train it on the kernel)")
+    return None
+
+
+def relpos_support(model, *, mode: Mode = Mode.INFERENCE) -> Dict[str, Optional[str]]:
+    """What `kernelize_relpos(model, mode=mode)` would do, module by module, without loading or changing anything.
+
+    Returns:
+        {module name: None (runs the kernel layer) or the reason it keeps timm's forward} for every BEiT
+        `Attention` and vit_relpos `RelPosAttention` (subclasses included) in `model`, in `named_modules` order.
+    """
+    return {name: _relpos_problem(m, mode) for name, m in model.named_modules() if _relpos_class_of(m) is not None}
+
+
+# Ids of the modules that the running kernelize_relpos call leaves on timm's forward (mode-dependent reasons); the
+# kernels condition below reads it. Outside such a call (a kernelize of the caller's own) only the checks that do not
+# depend on the mode apply, and the layers raise on attention dropout in training themselves.
+_SKIP: contextvars.ContextVar = contextvars.ContextVar("winattn_timm_relpos_skip", default=frozenset())
+
+
+def _relpos_condition(module) -> bool:
+    return id(module) not in _SKIP.get() and _relpos_problem(module, None) is None
+
+
+def kernelize_relpos(model, *, mode: Mode = Mode.INFERENCE, repo_id: str = DEFAULT_REPO_ID,
+                     version: Optional[int] = 1, revision: Optional[str] = None, device: Optional[str] = None,
+                     use_fallback: bool = False, strict: bool = False, **load_kwargs: Any):
+    """Run every timm BEiT `Attention` and vit_relpos `RelPosAttention` of `model` on the kernel (in place; returns
+    `model`).
+
+    BEiT (`timm.models.beit.Attention`) runs the kernel layer `layers.BeitAttention`, vit_relpos
+    (`timm.models.vision_transformer_relpos.RelPosAttention`) runs `layers.RelPosAttention`; see their docstrings for
+    how each bias reaches the kernel. A module that the layer cannot run exactly as timm does (a subclass of either
+    class, a head dim the kernel lacks, a `rel_pos` other than timm's RelPosBias / RelPosMlp, attention dropout in
+    training mode) keeps timm's forward and is named with its reason in a `UserWarning`; `strict=True` raises
+    instead. `relpos_support(model, mode=mode)` gives the same list without changing anything.
+
+    Args:
+        model: a timm BEiT / vit_relpos / vit_srelpos model, or any module containing those attention modules.
+        mode: kernels `Mode` (`INFERENCE` or `TRAINING`, optionally `| TORCH_COMPILE`).
+        repo_id, version, revision, **load_kwargs: the kernel, loaded with `winattn.load` (verified) at this call.
+        device: device type to kernelize for (default: from the model's parameters).
+        use_fallback: kernels' fallback policy; False (default) raises when the kernel cannot be used instead of
+            silently keeping timm's forward.
+        strict: raise ValueError, before anything is loaded or replaced, if any module would keep timm's forward.
+
+    Raises:
+        ValueError: with `strict=True`, a module the layer cannot run.
+        winattn errors (`UntrustedKernelError`, `KernelNotFoundError`, `VerificationError`, ...) from the load.
+    """
+    support = relpos_support(model, mode=mode)
+    native = {name: why for name, why in support.items() if why is not None}
+    if strict and native:
+        raise ValueError("kernelize_relpos(strict=True): " + _native_list(native))
+    if not support:
+        warnings.warn("kernelize_relpos: the model has no timm BEiT Attention or vit_relpos RelPosAttention; nothing "
+                      "was replaced", UserWarning, stacklevel=2)
+        return model
+    if native:
+        warnings.warn(f"kernelize_relpos: {len(native)} of {len(support)} attention modules keep timm's forward: "
+                      + _native_list(native), UserWarning, stacklevel=2)
+    repo = VerifiedLayerRepository(repo_id, version=version, revision=revision, **load_kwargs)
+    mapping = {}
+    for cls, layer in _relpos_classes():
+        replace_kernel_forward_from_hub(cls, layer, condition=_relpos_condition)
+        layer_repo = VerifiedLayerRepository(repo_id, layer_name=layer, version=version, revision=revision,
+                                             **load_kwargs)
+        mapping[layer] = {"cpu": layer_repo, "cuda": layer_repo}
+    repo.load_module()  # fetch + verify now, so that errors name the kernel rather than a layer
+    for cls, layer in _relpos_classes():
+        mapping[layer]["cpu"].load()  # a kernel without the layer fails here, before any module is replaced
+    names = dict(model.named_modules())
+    token = _SKIP.set(frozenset(id(names[name]) for name in native))
+    try:
+        with use_kernel_mapping(mapping):
+            kernelize(model, mode=mode, device=device, use_fallback=use_fallback)
+    finally:
+        _SKIP.reset(token)
+    return model
+
+
+def _native_list(native: Dict[str, str]) -> str:
+    return "; ".join(f"{name}: {why}" for name, why in native.items())
