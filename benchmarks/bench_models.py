@@ -3,7 +3,7 @@ verified by winattn.load) inside real diffusers / timm models with random weight
 attention in the same run.
 
     python benchmarks/bench_models.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--out results/bench_models.json]
-        [--only flux_step flux_train swin_t_train swin_b384_train] [--flux-layers DOUBLE SINGLE]
+        [--only flux_step flux_train swin_t_train swin_b384_train beit_b16_train sdxl_step] [--flux-layers DOUBLE SINGLE]
 
 Workloads:
   * flux_step: diffusers `FluxTransformer2DModel` with its default config (the 12B Flux transformer, random bf16
@@ -19,13 +19,29 @@ Workloads:
   * swin_b384_train: the same with timm `swin_base_patch4_window12_384` (window 12, N = 144), batch 32, 384 px.
     Both Swin workloads check the loss and a shifted block's relative-position table gradient (the kernel's dTable)
     vs timm's, from one eval-mode forward + backward (no stochastic depth).
+  * beit_b16_train: timm `beit_base_patch16_224` (N = 197 with the class token, 12 heads of 64, a (2W-1)^2 + 3 =
+    732-row table per block), batch 128, bf16 autocast, one training step as the Swin ones, timm's attention (its
+    fused path: SDPA with the gathered [1, 12, 197, 197] bias as attn_mask, dBias through autograd) vs
+    `kernelize_relpos` (Mode.TRAINING: table gathered in the kernel, dTable returned). timm initialises the tables
+    to zero; they are drawn from N(0, 0.5^2) here so that the bias takes part in the check (the loss and block 0's
+    table gradient vs timm, eval mode).
+  * sdxl_step: diffusers `UNet2DConditionModel` with SDXL base 1.0's UNet config (2.6 B random bf16 weights built on
+    the GPU), one denoising step at 1024 px with classifier-free guidance (batch 2: a 128 x 128 latent, 77 text
+    tokens of 2048, pooled text 1280 + 6 time ids). Its attention (4096- and 1024-token self-attention, 77-key
+    cross-attention, heads of 64) is diffusers' `Attention` with `AttnProcessor2_0`, which calls torch SDPA itself:
+    `set_attention_backend` does not reach it (it changes only processors of the attention dispatcher). So
+    `native` is the model as built (AttnProcessor2_0, what users run), `window_attn_hub` replaces every processor
+    by `DispatchAttnProcessor` (the same computation through `dispatch_attention_fn`) and selects the backend with
+    `set_attention_backend`; `native_dispatch` (the same processor on diffusers' `native` backend) separates the
+    dispatcher's own cost. Forward only; the output vs native and the count of modules on the backend are recorded.
 Timing: CUDA events around each step after warm-up, median of --reps; training workloads also record the peak
 allocation of the timed steps (`peak_gib`). The workload functions take `device=` so that
 tests/integrations/test_bench_models.py runs them on tiny configs with the CPU build.
 On the H200 image (huggingface_hub 1.33, which has no kernel repo type) it needs, as wheels (.whl/, see
-../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1 (the Flux workloads), kernel-abi-check 0.14.1
-(publish's checks) and huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1, hf-xet
-1.8.0; timm (the Swin workloads) comes with the image.
+../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1 (the Flux and SDXL workloads), kernel-abi-check
+0.14.1 (publish's checks) and huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1,
+hf-xet 1.8.0; timm (the Swin and BEiT workloads) comes with the image. The BEiT workload needs a variant built from
+a tree with `layers.BeitAttention` (the kernel's Python files are copied into the variant at build time).
 """
 
 import argparse
@@ -299,30 +315,33 @@ def swin_loss_fn(model, x, y):
     return loss
 
 
-def bench_swin(reps, model_name, batch, img_size, *, device="cuda", **model_kwargs):
-    """One timm Swin training step (bf16 autocast, cross entropy, SGD), timm's attention vs `kernelize_swin`."""
+def bench_timm_train(reps, model_name, batch, img_size, *, ours, kernelize_fn, param, device="cuda", init=None,
+                     **model_kwargs):
+    """One timm training step (bf16 autocast, cross entropy, SGD), timm's attention vs `kernelize_fn(model,
+    mode=Mode.TRAINING)`, reported under `ours`; the loss and `param`'s gradient are checked vs timm's.
+    `init(model)`, if given, changes the random weights before both copies are made."""
     import copy
 
     import timm
     import torch
 
-    from winattn.integrations.timm import Mode, kernelize_swin
+    from winattn.integrations.timm import Mode
 
     torch.manual_seed(0)
     base = timm.create_model(model_name, pretrained=False, img_size=img_size, **model_kwargs).to(device)
+    if init is not None:
+        init(base)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     y = torch.randint(0, base.num_classes, (batch,), device=device)
-    # The shifted block of stage 1: its table's gradient is the kernel's dBias (dTable) pass.
-    param = "layers.0.blocks.1.attn.relative_position_bias_table"
     res = {"model": model_name, "batch": batch, "img_size": img_size}
     checks = {}
-    for name in ("native", "kernelize_swin"):
+    for name in ("native", ours):
         model = copy.deepcopy(base)
-        if name == "kernelize_swin":
-            kernelize_swin(model, mode=Mode.TRAINING)
+        if name == ours:
+            kernelize_fn(model, mode=Mode.TRAINING)
         loss_fn = swin_loss_fn(model, x, y)
-        # Checked in eval mode: Swin has no batch norm, so eval only turns off stochastic depth (drop_path_rate
-        # 0.1 by default), whose random masks would differ between the two models' steps.
+        # Checked in eval mode: Swin and BEiT have no batch norm, so eval only turns off stochastic depth (Swin's
+        # drop_path_rate is 0.1 by default), whose random masks would differ between the two models' steps.
         checks[name] = loss_and_grad(model.eval(), loss_fn, param)
         model.train()
         step = make_step(model, loss_fn, lr=1e-3)
@@ -330,8 +349,219 @@ def bench_swin(reps, model_name, batch, img_size, *, device="cuda", **model_kwar
         del model, step, loss_fn
         if device == "cuda":
             torch.cuda.empty_cache()
-    res["check_vs_native"] = compare(checks["native"], checks["kernelize_swin"], param)
-    res["speedup"] = res["native"]["step_ms"] / res["kernelize_swin"]["step_ms"]
+    res["check_vs_native"] = compare(checks["native"], checks[ours], param)
+    res["speedup"] = res["native"]["step_ms"] / res[ours]["step_ms"]
+    return res
+
+
+def bench_swin(reps, model_name, batch, img_size, *, device="cuda", **model_kwargs):
+    """One timm Swin training step (bf16 autocast, cross entropy, SGD), timm's attention vs `kernelize_swin`."""
+    from winattn.integrations.timm import kernelize_swin
+
+    # The shifted block of stage 1: its table's gradient is the kernel's dBias (dTable) pass.
+    return bench_timm_train(reps, model_name, batch, img_size, ours="kernelize_swin", kernelize_fn=kernelize_swin,
+                            param="layers.0.blocks.1.attn.relative_position_bias_table", device=device,
+                            **model_kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# BEiT (timm)
+
+# name: (timm model, batch, image size). BEiT-B/16 at 224 px: N = 197 (14 x 14 patches + the class token), 12 heads
+# of 64, the issue's "[1, H, N, N] bias shared over a large batch" class.
+BEIT = {"beit_b16_train": ("beit_base_patch16_224", 128, 224)}
+
+
+def randomize_rel_pos_tables(model, std=0.5):
+    """Draw every `relative_position_bias_table` of `model` from N(0, std^2) (timm's BEiT starts them at zero, which
+    would leave the bias out of the loss check)."""
+    import torch
+
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("relative_position_bias_table"):
+                p.normal_(0, std)
+
+
+def bench_beit(reps, model_name, batch, img_size, *, device="cuda", **model_kwargs):
+    """One timm BEiT training step (bf16 autocast, cross entropy, SGD), timm's attention vs `kernelize_relpos`."""
+    from winattn.integrations.timm import kernelize_relpos
+
+    # Block 0's table: its gradient is the kernel's dTable (every entry of the [N, N] index, the class-token rows too).
+    return bench_timm_train(reps, model_name, batch, img_size, ours="kernelize_relpos", kernelize_fn=kernelize_relpos,
+                            param="blocks.0.attn.relative_position_bias_table", device=device,
+                            init=randomize_rel_pos_tables, **model_kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# SDXL (diffusers)
+
+# stabilityai/stable-diffusion-xl-base-1.0, unet/config.json (diffusers 0.19), every field but the `_` ones; no
+# download. Its "attention_head_dim" is diffusers' historical name for the head *count* per block (5, 10, 20 for
+# 320, 640, 1280 channels: heads of 64).
+SDXL_UNET = {
+    "act_fn": "silu", "addition_embed_type": "text_time", "addition_embed_type_num_heads": 64,
+    "addition_time_embed_dim": 256, "attention_head_dim": [5, 10, 20], "block_out_channels": [320, 640, 1280],
+    "center_input_sample": False, "class_embed_type": None, "class_embeddings_concat": False, "conv_in_kernel": 3,
+    "conv_out_kernel": 3, "cross_attention_dim": 2048, "cross_attention_norm": None,
+    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"], "downsample_padding": 1,
+    "dual_cross_attention": False, "encoder_hid_dim": None, "encoder_hid_dim_type": None, "flip_sin_to_cos": True,
+    "freq_shift": 0, "in_channels": 4, "layers_per_block": 2, "mid_block_only_cross_attention": None,
+    "mid_block_scale_factor": 1, "mid_block_type": "UNetMidBlock2DCrossAttn", "norm_eps": 1e-05,
+    "norm_num_groups": 32, "num_attention_heads": None, "num_class_embeds": None, "only_cross_attention": False,
+    "out_channels": 4, "projection_class_embeddings_input_dim": 2816, "resnet_out_scale_factor": 1.0,
+    "resnet_skip_time_act": False, "resnet_time_scale_shift": "default", "sample_size": 128,
+    "time_cond_proj_dim": None, "time_embedding_act_fn": None, "time_embedding_dim": None,
+    "time_embedding_type": "positional", "timestep_post_act": None, "transformer_layers_per_block": [1, 2, 10],
+    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"], "upcast_attention": None,
+    "use_linear_projection": True,
+}
+VAE_SCALE = 8  # SDXL's VAE: 1024 px -> a 128 x 128 latent
+
+
+def build_sdxl_unet(device, **config):
+    """Random-weight bf16 `UNet2DConditionModel` built on `device`: SDXL base 1.0's UNet config updated by
+    `config`."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        return UNet2DConditionModel(**{**SDXL_UNET, **config}).to(torch.bfloat16)
+
+
+def sdxl_inputs(cfg, device, batch=2, size=1024, text_len=77) -> dict:
+    """Forward keywords of one denoising step at `size` px: `batch` latents (2: classifier-free guidance), `text_len`
+    text tokens (CLIP-L + bigG hidden states, cross_attention_dim wide), the pooled text embedding and the six time
+    ids (original size, crop top-left, target size) of the text_time conditioning."""
+    import torch
+
+    bf16 = torch.bfloat16
+    latent = size // VAE_SCALE
+    pooled = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
+    time_ids = torch.tensor([size, size, 0, 0, size, size], device=device, dtype=bf16).repeat(batch, 1)
+    return dict(
+        sample=torch.randn(batch, cfg.in_channels, latent, latent, device=device, dtype=bf16),
+        timestep=torch.tensor(999, device=device),
+        encoder_hidden_states=torch.randn(batch, text_len, cfg.cross_attention_dim, device=device, dtype=bf16),
+        added_cond_kwargs={"text_embeds": torch.randn(batch, pooled, device=device, dtype=bf16), "time_ids": time_ids},
+        return_dict=False)
+
+
+class DispatchAttnProcessor:
+    """diffusers' `AttnProcessor2_0` (the processor of `UNet2DConditionModel`'s `Attention` modules, which calls torch
+    SDPA itself) with that call made through diffusers' attention dispatcher, so that `set_attention_backend`
+    reaches it. Same computation: spatial / group norm, q / k / v projections, optional q / k norms, the mask as
+    AttnProcessor2_0 prepares it ([B, H, Sq|1, Sk] additive), attention, output projection, residual, rescale.
+    One instance may serve every module (`set_attn_processor(DispatchAttnProcessor())`)."""
+
+    _attention_backend = None
+    _parallel_config = None
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None, *args,
+                 **kwargs):
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+        residual = hidden_states
+        if attn.spatial_norm is not None:
+            hidden_states = attn.spatial_norm(hidden_states, temb)
+        input_ndim = hidden_states.ndim
+        if input_ndim == 4:
+            batch_size, channel, height, width = hidden_states.shape
+            hidden_states = hidden_states.view(batch_size, channel, height * width).transpose(1, 2)
+        batch_size, sequence_length, _ = (
+            hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape)
+        if attention_mask is not None:
+            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
+            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        if attn.group_norm is not None:
+            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
+        query = attn.to_q(hidden_states)
+        if encoder_hidden_states is None:
+            encoder_hidden_states = hidden_states
+        elif attn.norm_cross:
+            encoder_hidden_states = attn.norm_encoder_hidden_states(encoder_hidden_states)
+        key = attn.to_k(encoder_hidden_states)
+        value = attn.to_v(encoder_hidden_states)
+        head_dim = key.shape[-1] // attn.heads
+        # [B, S, H, D]: the dispatcher's layout (AttnProcessor2_0 transposes to [B, H, S, D] for SDPA)
+        query = query.view(batch_size, -1, attn.heads, head_dim)
+        key = key.view(batch_size, -1, attn.heads, head_dim)
+        value = value.view(batch_size, -1, attn.heads, head_dim)
+        if attn.norm_q is not None:
+            query = attn.norm_q(query)
+        if attn.norm_k is not None:
+            key = attn.norm_k(key)
+        hidden_states = dispatch_attention_fn(query, key, value, attn_mask=attention_mask, dropout_p=0.0,
+                                              is_causal=False, backend=self._attention_backend,
+                                              parallel_config=self._parallel_config)
+        hidden_states = hidden_states.reshape(batch_size, -1, attn.heads * head_dim).to(query.dtype)
+        hidden_states = attn.to_out[0](hidden_states)
+        hidden_states = attn.to_out[1](hidden_states)
+        if input_ndim == 4:
+            hidden_states = hidden_states.transpose(-1, -2).reshape(batch_size, channel, height, width)
+        if attn.residual_connection:
+            hidden_states = hidden_states + residual
+        return hidden_states / attn.rescale_output_factor
+
+
+def attention_processors(model) -> dict:
+    """{processor class name: count} over the model's diffusers `Attention` modules."""
+    from diffusers.models.attention_processor import Attention
+
+    counts = {}
+    for m in model.modules():
+        if isinstance(m, Attention):
+            name = type(m.processor).__name__
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def modules_on_backend(model, backend: str) -> int:
+    """How many of the model's attention processors have `backend` selected."""
+    from diffusers.models.attention_processor import Attention
+
+    return sum(1 for m in model.modules() if isinstance(m, Attention)
+               and str(getattr(getattr(m.processor, "_attention_backend", None), "value", None)) == backend)
+
+
+def bench_sdxl(reps, *, device="cuda", batch=2, size=1024, text_len=77, **config):
+    """One SDXL UNet denoising step: the model as built (AttnProcessor2_0) vs `DispatchAttnProcessor` on
+    window_attn_hub (and on diffusers' native backend)."""
+    import torch
+
+    import winattn.integrations.diffusers as wd
+
+    wd.register()
+    model = build_sdxl_unet(device, **config).eval()
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the fp32 construction's blocks
+    kw = sdxl_inputs(model.config, device, batch, size, text_len)
+    res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9, "batch": batch, "size": size,
+           "latent": list(kw["sample"].shape[-2:]), "text_len": text_len,
+           "native_processors": attention_processors(model)}
+    outs = {}
+
+    def run(label):
+        with torch.no_grad():
+            outs[label] = model(**kw)[0].float()
+            res[label] = timed(lambda: model(**kw), reps, device)
+
+    run("native")
+    model.set_attn_processor(DispatchAttnProcessor())
+    for backend, label in (("window_attn_hub", "window_attn_hub"), ("native", "native_dispatch")):
+        model.set_attention_backend(backend)
+        res[f"{label}_modules"] = modules_on_backend(model, backend)
+        run(label)
+    ref = outs["native"]
+    res["max_abs_diff_vs_native"] = (outs["window_attn_hub"] - ref).abs().max().item()
+    res["native_dispatch_max_abs_diff"] = (outs["native_dispatch"] - ref).abs().max().item()
+    res["ref_max_abs"] = ref.abs().max().item()
+    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+    del model, outs
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return res
 
 
@@ -341,10 +571,13 @@ def workloads(args) -> dict:
             "flux_train": lambda: bench_flux_train(args.reps, args.flux_layers)}
     for name, (model_name, batch, img_size) in SWIN.items():
         runs[name] = lambda m=model_name, b=batch, s=img_size: bench_swin(args.reps, m, b, s)
+    for name, (model_name, batch, img_size) in BEIT.items():
+        runs[name] = lambda m=model_name, b=batch, s=img_size: bench_beit(args.reps, m, b, s)
+    runs["sdxl_step"] = lambda: bench_sdxl(args.reps)
     return runs
 
 
-WORKLOADS = ("flux_step", "flux_train", *SWIN)
+WORKLOADS = ("flux_step", "flux_train", *SWIN, *BEIT, "sdxl_step")
 
 
 def main():

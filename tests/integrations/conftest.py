@@ -163,3 +163,30 @@ def swin_kernel_calls(hub_repo, monkeypatch):
 
     monkeypatch.setattr(layers, "window_attention", counting)
     return calls
+
+
+@pytest.fixture
+def relpos_kernel_calls(hub_repo, monkeypatch):
+    """Records the kernel calls of the loaded kernel's layers module: ("window", table rows, index shape, has an
+    extra bias) for window_attention and ("attention", bias shape or None) for attention."""
+    import sys
+
+    from winattn.integrations.timm import VerifiedLayerRepository
+
+    layers = sys.modules[VerifiedLayerRepository(layer_name="BeitAttention").load().__module__]
+    calls = []
+    real_window, real_attention = layers.window_attention, layers.attention
+
+    def window(*args, **kwargs):
+        calls.append(("window", kwargs["rel_pos_table"].shape[0], tuple(kwargs["rel_pos_index"].shape),
+                      kwargs.get("bias") is not None))
+        return real_window(*args, **kwargs)
+
+    def attention(*args, **kwargs):
+        bias = kwargs.get("bias")
+        calls.append(("attention", None if bias is None else tuple(bias.shape)))
+        return real_attention(*args, **kwargs)
+
+    monkeypatch.setattr(layers, "window_attention", window)
+    monkeypatch.setattr(layers, "attention", attention)
+    return calls

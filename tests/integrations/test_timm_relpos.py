@@ -10,7 +10,6 @@ N = 16, or 17 with the class token), 2 blocks, 4 heads of 16, random weights.
 from __future__ import annotations
 
 import copy
-import sys
 import warnings
 
 import pytest
@@ -48,29 +47,6 @@ def tiny(name: str, seed: int = 0, **kwargs):
             elif pname.endswith(("gamma_1", "gamma_2")):
                 p.fill_(1.0)
     return model
-
-
-@pytest.fixture
-def relpos_kernel_calls(hub_repo, monkeypatch):
-    """Records the kernel calls of the loaded kernel's layers module: ("window", table rows, index shape, has an
-    extra bias) for window_attention and ("attention", bias shape or None) for attention."""
-    layers = sys.modules[VerifiedLayerRepository(layer_name=BEIT_LAYER_NAME).load().__module__]
-    calls = []
-    real_window, real_attention = layers.window_attention, layers.attention
-
-    def window(*args, **kwargs):
-        calls.append(("window", kwargs["rel_pos_table"].shape[0], tuple(kwargs["rel_pos_index"].shape),
-                      kwargs.get("bias") is not None))
-        return real_window(*args, **kwargs)
-
-    def attention(*args, **kwargs):
-        bias = kwargs.get("bias")
-        calls.append(("attention", None if bias is None else tuple(bias.shape)))
-        return real_attention(*args, **kwargs)
-
-    monkeypatch.setattr(layers, "window_attention", window)
-    monkeypatch.setattr(layers, "attention", attention)
-    return calls
 
 
 def _swapped(model):
