@@ -429,6 +429,61 @@ def test_timm_swin_fp32_on_cuda_is_refused(hub_repo):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# timm BEiT / vit_relpos (kernelize_relpos)
+
+# test_timm_relpos.tiny(name, **kwargs) configs, and the kernel calls their 2 blocks make per forward
+RELPOS_GPU_CASES = {
+    "beit_table": ("beit_base_patch16_224", dict(), [("window", 52, (17, 17), False)]),
+    "beit_table_and_shared": ("beit_base_patch16_224", dict(use_shared_rel_pos_bias=True),
+                              [("window", 52, (17, 17), True)]),
+    "beit_shared": ("beit_base_patch16_224", dict(use_rel_pos_bias=False, use_shared_rel_pos_bias=True),
+                    [("attention", (4, 17, 17))]),
+    "relpos_bias_cls": ("vit_relpos_base_patch16_224", dict(rel_pos_type="bias", class_token=True),
+                        [("window", 52, (289,), False)]),
+    "relpos_mlp": ("vit_relpos_base_patch16_224", dict(), [("attention", (1, 4, 16, 16))]),
+    "srelpos": ("vit_srelpos_small_patch16_224", dict(), [("attention", (1, 4, 16, 16))]),
+}
+
+
+@pytest.mark.parametrize("case", list(RELPOS_GPU_CASES))
+def test_timm_relpos_training_gradients_autocast(relpos_kernel_calls, hub_repo, built_variant, case):
+    """One training step under bf16 autocast, kernelized vs timm under the same autocast, both against float32 (eval
+    mode: RelPosMlp's dropout off): logits and every gradient by the FA rule; relative-position tables (the kernel's
+    dTable for BEiT and RelPosBias, autograd through the dBias for the shared bias) also by relative L2 error,
+    <= 1e-2 or within 2x of timm's own bf16 error."""
+    from winattn.integrations.timm import Mode, VerifiedLayerRepository, kernelize_relpos
+
+    from .test_timm_relpos import tiny
+
+    _expect_device_variant(VerifiedLayerRepository().load_module(), built_variant, hub_repo.repo_id)
+    name, kwargs, calls = RELPOS_GPU_CASES[case]
+    model = tiny(name, seed=3, **kwargs).eval().to(DEVICE)
+    ours = kernelize_relpos(copy.deepcopy(model), mode=Mode.TRAINING)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    target = torch.tensor([3, 7], device=DEVICE)
+    outs, grads = {}, {}
+    for key, m, amp in (("native", model, True), ("ours", ours, True), ("ref", copy.deepcopy(model), False)):
+        m.zero_grad()
+        with torch.autocast(device_type=DEVICE, dtype=BF16, enabled=amp):
+            logits = m(x)
+        torch.nn.functional.cross_entropy(logits.float(), target).backward()
+        outs[key] = logits.detach()
+        grads[key] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    assert relpos_kernel_calls == calls * 2
+    _fa_close(f"{case} logits", outs["ours"], outs["native"], outs["ref"], BF16)
+    assert grads["ours"].keys() == grads["native"].keys() == grads["ref"].keys()
+    tables = [n for n in grads["ref"] if n.endswith("relative_position_bias_table")]
+    assert bool(tables) == ("mlp" not in case and case != "srelpos")
+    for n in tables:
+        assert grads["ours"][n].dtype == FP32 and grads["ours"][n].abs().sum() > 0
+        rel, rel_native = _rel_l2(grads["ours"][n], grads["ref"][n]), _rel_l2(grads["native"][n], grads["ref"][n])
+        assert rel <= max(1e-2, 2 * rel_native), \
+            f"d{n}: relative L2 error {rel:.3e} > max(1e-2, 2 * {rel_native:.3e} (timm under autocast))"
+    for n in grads["ref"]:
+        _fa_close(f"{case} d{n}", grads["ours"][n], grads["native"][n], grads["ref"][n], BF16)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # FastVideo (only where it is installed)
 
 

@@ -5,7 +5,8 @@ Each integration lives in its own module and imports its framework only when use
 - `winattn.integrations.diffusers.register()` adds the `window_attn_hub` attention backend to diffusers 0.42.x.
 - `winattn.integrations.fastvideo.register()` adds `AttentionBackendEnum.WINDOW_ATTN_HUB` to FastVideo 0.2.x.
 - `winattn.integrations.timm.kernelize_swin(model)` runs timm Swin's `WindowAttention` on the kernel's
-  `layers.WindowAttention` through `kernels.kernelize`.
+  `layers.WindowAttention` through `kernels.kernelize`; `kernelize_relpos(model)` runs timm's BEiT `Attention` and
+  vit_relpos `RelPosAttention` on `layers.BeitAttention` / `layers.RelPosAttention` the same way.
 
 Every integration fetches the kernel through `winattn.load` (verified before import) at selection time, never at
 the first attention call. This module holds what they share: the loader call with its per-process cache, the trust
