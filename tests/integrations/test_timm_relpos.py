@@ -10,6 +10,7 @@ N = 16, or 17 with the class token), 2 blocks, 4 heads of 16, random weights.
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 
 import pytest
@@ -229,6 +230,16 @@ def test_untrusted_publisher_needs_trust_remote_code(hub_repo):
     model = kernelize_relpos(tiny("beit_base_patch16_224"), repo_id=hub_repo.untrusted_repo_id,
                              trust_remote_code=True)
     assert len(_swapped(model)) == 2
+
+
+def test_a_kernel_without_the_layer_is_refused_before_anything_changes(hub_repo, monkeypatch):
+    """A kernel published before these layers existed: ValueError naming the layer, no module replaced."""
+    layers = sys.modules[VerifiedLayerRepository().load().__module__]
+    monkeypatch.delattr(layers, RELPOS_LAYER_NAME)
+    model = tiny("vit_relpos_base_patch16_224")
+    with pytest.raises(ValueError, match="layer `RelPosAttention` not found in kernel"):
+        kernelize_relpos(model)
+    assert not _swapped(model)
 
 
 def test_reference_fallback_when_no_variant_fits(hub_repo):

@@ -278,16 +278,15 @@ def kernelize_relpos(model, *, mode: Mode = Mode.INFERENCE, repo_id: str = DEFAU
     if native:
         warnings.warn(f"kernelize_relpos: {len(native)} of {len(support)} attention modules keep timm's forward: "
                       + _native_list(native), UserWarning, stacklevel=2)
-    repo = VerifiedLayerRepository(repo_id, version=version, revision=revision, **load_kwargs)
     mapping = {}
+    for _, layer in _relpos_classes():
+        repo = VerifiedLayerRepository(repo_id, layer_name=layer, version=version, revision=revision, **load_kwargs)
+        # fetch + verify now, so that errors name the kernel rather than a module; a kernel without the layer (one
+        # published before it existed) fails here too, before timm's classes or any module are touched
+        repo.load()
+        mapping[layer] = {"cpu": repo, "cuda": repo}
     for cls, layer in _relpos_classes():
         replace_kernel_forward_from_hub(cls, layer, condition=_relpos_condition)
-        layer_repo = VerifiedLayerRepository(repo_id, layer_name=layer, version=version, revision=revision,
-                                             **load_kwargs)
-        mapping[layer] = {"cpu": layer_repo, "cuda": layer_repo}
-    repo.load_module()  # fetch + verify now, so that errors name the kernel rather than a layer
-    for cls, layer in _relpos_classes():
-        mapping[layer]["cpu"].load()  # a kernel without the layer fails here, before any module is replaced
     names = dict(model.named_modules())
     token = _SKIP.set(frozenset(id(names[name]) for name in native))
     try:
