@@ -40,8 +40,10 @@ tests/integrations/test_bench_models.py runs them on tiny configs with the CPU b
 On the H200 image (huggingface_hub 1.33, which has no kernel repo type) it needs, as wheels (.whl/, see
 ../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1 (the Flux and SDXL workloads), kernel-abi-check
 0.14.1 (publish's checks) and huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1,
-hf-xet 1.8.0; timm (the Swin and BEiT workloads) comes with the image. The BEiT workload needs a variant built from
-a tree with `layers.BeitAttention` (the kernel's Python files are copied into the variant at build time).
+hf-xet 1.8.0; timm (the Swin and BEiT workloads) comes with the image (the BEiT layer is tested with timm 1.0.31:
+`../shared/device/wheelhouse.sh timm==1.0.31` adds that version, which then shadows the image's). The BEiT workload
+needs a variant built from a tree with `layers.BeitAttention` (the kernel's Python files are copied into the variant
+at build time).
 """
 
 import argparse

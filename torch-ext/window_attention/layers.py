@@ -118,7 +118,7 @@ class BeitAttention(nn.Module):
             qkv = self.qkv(x)
         else:
             qkv_bias = torch.cat((self.q_bias, self.k_bias, self.v_bias))
-            if self.qkv_bias_separate:
+            if getattr(self, "qkv_bias_separate", False):  # (older timm versions lack it)
                 qkv = self.qkv(x)
                 qkv += qkv_bias
             else:
@@ -173,15 +173,15 @@ class RelPosAttention(nn.Module):
     proj_drop: nn.Module
     attn_drop: nn.Module
     num_heads: int
-    head_dim: int
     scale: float
 
     def forward(self, x: torch.Tensor, shared_rel_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
         _no_attention_dropout(self, "RelPosAttention")
         B, N, _ = x.shape
-        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).unbind(2)
-        q = self.q_norm(q)  # over the head dim: the same in timm's [B, nH, N, hd] layout
-        k = self.k_norm(k)
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, -1).unbind(2)
+        if getattr(self, "q_norm", None) is not None:  # qk_norm (absent in older timm); over the head dim
+            q = self.q_norm(q)
+            k = self.k_norm(k)
         rel_pos = self.rel_pos
         if rel_pos is None:
             out = attention(q, k, v, bias=shared_rel_pos, scale=self.scale)
