@@ -80,14 +80,15 @@ def _check_against_timm(model, expected_calls, calls, grad_names=()):
 
 
 BEIT_CASES = {
-    # beit_base_patch16_224's own config: a table per block ((2W-1)^2 + 3 = 52 rows, index 17 x 17)
-    "per_block_table": (dict(), [("window", 52, (17, 17), False)] * 2,
+    # beit_base_patch16_224's own config: a table per block ((2W-1)^2 + 3 = 52 rows, index 17 x 17), gathered into
+    # a [1, nH, N, N] bias with dBias (the kernel's v3 backward; the table-term route's backward is v1 at head dim 64)
+    "per_block_table": (dict(), [("attention", (1, 4, 17, 17))] * 2,
                         ["blocks.0.attn.relative_position_bias_table", "blocks.1.attn.relative_position_bias_table"]),
     # one model-level RelativePositionBias ([nH, N, N], given to every block): the kernel's `bias=` with dBias
     "shared": (dict(use_rel_pos_bias=False, use_shared_rel_pos_bias=True), [("attention", (4, 17, 17))] * 2,
                ["rel_pos_bias.relative_position_bias_table"]),
-    # both: table gathered in the kernel plus the shared bias added in the kernel
-    "table_and_shared": (dict(use_shared_rel_pos_bias=True), [("window", 52, (17, 17), True)] * 2,
+    # both: the gathered table plus the shared bias, one [1, nH, N, N] bias
+    "table_and_shared": (dict(use_shared_rel_pos_bias=True), [("attention", (1, 4, 17, 17))] * 2,
                          ["rel_pos_bias.relative_position_bias_table", "blocks.1.attn.relative_position_bias_table"]),
     # absolute position embedding only (use_rel_pos_bias=False): no bias at all
     "no_bias": (dict(use_rel_pos_bias=False, use_abs_pos_emb=True), [("attention", None)] * 2, ["pos_embed"]),
@@ -107,7 +108,7 @@ def test_beit_qkv_bias_separate(hub_repo, relpos_kernel_calls):
     for m in model.modules():
         if isinstance(m, BeitAttention):
             m.qkv_bias_separate = True
-    _check_against_timm(model, [("window", 52, (17, 17), False)] * 2, relpos_kernel_calls, ["blocks.1.attn.v_bias"])
+    _check_against_timm(model, [("attention", (1, 4, 17, 17))] * 2, relpos_kernel_calls, ["blocks.1.attn.v_bias"])
 
 
 RELPOS_CASES = {

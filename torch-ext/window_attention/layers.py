@@ -80,12 +80,11 @@ def _no_attention_dropout(module: nn.Module, layer: str) -> None:
 class BeitAttention(nn.Module):
     """Forward of timm's BEiT `Attention` (`timm.models.beit.Attention`) on the fused kernel.
 
-    With a relative-position table (`use_rel_pos_bias`) the bias is gathered from it inside the kernel: the table has
-    (2W-1)^2 + 3 rows (the last three for class -> patch, patch -> class and class -> class) and the index is
-    [N, N] with N = W^2 + 1 (197 for BEiT-B/16 at 224 px); the table gets its gradient from the kernel's dBias pass.
-    A `shared_rel_pos_bias` ([nH, N, N], the model-level `RelativePositionBias` of `use_shared_rel_pos_bias`) is
-    added in the kernel as an extra bias and gets its gradient reduced to its own shape; without a table it is the
-    only bias (`attention(bias=...)`). q/k/v biases (`q_bias`, zero `k_bias`, `v_bias`; `qkv_bias_separate`) as
+    With a relative-position table (`use_rel_pos_bias`) the bias is gathered from it ((2W-1)^2 + 3 rows, the last
+    three for class -> patch, patch -> class and class -> class; an [N, N] index with N = W^2 + 1, 197 for BEiT-B/16
+    at 224 px) into one [1, nH, N, N] bias that the kernel adds in the softmax and returns dBias for (reduced over the
+    batch on the GPU); autograd scatters it into the table. A `shared_rel_pos_bias` ([nH, N, N], the model-level
+    `RelativePositionBias` of `use_shared_rel_pos_bias`) is added to it (or is the only bias). q/k/v biases (`q_bias`, zero `k_bias`, `v_bias`; `qkv_bias_separate`) as
     timm. Same signature as timm's forward.
 
     Attention dropout is not implemented: in training mode a module with `attn_drop.p > 0` raises.
@@ -125,18 +124,17 @@ class BeitAttention(nn.Module):
                 qkv = F.linear(x, weight=self.qkv.weight, bias=qkv_bias)
         # [B, N, 3, nH, hd] -> q, k, v as strided [B, N, nH, hd] views (the kernel reads them by stride).
         q, k, v = qkv.reshape(B, N, 3, self.num_heads, -1).unbind(2)
+        bias = shared_rel_pos_bias
         if self.relative_position_bias_table is not None:
-            out = window_attention(
-                q,
-                k,
-                v,
-                rel_pos_table=self.relative_position_bias_table,
-                rel_pos_index=self.relative_position_index,
-                bias=shared_rel_pos_bias,
-                scale=self.scale,
-            )
-        else:
-            out = attention(q, k, v, bias=shared_rel_pos_bias, scale=self.scale)
+            # The table gathered here into a [1, nH, N, N] bias (1.9 MB at BEiT-B), not through window_attention's
+            # table term: a table gradient outside window shapes (head dim 64, N = 197) is reduced by the ordered v1
+            # backward, while a learnable bias takes backward v3 with dBias reduced over the batch on the GPU (and
+            # autograd scatters it into the table, as timm's own gather does).
+            N_ = self.relative_position_index.shape[-1] if self.relative_position_index.dim() == 2 else N
+            rel = self.relative_position_bias_table[self.relative_position_index.reshape(-1)]
+            rel = rel.reshape(N_, N_, -1).permute(2, 0, 1).unsqueeze(0)
+            bias = rel if bias is None else rel + bias
+        out = attention(q, k, v, bias=bias, scale=self.scale)
         x = self.proj(out.reshape(B, N, -1))
         return self.proj_drop(x)
 
