@@ -22,7 +22,7 @@ Workloads:
   * beit_b16_train: timm `beit_base_patch16_224` (N = 197 with the class token, 12 heads of 64, a (2W-1)^2 + 3 =
     732-row table per block), batch 128, bf16 autocast, one training step as the Swin ones, timm's attention (its
     fused path: SDPA with the gathered [1, 12, 197, 197] bias as attn_mask, dBias through autograd) vs
-    `kernelize_relpos` (Mode.TRAINING: table gathered in the kernel, dTable returned). timm initialises the tables
+    `kernelize_relpos` (Mode.TRAINING: the table gathered into one [1, 12, 197, 197] bias, dBias from the kernel). timm initialises the tables
     to zero; they are drawn from N(0, 0.5^2) here so that the bias takes part in the check (the loss and block 0's
     table gradient vs timm, eval mode).
   * sdxl_step: diffusers `UNet2DConditionModel` with SDXL base 1.0's UNet config (2.6 B random bf16 weights built on

@@ -51,7 +51,8 @@ def test_relative_position_bias_shared_over_the_batch(kernel, dtype, bias_dtype,
     run_case(kernel, inp, {})
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"]).sum().backward())
-        assert ran(names, "combine_terms_kernel") or (bias_dtype == dtype and N % 8 == 0), sorted(names)
+        # (a 16-bit bias of the other dtype arrives cast to q's by the Python layer: recast only past the fp32 / row rules)
+        assert ran(names, "combine_terms_kernel") == (bias_dtype == FP32 or N % 8 != 0), sorted(names)
         assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "bwd_pipelined_kernel_sm90"), sorted(names)
         assert ran(names, "unpad_rows_kernel") == (N % 4 != 0), sorted(names)
 

@@ -433,13 +433,13 @@ def test_timm_swin_fp32_on_cuda_is_refused(hub_repo):
 
 # test_timm_relpos.tiny(name, **kwargs) configs, and the kernel calls their 2 blocks make per forward
 RELPOS_GPU_CASES = {
-    "beit_table": ("beit_base_patch16_224", dict(), [("window", 52, (17, 17), False)]),
+    "beit_table": ("beit_base_patch16_224", dict(), [("attention", (1, 4, 17, 17))]),
     "beit_table_and_shared": ("beit_base_patch16_224", dict(use_shared_rel_pos_bias=True),
-                              [("window", 52, (17, 17), True)]),
+                              [("attention", (1, 4, 17, 17))]),
     "beit_shared": ("beit_base_patch16_224", dict(use_rel_pos_bias=False, use_shared_rel_pos_bias=True),
                     [("attention", (4, 17, 17))]),
     "relpos_bias_cls": ("vit_relpos_base_patch16_224", dict(rel_pos_type="bias", class_token=True),
-                        [("window", 52, (289,), False)]),
+                        [("attention", (1, 4, 17, 17))]),
     "relpos_mlp": ("vit_relpos_base_patch16_224", dict(), [("attention", (1, 4, 16, 16))]),
     "srelpos": ("vit_srelpos_small_patch16_224", dict(), [("attention", (1, 4, 16, 16))]),
 }

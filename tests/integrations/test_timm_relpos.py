@@ -122,11 +122,11 @@ RELPOS_CASES = {
     "mlp_swin": ("vit_relpos_medium_patch16_rpn_224", dict(rel_pos_type="mlp_swin"),
                  [("attention", (1, 4, 16, 16))] * 2, ["blocks.0.attn.rel_pos.mlp.fc1.weight"]),
     # RelPosBias: the table ((2W-1)^2 = 49 rows) gathered in the kernel through its flat [N * N] index
-    "bias_table": ("vit_relpos_base_patch16_224", dict(rel_pos_type="bias"), [("window", 49, (256,), False)] * 2,
+    "bias_table": ("vit_relpos_base_patch16_224", dict(rel_pos_type="bias"), [("attention", (1, 4, 16, 16))] * 2,
                    ["blocks.0.attn.rel_pos.relative_position_bias_table"]),
     # RelPosBias with a class token: 49 + 3 rows, flat index of 17 * 17
     "bias_table_cls": ("vit_relpos_base_patch16_224", dict(rel_pos_type="bias", class_token=True),
-                       [("window", 52, (289,), False)] * 2, ["blocks.1.attn.rel_pos.relative_position_bias_table"]),
+                       [("attention", (1, 4, 17, 17))] * 2, ["blocks.1.attn.rel_pos.relative_position_bias_table"]),
     # vit_srelpos_*: one model-level RelPosMlp, its bias given to every block as shared_rel_pos
     "shared_mlp": ("vit_srelpos_small_patch16_224", dict(), [("attention", (1, 4, 16, 16))] * 2,
                    ["shared_rel_pos.mlp.fc1.weight"]),

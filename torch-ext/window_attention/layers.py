@@ -144,8 +144,8 @@ class RelPosAttention(nn.Module):
     `vit_srelpos_*` models) on the fused kernel.
 
     The bias comes from the module's `rel_pos`, as in timm:
-      * `RelPosBias` (rel_pos_type="bias"): its table ((2W-1)^2 rows, + 3 with a class token) is gathered inside the
-        kernel through its flat [N * N] index and gets its gradient from the kernel's dBias pass;
+      * `RelPosBias` (rel_pos_type="bias"): its table ((2W-1)^2 rows, + 3 with a class token) is gathered by the
+        module (`rel_pos.get_bias()`) into [1, nH, N, N] and passed as `bias=`; the kernel's dBias flows into the table;
       * `RelPosMlp` (the default, "mlp" / "mlp_swin"): the bias is computed by the module (`rel_pos.get_bias()`, an
         MLP on log-spaced coordinates, [1, nH, N, N]) and passed as `bias=`; its gradient flows back into the MLP;
       * no `rel_pos`: `shared_rel_pos` (the model-level bias of `shared_rel_pos=True`) is the bias, or none.
@@ -183,16 +183,7 @@ class RelPosAttention(nn.Module):
         rel_pos = self.rel_pos
         if rel_pos is None:
             out = attention(q, k, v, bias=shared_rel_pos, scale=self.scale)
-        elif getattr(rel_pos, "relative_position_bias_table", None) is not None:
-            out = window_attention(
-                q,
-                k,
-                v,
-                rel_pos_table=rel_pos.relative_position_bias_table,
-                rel_pos_index=rel_pos.relative_position_index,
-                scale=self.scale,
-            )
-        else:
+        else:  # (RelPosBias gathers its table here, as BeitAttention does: backward v3 with dBias)
             out = attention(q, k, v, bias=rel_pos.get_bias(), scale=self.scale)
         x = self.proj(out.reshape(B, N, -1))
         return self.proj_drop(x)
