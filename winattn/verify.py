@@ -233,36 +233,36 @@ def scan_variant(variant_path: Path, *, follow_file_links: bool = False) -> List
         listing.problems.append(f"{rel}: {_kind(st.st_mode)}, not a regular file (not covered by the digest)")
         return None
 
-    def bytecode_tree(full: str, rel: str, st: os.stat_result) -> None:
-        if not stat.S_ISDIR(st.st_mode):
-            listing.bytecode.append(rel)
-            return
-        with os.scandir(full) as it:
-            for e in sorted(it, key=lambda e: e.name):
-                bytecode_tree(e.path, f"{rel}/{e.name}", e.stat(follow_symlinks=False))
-
-    def walk(directory: str, prefix: str) -> None:
+    def sorted_entries(directory: str) -> list:
         with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for e in entries:
-            rel = prefix + e.name
-            st = e.stat(follow_symlinks=False)
-            if is_bytecode(rel):
-                bytecode_tree(e.path, rel, st)
-            elif stat.S_ISDIR(st.st_mode):
-                walk(e.path, rel + "/")
-            elif prefix == "" and e.name in (METADATA_FILENAME, SIGNATURE_FILENAME):
-                entry = add(e.path, rel, st)
-                if e.name == METADATA_FILENAME:
-                    listing.metadata = entry
-                else:
-                    listing.signature = entry
-            else:
-                entry = add(e.path, rel, st)
-                if entry is not None:
-                    listing.files[rel] = entry
+            return sorted(it, key=lambda e: e.name)
 
-    walk(str(root), "")
+    # Depth-first in name order, as a stack of (entries left, relative prefix, inside bytecode) instead of recursion:
+    # a tree 1,100 levels deep exhausted the interpreter's recursion limit (RecursionError) in the old walk.
+    stack = [(iter(sorted_entries(str(root))), "", False)]
+    while stack:
+        entries, prefix, in_bytecode = stack[-1]
+        e = next(entries, None)
+        if e is None:
+            stack.pop()
+            continue
+        rel = prefix + e.name
+        st = e.stat(follow_symlinks=False)
+        bytecode = in_bytecode or is_bytecode(rel)
+        if stat.S_ISDIR(st.st_mode):
+            stack.append((iter(sorted_entries(e.path)), rel + "/", bytecode))
+        elif bytecode:
+            listing.bytecode.append(rel)
+        elif prefix == "" and e.name in (METADATA_FILENAME, SIGNATURE_FILENAME):
+            entry = add(e.path, rel, st)
+            if e.name == METADATA_FILENAME:
+                listing.metadata = entry
+            else:
+                listing.signature = entry
+        else:
+            entry = add(e.path, rel, st)
+            if entry is not None:
+                listing.files[rel] = entry
     return listing
 
 
