@@ -124,13 +124,16 @@ def load(
     endpoint: Optional[str] = None,
     token: Optional[str] = None,
     backend: Optional[str] = None,
+    lock_sha256: Optional[str] = None,
 ):
     """Load the window-attention kernel for this machine, verified before it is imported.
 
     Args:
         repo_id: Hub repository ("<org>/<name>", repo type `kernel`).
-        version: major version = branch `v<N>` (default 1 when no `revision` is given).
-        revision: branch, tag or 40-hex commit instead of `version`.
+        version: major version = branch `v<N>` (default 1 when no `revision` is given). Given together with a
+            `revision`, the version that revision's build must be signed for.
+        revision: branch, tag or 40-hex commit instead of `version`. A signed build must be signed for the version
+            the revision names (`v<N>`, `refs/heads/v<N>`), else for `version` (default 1).
         trust_remote_code: True (any publisher), False (only Hub trusted publishers), or a list of repository ids
             allowed in addition to trusted publishers.
         public_keys: trusted public key file(s); a variant's signature, when present, must verify with one of them.
@@ -138,6 +141,9 @@ def load(
         fallback: "reference" returns the pure-PyTorch reference when no variant fits this machine (never when
             verification fails) instead of raising `KernelNotFoundError`.
         vendored: a `winattn vendor` directory to load from with zero network access.
+        lock_sha256: with `vendored`, the sha256 (hex) of its lock file as `winattn vendor` printed it: pins the lock
+            from outside the directory (a writer of the directory can otherwise replace the lock with that of an
+            older signed build). `revision=<commit>` pins the commit the lock names.
         endpoint / token: the Hub to use (default: HF_ENDPOINT / HF_TOKEN).
         backend: kernels' `backend=` ("cpu" or the backend torch was built for; default: detected).
 
@@ -156,10 +162,14 @@ def load(
     from .resolve import check_version_args
     from .trust import normalize as normalize_trust
 
-    requested_version = version  # a vendored lock is only held to an explicitly requested version
+    requested_version = version  # what the caller named: a vendored lock and a revision's signature are held to it
     if version is None and revision is None:
         version = DEFAULT_VERSION
-    check_version_args(version, revision)
+    check_version_args(version, revision, both=True)
+    if revision is not None:
+        version = None  # the revision is what is pinned; `requested_version` is what its signature must name
+    if lock_sha256 is not None and vendored is None:
+        raise ValueError("lock_sha256= pins the lock of a vendored directory: pass vendored= too")
     normalize_trust(trust_remote_code)  # TypeError for a wrong type before any lookup
     keys = _normalize_keys(public_keys)
     if require_signature and not keys:
@@ -167,7 +177,7 @@ def load(
 
     found = sources.locate(repo_id, version=version, revision=revision, requested_version=requested_version,
                            backend=backend, trust_remote_code=trust_remote_code, vendored=vendored,
-                           endpoint=endpoint, token=token)
+                           lock_sha256=lock_sha256, endpoint=endpoint, token=token)
     if isinstance(found, sources.NoVariant):
         if fallback != "reference":
             raise KernelNotFoundError(found.message)

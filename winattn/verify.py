@@ -11,7 +11,8 @@
 2. `lock`      (vendored variants) sha256 of metadata.json and of its signature equal the lock file's.
 3. `signature` metadata.json's `metadata.json.sigstore` verifies with one of the trusted public keys, and its signed
                statement names this variant and the repository / version asked for (`winattn.signing`), checked on
-               the raw bytes before metadata.json is parsed.
+               the raw bytes before metadata.json is parsed. When it (or the lock) fails, no other file is read:
+               the digest is skipped.
 4. `metadata`  metadata.json parses (`kernels._rust.Metadata`).
 5. `digest`    the listing equals metadata.json's `digest` (no missing, no extra file: checked on names and lstat
                sizes before anything is read), then every file is hashed, streamed in 1 MiB chunks, and compared.
@@ -49,7 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from . import bounded_json, safe_fs
 from .resolve import parse_cache_variant_dir
+from .untrusted import shown
 from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations, is_bytecode
 
 logger = logging.getLogger(__name__)
@@ -58,6 +61,7 @@ RECEIPT_FORMAT = 1
 CHUNK_BYTES = 1 << 20  # hashing is streamed: at most this much of a file is in memory at once
 MAX_METADATA_BYTES = 16 << 20
 MAX_SIGNATURE_BYTES = 4 << 20
+MAX_RECEIPT_BYTES = 16 << 20
 DEFAULT_MAX_VARIANT_BYTES = 16 << 30  # $WINATTN_MAX_VARIANT_BYTES: refuse bigger variants before reading them
 
 
@@ -66,7 +70,9 @@ class Check(tuple):
     `status` attribute: "pass", "fail", "warn" (passed, with a caveat) or "skip" (not applicable, counts as passed)."""
 
     def __new__(cls, name: str, passed: bool, detail: str = "", status: Optional[str] = None):
-        self = super().__new__(cls, (name, bool(passed), detail))
+        # Details quote file names from the variant: control and bidi characters are escaped, so that a name cannot
+        # rewrite the terminal or reorder the line it is printed in (`winattn verify`, every VerificationError).
+        self = super().__new__(cls, (name, bool(passed), shown(detail)))
         self.status = status or ("pass" if passed else "fail")
         return self
 
@@ -397,8 +403,12 @@ def receipt_path(variant_path: Path) -> Path:
 
 
 def _read_receipt(variant_path: Path) -> Optional[dict]:
+    """The receipt of `variant_path`, or None when there is none or it is not one winattn wrote: it lives in a
+    directory others may write, so it is read without following a link, bounded in size and depth, and a bad one is
+    ignored (the variant is hashed), never an error that blocks the load."""
     try:
-        data = json.loads(receipt_path(variant_path).read_text())
+        data = bounded_json.loads(safe_fs.read_small(receipt_path(variant_path), MAX_RECEIPT_BYTES),
+                                  max_bytes=MAX_RECEIPT_BYTES, what="verified-receipt")
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != RECEIPT_FORMAT:
@@ -409,18 +419,13 @@ def _read_receipt(variant_path: Path) -> Optional[dict]:
 
 
 def _write_receipt(variant_path: Path, data: dict) -> None:
+    """Written atomically through a fresh temporary file, never through a link (`safe_fs.write_atomic`)."""
     path = receipt_path(variant_path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        safe_fs.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
     except OSError as e:  # read-only cache: verification still works, just without the shortcut
         logger.debug("cannot write verified-receipt %s: %s", path, e)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
 
 
 def invalidate_receipt(variant_path: Path) -> None:
@@ -766,8 +771,14 @@ def verify_variant(
     receipt = _read_receipt(variant_path) if use_receipt else None
     if receipt is not None and receipt.get("metadata_sha256") != report.metadata_sha256:
         receipt = None
+    # The lock and the signature vouch for metadata.json, which lists every other file: when they do not hold, no
+    # other file is read (a forged metadata.json could list a huge file, hashed and copied in full for nothing).
+    refused = next((c for c in checks if c.name in ("lock", "signature") and not c.passed), None)
     if listing.problems:
         checks.append(_fail("digest", "not hashed: the variant has entries the digest cannot cover (see files)"))
+    elif refused is not None:
+        checks.append(_skip("digest", f"not hashed: the {refused.name} check failed, so no file besides "
+                            f"{METADATA_FILENAME} and its signature was read"))
     else:
         digest_check, report.receipt_hit, report.file_status, _ = _check_digest(
             metadata, listing, None if stray else receipt, report.metadata_sha256, copy_to
