@@ -448,7 +448,8 @@ def _write_ref(pin) -> None:
     ref = refs / untrusted.ref_name(pin.revision, source="the revision")
     try:
         ref.parent.mkdir(parents=True, exist_ok=True)
-        untrusted.contained(refs, ref, source=f"the ref {pin.revision}")
+        # the directory written into must resolve under refs/; the ref itself is replaced, a link there included
+        untrusted.contained(refs, ref.parent, source=f"the ref {pin.revision}")
         safe_fs.write_atomic(ref, untrusted.commit_id(pin.commit, source="the pinned commit").encode())
     except (OSError, VerificationError) as e:
         logger.debug("cannot write %s: %s", ref, e)
