@@ -23,36 +23,48 @@ from ._loader_support import REPO, hf_cache, keys, make_build  # noqa: F401  (fi
 DEPTH = 1100
 
 
-def _deep_tree(base) -> str:
-    """`base/d/d/.../d/leaf.py`, DEPTH levels, made one level at a time (os.makedirs recurses too)."""
-    path = str(base)
-    for _ in range(DEPTH):
-        path = os.path.join(path, "d")
-        os.mkdir(path)
-    with open(os.path.join(path, "leaf.py"), "w") as f:
-        f.write("X = 1\n")
-    return path
+@pytest.fixture
+def deep_tree():
+    """`make(base)`: `base/d/d/.../d/leaf.py`, DEPTH levels, made one level at a time (os.makedirs recurses too);
+    removed after the test (pytest's own clean-up of old temporary directories would hit the recursion limit)."""
+    from winattn.safe_fs import remove_tree
+
+    made = []
+
+    def make(base) -> str:
+        path = str(base)
+        for _ in range(DEPTH):
+            path = os.path.join(path, "d")
+            os.mkdir(path)
+        with open(os.path.join(path, "leaf.py"), "w") as f:
+            f.write("X = 1\n")
+        made.append(os.path.join(str(base), "d"))
+        return path
+
+    yield make
+    for top in made:
+        remove_tree(top)
 
 
-def test_a_tree_1100_levels_deep_is_listed_and_refused_without_recursion(make_build, tmp_path):
+def test_a_tree_1100_levels_deep_is_listed_and_refused_without_recursion(make_build, tmp_path, deep_tree):
     from winattn.verify import scan_variant, verify_variant
 
     b = make_build()
-    _deep_tree(b.variant_dir)
+    deep_tree(b.variant_dir)
     listing = scan_variant(b.variant_dir)
     assert "/".join(["d"] * DEPTH + ["leaf.py"]) in listing.files
     report = verify_variant(b.variant_dir, use_receipt=False, copy_to=tmp_path / "copy")
     assert not report.ok and "Unknown file: d/d/d" in report.check("digest").detail
 
 
-def test_deep_private_copy_is_imported_and_removed_without_recursion(tmp_path):
+def test_deep_private_copy_is_imported_and_removed_without_recursion(tmp_path, deep_tree):
     """What a verified copy with a deep (listed) tree goes through: the importer's finders, then its removal."""
     from winattn import importer, safe_fs
 
     copy = tmp_path / "p1-x" / "variant"
     copy.mkdir(parents=True)
     (copy.parent / "pycache").mkdir()
-    _deep_tree(copy)
+    deep_tree(copy)
     (copy / "__init__.py").write_text("VALUE = 3\n")
     module_id = f"_winattn_sectest_deep_{id(tmp_path)}"
     assert importer.import_package(copy, module_id).VALUE == 3
