@@ -96,7 +96,9 @@ def attention(
         return_lse: also return lse [B, H, Sq] float32 (natural log).
         deterministic: bit-identical gradients for identical inputs.
 
-    Rows whose keys are all masked return 0 with lse = -inf, and get zero gradients.
+    Rows whose keys are all masked return 0 with lse = -inf, and get zero gradients. A NaN, or a +inf (bias, table),
+    among a row's visible scores gives NaN out and lse in that row, as SDPA does; a hidden key stays hidden whatever
+    its score.
 
     Shapes:
         returns [B, Sq, H, D] (and [B, H, Sq] with return_lse).
