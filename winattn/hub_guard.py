@@ -13,7 +13,9 @@ origin to huggingface_hub's shared HTTP client is checked first (`winattn.untrus
 - a redirect: to the same origin, or to https (the real Hub's CDN); never to plain HTTP elsewhere, never a downgrade;
   the target of a listed file's redirect is held to that file's size;
 - a body: cut once it is longer than declared (for a listed file, its listed size; else `MAX_OTHER_BYTES`) or when
-  it delivers less than `MIN_BYTES_PER_WINDOW` in `WINDOW_SECONDS` (a body trickled to hold the load forever).
+  it delivers less than `MIN_BYTES_PER_WINDOW` in `WINDOW_SECONDS` (a body trickled to hold the load forever); a JSON
+  answer (refs, listings, repository info) nested deeper than `winattn.bounded_json.MAX_DEPTH` is refused before
+  huggingface_hub parses it (`RecursionError` otherwise).
 
 A refused header or size is a `RemoteValueError`, a body too slow a `DownloadError`; huggingface_hub does not retry
 either. The hook sits on huggingface_hub's shared client (`get_session()`), re-added if the session was recreated,
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 from urllib.parse import urljoin, urlsplit
 
-from . import untrusted
+from . import bounded_json, untrusted
 from .errors import DownloadError
 from .hub_errors import _httpx
 
@@ -72,15 +74,19 @@ def _guards_for(url: str) -> list:
 
 
 @contextlib.contextmanager
-def guarded(endpoint: str, *, commit: Optional[str] = None, sizes: Optional[dict] = None):
+def guarded(endpoint: Optional[str], *, commit: Optional[str] = None, sizes: Optional[dict] = None):
     """Check every answer of `endpoint`'s origin (and of the redirect targets of `sizes`' URLs) while the block runs.
 
     Args:
-        endpoint: the Hub's URL.
+        endpoint: the Hub's URL (None: huggingface_hub's default endpoint).
         commit: the commit being downloaded (every `X-Repo-Commit` must name it).
         sizes: {file URL (as `huggingface_hub.hf_hub_url` builds it): size the listing declared}.
     """
     _install()
+    if endpoint is None:
+        from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
     guard = _Guard(origin(endpoint), commit, {normalized(u): n for u, n in (sizes or {}).items()})
     with _LOCK:
         _ACTIVE.append(guard)
@@ -133,7 +139,8 @@ def _check_response(response) -> None:
     if response.has_redirect_location:
         _check_redirect(url, urljoin(url, headers["Location"]), source, declared, guards)
     if response.request.method != "HEAD":
-        response.stream = _Bounded(response.stream, limit, source)
+        is_json = "json" in headers.get("Content-Type", "").lower()
+        response.stream = _Bounded(response.stream, limit, source, is_json)
 
 
 def _check_redirect(url: str, target: str, source: str, declared: Optional[int], guards: list) -> None:
@@ -148,14 +155,29 @@ def _check_redirect(url: str, target: str, source: str, declared: Optional[int],
 
 
 class _Bounded(_httpx().SyncByteStream):
-    """A response body that stops past `limit` bytes or when it delivers too little per time window."""
+    """A response body that stops past `limit` bytes or when it delivers too little per time window; a JSON body is
+    checked for its nesting depth once complete, before huggingface_hub parses it (`winattn.bounded_json`)."""
 
-    def __init__(self, stream, limit: int, source: str):
+    def __init__(self, stream, limit: int, source: str, is_json: bool = False):
         self._stream = stream
         self._limit = limit
         self._source = source
+        self._json = bytearray() if is_json else None
 
     def __iter__(self):
+        for chunk in self._bounded():
+            if self._json is not None:
+                self._json += chunk
+            else:
+                yield chunk
+        if self._json is not None:
+            try:
+                bounded_json.check_depth(self._json.decode("utf-8", "replace"))
+            except bounded_json.JSONLimitError as e:
+                untrusted.refuse("JSON", f"{len(self._json)} bytes", self._source, str(e))
+            yield bytes(self._json)
+
+    def _bounded(self):
         total = 0
         window_start, window_bytes = time.monotonic(), 0
         for chunk in self._stream:

@@ -181,9 +181,16 @@ class HubSource:
     token: Any = None
 
     def locate(self, request: Request):
-        from .trust import check_trust
+        """Every answer of the Hub here is held to `winattn.hub_guard`'s rules (sizes, depth, redirects, headers)."""
+        from .hub_guard import guarded
 
         api = resolve.make_api(self.endpoint, self.token)
+        with guarded(api.endpoint):
+            return self._locate(api, request)
+
+    def _locate(self, api, request: Request):
+        from .trust import check_trust
+
         repo_id = request.repo_id
         trust = trust_error = None
         with network_step(f"checking publisher trust of '{repo_id}'", repo_id=repo_id, endpoint=api.endpoint):
@@ -417,8 +424,9 @@ def _variant_lock(repo_id: str, commit: str, variant: str):
     lock_path = locks / name
     try:
         locks.mkdir(parents=True, exist_ok=True)
+        untrusted.contained(resolve.cache_dir(), locks, source="the cache's lock directory")
         safe_fs.touch_lock(lock_path)
-    except OSError as e:  # read-only cache (offline use), or a link in the way: nothing is written through it
+    except (OSError, VerificationError) as e:  # read-only cache (offline use), or a link out: nothing written there
         logger.debug("no lock for %s: %s", lock_path, e)
         return contextlib.nullcontext()
     return FileLock(str(lock_path))

@@ -170,6 +170,7 @@ def vendor(
     """
     from . import resolve
     from .download import download
+    from .hub_guard import guarded
     from .variant import check_digest
 
     resolve.check_version_args(version, revision)
@@ -177,9 +178,10 @@ def vendor(
         raise ValueError("pass either variants= or all_variants=True, not both")
     out_dir = Path(out_dir)
     api = resolve.make_api(endpoint, token)
-    pin = resolve.pin(api, repo_id, version=version, revision=revision)
+    with guarded(api.endpoint):  # the Hub's answers held to winattn.hub_guard's rules, as in a load
+        pin = resolve.pin(api, repo_id, version=version, revision=revision)
+        chosen = _select_variants(api, pin, variants, all_variants)
     asked, commit = pin.revision, pin.commit
-    chosen = _select_variants(api, pin, variants, all_variants)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     entries: dict[str, dict] = {}

@@ -52,7 +52,8 @@ from typing import Iterable, Optional, Sequence
 
 from . import bounded_json, safe_fs
 from .resolve import parse_cache_variant_dir
-from .untrusted import shown
+from .errors import RemoteValueError
+from .untrusted import contained, shown
 from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations, is_bytecode
 
 logger = logging.getLogger(__name__)
@@ -393,13 +394,18 @@ def _user_cache_dir() -> Path:
 
 def receipt_path(variant_path: Path) -> Path:
     """Where the verified-receipt of `variant_path` lives (see the module docstring)."""
+    return _receipt_place(variant_path)[1]
+
+
+def _receipt_place(variant_path: Path) -> tuple:
+    """(the directory receipts of `variant_path` must stay under once resolved, the receipt's path)."""
     p = Path(os.path.abspath(variant_path))
     snapshot = parse_cache_variant_dir(p)
     if snapshot is not None:
         repo_folder, commit = snapshot
-        return repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
+        return repo_folder, repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
     key = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:40]
-    return _user_cache_dir() / "receipts" / f"{key}.json"
+    return _user_cache_dir(), _user_cache_dir() / "receipts" / f"{key}.json"
 
 
 def _read_receipt(variant_path: Path) -> Optional[dict]:
@@ -419,12 +425,14 @@ def _read_receipt(variant_path: Path) -> Optional[dict]:
 
 
 def _write_receipt(variant_path: Path, data: dict) -> None:
-    """Written atomically through a fresh temporary file, never through a link (`safe_fs.write_atomic`)."""
-    path = receipt_path(variant_path)
+    """Written atomically through a fresh temporary file, never through a link (`safe_fs.write_atomic`), in a
+    directory that resolves under the cache it belongs to."""
+    root, path = _receipt_place(variant_path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        contained(root, path.parent, source="the verified-receipt's directory")  # no link out of the cache
         safe_fs.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
-    except OSError as e:  # read-only cache: verification still works, just without the shortcut
+    except (OSError, RemoteValueError) as e:  # read-only cache: verification still works, without the shortcut
         logger.debug("cannot write verified-receipt %s: %s", path, e)
 
 

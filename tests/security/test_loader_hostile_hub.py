@@ -226,3 +226,17 @@ def test_an_honest_hub_behind_the_proxy_still_loads(published, hub, keys):
     info = module.__winattn_info__
     assert info.commit == published[1]
     assert {c.name: c.status for c in info.checks}["signature"] == "pass"
+
+
+def test_a_deeply_nested_json_answer_is_refused_before_it_is_parsed(published, hub, keys):
+    """huggingface_hub's `json.loads` of a Hub answer nested thousands of levels deep raised RecursionError."""
+    from winattn.errors import RemoteValueError
+
+    def lie(ans):
+        if ans.path.endswith("/refs") and ans.status == 200:
+            ans.body = b'{"branches": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+    with HostileHub(hub.url) as evil:
+        evil.lie(lie)
+        with pytest.raises(RemoteValueError, match="nests deeper than 64 levels"):
+            _load(evil.url, keys)
