@@ -114,7 +114,8 @@ def _check_response(response) -> None:
         return
     source = f"the Hub's answer to {response.request.method} {untrusted.shown(url)}"
     headers = response.headers
-    commits = {g.commit for g in guards if g.commit is not None}
+    # held to the pinned commit(s) only when every guard of this origin pins one (a concurrent listing pins none)
+    commits = {g.commit for g in guards} if all(g.commit for g in guards) else set()
     if "X-Repo-Commit" in headers:
         got = untrusted.commit_id(headers["X-Repo-Commit"], source=source + " (X-Repo-Commit)")
         if commits and got not in commits:

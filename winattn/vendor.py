@@ -25,7 +25,6 @@ from .variant import LOCK_FILENAME, METADATA_FILENAME, SIGNATURE_FILENAME
 
 LOCK_FORMAT = 1
 MAX_LOCK_BYTES = 1 << 20
-_SHA1_HEX = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -101,7 +100,7 @@ def read_lock(directory: Path, *, sha256: str | None = None) -> dict:
         bad(f"repo {lock.get('repo')!r} is not ORG/NAME")
     if lock.get("version") is not None and not (isinstance(lock["version"], int) and lock["version"] >= 0):
         bad(f"version {lock.get('version')!r} is not a non-negative integer or null")
-    if not isinstance(lock.get("commit"), str) or not _SHA1_HEX.match(lock["commit"]):
+    if not untrusted.is_commit(lock.get("commit")):
         bad(f"commit {lock.get('commit')!r} is not a 40-hex sha")
     variants = lock.get("variants")
     if not isinstance(variants, dict) or not variants:
