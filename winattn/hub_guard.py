@@ -8,7 +8,7 @@ site-packages runs at the next Python start). While `guarded(...)` is active, ev
 origin to huggingface_hub's shared HTTP client is checked first (`winattn.untrusted` rules):
 
 - `X-Repo-Commit`: the commit being downloaded (40 lowercase hex);
-- `ETag`, `X-Linked-Etag`: 40 or 64 lowercase hex (the blob names of the HF cache);
+- `ETag`, `X-Linked-Etag` of a file (`/resolve/`): 40 or 64 lowercase hex (the blob names of the HF cache);
 - `Content-Length`, `X-Linked-Size`: a decimal size; for a file of the listing, the size the listing declared;
 - a redirect: to the same origin, or to https (the real Hub's CDN); never to plain HTTP elsewhere, never a downgrade;
   the target of a listed file's redirect is held to that file's size;
@@ -121,9 +121,10 @@ def _check_response(response) -> None:
         if commits and got not in commits:
             untrusted.refuse("the commit", got, source + " (X-Repo-Commit)",
                              f"this download is of commit {', '.join(sorted(commits))}")
-    for name in ("ETag", "X-Linked-Etag"):
-        if name in headers:
-            untrusted.etag(headers[name].lstrip("W/").strip('"'), source=f"{source} ({name})")
+    if "/resolve/" in urlsplit(url).path:  # a file's answer: huggingface_hub names the blob after its ETag
+        for name in ("ETag", "X-Linked-Etag"):
+            if name in headers:
+                untrusted.etag(headers[name].lstrip("W/").strip('"'), source=f"{source} ({name})")
     # a listed file's size binds the file's own answers (2xx), not an error page or a redirect
     declared = next((g.sizes[url] for g in guards if url in g.sizes), None) if response.is_success else None
     limit = declared if declared is not None else MAX_OTHER_BYTES
