@@ -5,7 +5,8 @@
 - `scale` accepted strings (`float("0.5")`). Now it must be a real number or a one-element real tensor (TypeError
   otherwise); non-finite values stay a ValueError.
 - A visible `+inf` score (bias or table): the kernels give NaN (as SDPA); the reference gave +-inf out and +inf lse.
-  Now the reference gives NaN out and lse in that row, as documented (README: "A NaN or +inf ...").
+  Now the reference gives NaN out and lse in that row, as documented (`attention`'s docstring, the README's
+  security section).
 """
 
 import numpy as np

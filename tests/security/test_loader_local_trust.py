@@ -119,7 +119,7 @@ def vendored_twice(hub, hf_cache, make_build, tmp_path):
 
 
 def _republish(hub) -> str:
-    """A new commit on v1 (the README on main changes nothing in the variant)."""
+    """A new commit on v1 that leaves the variant as it was (a NOTES.md beside it)."""
     from ._loader_support import push
 
     return push(hub, REPO, {"NOTES.md": b"a later publication\n"})
