@@ -1,7 +1,7 @@
 """Shared fixtures: the compiled kernel under test and device selection.
 
 The `kernel` fixture builds the variant for this machine once per session with `winattn build` (incremental: a
-no-op when nothing changed) and loads it the way users do, through `kernels`. On a GPU machine the CUDA variant is
+no-op when nothing changed) and loads it the way `winattn.load` does (verified, from a private copy). On a GPU machine the CUDA variant is
 built beforehand (`make gpu-check`) and loaded the same way.
 """
 
@@ -40,11 +40,31 @@ def built_variant() -> Path:
 
 
 @pytest.fixture(scope="session")
-def kernel(built_variant):
-    """The window-attention module loaded by `kernels.get_local_kernel` from the build directory."""
-    from kernels import get_local_kernel
+def kernel(built_variant, tmp_path_factory):
+    """The window-attention module of the build under test, imported as `winattn.load` imports: verified, from
+    winattn's private copy (a vendored directory made of the build, so no Hub is needed).
 
-    return get_local_kernel(built_variant)
+    Why not `kernels.get_local_kernel(built_variant)`: winattn hands back only modules it imported itself
+    (`KernelConflictError` otherwise), so a module kernels imported first would make every later in-process
+    `winattn.load` of this build refuse. This way those loads get this module back (`LoadInfo.reused_from`).
+    """
+    import json
+    import shutil
+
+    import winattn
+    from winattn.variant import DEFAULT_REPO, LOCK_FILENAME
+    from winattn.vendor import LOCK_FORMAT, variant_lock_entry
+
+    root = tmp_path_factory.mktemp("kernel-under-test")
+    vendored = root / "vendored"
+    shutil.copytree(built_variant, vendored / built_variant.name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    lock = {"format": LOCK_FORMAT, "repo": DEFAULT_REPO, "version": 1, "revision": "v1", "commit": "0" * 40,
+            "variants": {built_variant.name: variant_lock_entry(vendored / built_variant.name)}}
+    (vendored / LOCK_FILENAME).write_text(json.dumps(lock))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WINATTN_CACHE", str(root / "winattn-cache"))
+        return winattn.load(DEFAULT_REPO, vendored=vendored)
 
 
 @pytest.fixture(scope="session")
@@ -71,11 +91,9 @@ def _needs_build(path: Path) -> bool:
 def _build_imported_first(request):
     """Import the build directory's module before any test loads the same build from another path.
 
-    All copies of one build share an op namespace and a module name. `kernels` (`_import_from_path`) would import a
-    second copy over the first in sys.modules, and its submodules (`<id>._ops`, the .so) would then be taken from
-    sys.modules without being bound on the new package, so a later `kernel._ops` fails. With the build directory's
-    module imported first, every in-process `winattn.load` verifies its own copy and then reuses that module
-    (`LoadInfo.reused_from`); loads that must really import run in child processes.
+    All copies of one build share an op namespace and a module name, which torch registers once per process. With the
+    build imported first by winattn (`kernel`), every in-process `winattn.load` of it verifies its own copy and then
+    reuses that module (`LoadInfo.reused_from`); loads that must really import run in child processes.
 
     Skipped for the folders and files that never import a build (`_NO_BUILD_DIRS`, `_NO_BUILD_FILES`); everywhere
     else the session-scoped `kernel` fixture is built once and reused.

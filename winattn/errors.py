@@ -31,6 +31,22 @@ class IncompatibleKernelError(VerificationError):
     (`version=` / `revision=`) to one of the API this winattn speaks."""
 
 
+class RemoteValueError(VerificationError):
+    """A word from outside this process is not what it must be, and was refused before it was used: a commit id that
+    is not 40 lowercase hex digits, a ref or file name that could leave its directory, a size or a body that disagrees
+    with what was declared, a redirect off the Hub, a path that resolves outside its root (`winattn.untrusted`). It
+    came from a Hub's answer, a cache ref file, a verified-receipt or a vendor lock; nothing was written outside the
+    cache and nothing was imported. The source is broken or hostile: check the endpoint (HF_ENDPOINT / endpoint=;
+    prefer https), or remove the cache entry or directory the message names."""
+
+
+class KernelConflictError(WinattnError):
+    """A module with the kernel's op namespace is already in this process and winattn did not import it from its own
+    verified copy (`kernels.get_kernel`, a plain import), or winattn imported another build of that namespace. Its bytes
+    cannot be vouched for, and torch cannot register the namespace twice: load with winattn in a new process, before
+    anything else imports the kernel."""
+
+
 class StaleKernelError(WinattnError):
     """A build with this op namespace failed to load earlier in this process (its native ops may be registered and
     cannot be removed): no other build of that namespace is imported into this process; start a new one."""

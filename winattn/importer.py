@@ -5,13 +5,19 @@ Why not `kernels.get_local_kernel(variant_dir)`: it re-resolves the directory it
 anyone who can write the cache can change after verification. Here:
 
 - `private_copy_dir()` makes a fresh directory (mode 0700, under `$WINATTN_CACHE/imports`) that
-  `winattn.verify.verify_variant(copy_to=...)` fills with the bytes it hashed; nothing else is in it.
+  `winattn.verify.verify_variant(copy_to=...)` fills with the bytes it hashed; nothing else is in it. Every ancestor
+  of it is checked (owned by this user or root, not writable by others unless sticky, like /tmp): a parent that
+  others can write would let them swap `imports/` after the copy was made.
 - `import_package` imports `<copy>/__init__.py` through an importlib spec under the op-namespace id, as kernels
   does, but with a source-only loader: bytecode is never read (not `__pycache__/`, not `PYTHONPYCACHEPREFIX`, not
   an unchecked-hash .pyc) and never written. The package's directories get the same source-only finder in
   `sys.path_importer_cache`, so submodules imported later (lazily) come from the copy's sources too. During the
   import `sys.pycache_prefix` also points at a private empty directory and `sys.dont_write_bytecode` is set, for
   anything the kernel's code imports from elsewhere meanwhile (process-wide settings, restored right after).
+- `imported(id)` is the module this importer imported under an op-namespace id (with its copy and digest): the only
+  module `winattn.load` hands back a second time. `foreign(id)` describes any other module of that id in the process
+  (imported by `kernels.get_kernel` or a plain import), which `winattn.load` refuses to return: its bytes were never
+  verified here, and torch cannot register the namespace twice.
 - `forget` removes `<id>` and every `<id>.*` from `sys.modules` (and kernels' registry) after a failed load, and
   remembers the id: a refused build's native code may have registered ops under it, which torch cannot undo, so a
   second load of that id in this process is refused with `StaleKernelError` instead of running next to it.
@@ -24,7 +30,6 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -32,11 +37,13 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import StaleKernelError, WinattnError
+from .safe_fs import remove_tree, walk
 
 logger = logging.getLogger("winattn")
 
 _REFUSED: dict = {}  # op-namespace id -> why a load of it failed after its code ran
 _OWNED: list = []  # private copy roots of this process, removed at exit
+_IMPORTED: dict = {}  # op-namespace id -> (module, private copy, digest files) of what this importer imported
 
 
 def _imports_root() -> Path:
@@ -56,6 +63,25 @@ def _check_private(path: Path) -> None:
         )
 
 
+def check_ancestors(path: Path) -> None:
+    """Refuse (`WinattnError`) when a directory above `path` (links resolved) could let someone else replace it: one
+    owned by another user than this one or root, or writable by group or others without the sticky bit (/tmp is
+    fine: its sticky bit keeps others from renaming what is ours)."""
+    real = Path(os.path.realpath(path))
+    for ancestor in reversed(real.parents):
+        st = os.stat(ancestor)
+        mode = stat.S_IMODE(st.st_mode)
+        owner_ok = st.st_uid in (0, os.getuid())
+        open_to_others = mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX
+        if not owner_ok or open_to_others:
+            why = f"owned by uid {st.st_uid}" if not owner_ok else f"writable by others (mode {mode:o}, no sticky bit)"
+            raise WinattnError(
+                f"{ancestor}, a parent of winattn's private import directory {path}, is {why}: whoever can write it "
+                "could replace the verified copy before it is imported. Point WINATTN_CACHE at a directory whose "
+                "every parent only you (or root) can write, or fix that directory's owner / mode"
+            )
+
+
 def _sweep(root: Path) -> None:
     """Remove copies left by processes that are gone (named p<pid>-...)."""
     try:
@@ -69,9 +95,16 @@ def _sweep(root: Path) -> None:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(e.path, ignore_errors=True)
+            _remove(e.path)
         except OSError:
             pass
+
+
+def _remove(path) -> None:
+    try:
+        remove_tree(path)
+    except OSError as e:
+        logger.debug("cannot remove %s: %s", path, e)
 
 
 def private_copy_dir(variant: str) -> Path:
@@ -79,15 +112,17 @@ def private_copy_dir(variant: str) -> Path:
 
     `<root>` is `$WINATTN_CACHE/imports` (default `~/.cache/winattn/imports`); if that cannot be created (read-only
     home), a fresh `mkdtemp` directory in the system temporary directory. An existing root that is a link or open to
-    others is refused (`WinattnError`), never used.
+    others, or a parent that others could replace it in (`check_ancestors`), is refused (`WinattnError`), never used.
     """
     root = _imports_root()
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
         logger.debug("cannot create %s (%s); using the system temporary directory", root, e)
+        check_ancestors(Path(tempfile.gettempdir()) / "x")
         base = Path(tempfile.mkdtemp(prefix=f"winattn-import-p{os.getpid()}-"))
     else:
+        check_ancestors(root)
         _check_private(root)
         _sweep(root)
         base = Path(tempfile.mkdtemp(prefix=f"p{os.getpid()}-", dir=root))  # mode 0700, unique
@@ -103,7 +138,7 @@ def discard(copy: Optional[Path]) -> None:
     if copy is None:
         return
     base = Path(copy).parent
-    shutil.rmtree(base, ignore_errors=True)
+    _remove(base)
     for item in list(_OWNED):
         if item[1] == base:
             _OWNED.remove(item)
@@ -115,7 +150,7 @@ def _cleanup() -> None:
     # child inherits the list but leaves the parent's copies alone.
     for pid, base in _OWNED:
         if pid == os.getpid():
-            shutil.rmtree(base, ignore_errors=True)
+            _remove(base)
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -156,7 +191,7 @@ def import_package(copy: Path, module_id: str):
     if not init.is_file():
         raise FileNotFoundError(f"the verified variant has no __init__.py at its top level ({copy}); winattn imports "
                                 "only that file (no module subdirectory lookup)")
-    for dirpath, dirnames, _ in os.walk(copy):
+    for dirpath, dirnames, _ in walk(copy):
         sys.path_importer_cache[dirpath] = _finder(dirpath)
     loader = SourceOnlyLoader(module_id, str(init))
     spec = importlib.util.spec_from_file_location(module_id, str(init), loader=loader,
@@ -180,6 +215,8 @@ def forget(module_id: str, copy: Optional[Path], why: str) -> None:
     refuse later loads of `<id>` in this process (its native ops may be registered and cannot be unregistered)."""
     for name in [m for m in sys.modules if m == module_id or m.startswith(module_id + ".")]:
         sys.modules.pop(name, None)
+    if module_id in _IMPORTED and (copy is None or Path(_IMPORTED[module_id][1]) == Path(copy)):
+        del _IMPORTED[module_id]
     try:
         from kernels import importer as kernels_importer
 
@@ -200,8 +237,32 @@ def stale_message(module_id: str) -> str:
 
 
 def register_loaded(copy: Path, metadata, module) -> None:
-    """Record the import in kernels' registry (`kernels.get_loaded_kernels()`), as `get_local_kernel` would."""
+    """Record the import as this importer's own (`imported`) and in kernels' registry (`kernels.get_loaded_kernels()`),
+    as `get_local_kernel` would."""
     from kernels import importer as kernels_importer
 
+    _IMPORTED[metadata.id] = (module, Path(copy), dict(metadata.digest.files))
     kernels_importer._loaded_kernels[Path(copy)] = kernels_importer.LoadedKernel(
         metadata=metadata, module=module, repo_info=None)
+
+
+def imported(module_id: str) -> Optional[tuple]:
+    """(module, private copy, digest files) of the build this importer imported under `module_id`, or None."""
+    return _IMPORTED.get(module_id)
+
+
+def foreign(module_id: str) -> Optional[str]:
+    """Where a module of `module_id` that this importer did not import comes from (`sys.modules` or kernels'
+    registry), or None when there is none."""
+    own = _IMPORTED.get(module_id, (None,))[0]
+    module = sys.modules.get(module_id)
+    if module is not None and module is not own:
+        return f"sys.modules['{module_id}'] (from {getattr(module, '__file__', None) or 'an unknown file'})"
+    try:
+        from kernels import get_loaded_kernels
+    except ImportError:
+        return None
+    for loaded in get_loaded_kernels():
+        if loaded.metadata.id == module_id and loaded.module is not own:
+            return f"kernels' registry (from {getattr(loaded.module, '__file__', None) or 'an unknown file'})"
+    return None

@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 
 from .errors import KernelNotFoundError
+from .untrusted import shown
 from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME, METADATA_FILENAME
+
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -124,13 +126,15 @@ def _file_table(report) -> list:
 
 
 def _print_report(title: str, report, files_table: bool) -> None:
-    print(title)
+    """Every name printed is escaped (`winattn.untrusted.shown`): a file named with ANSI escapes or bidi overrides
+    cannot rewrite the terminal or reorder the report (check details are escaped by `winattn.verify.Check`)."""
+    print(shown(title))
     for check in report.checks:
         print(f"  {check.line()}")
         if check.name == "digest" and files_table:
             for status, rel in _file_table(report):
-                print(f"      {status:8} {rel}")
-    print(f"  => {'OK' if report.ok else 'FAILED'}: {report.variant}")
+                print(f"      {status:8} {shown(rel)}")
+    print(f"  => {'OK' if report.ok else 'FAILED'}: {shown(report.variant)}")
 
 
 def _verify_dir(path: Path, args) -> list:

@@ -13,7 +13,9 @@
               every file into a private directory while it is hashed -> `VerificationError` with every check, nothing
               imported. A cached copy whose bytes changed is downloaded once more; a wrong key is not.
 3. import     the private copy's own `__init__.py`, source only (`winattn.importer.import_package`): what is
-              imported is what was hashed, whatever happens to the cache meanwhile.
+              imported is what was hashed, whatever happens to the cache meanwhile. A second load of the same build
+              returns the module winattn imported the first time; a module of that op namespace that winattn did
+              not import (kernels.get_kernel, a plain import) is never returned (`KernelConflictError`).
 4. smoke test the kernel's `API_VERSION` is the one this winattn speaks (`IncompatibleKernelError` otherwise), then a
               tiny `attention` call on the variant's device against the kernel's own `reference`
               -> `VerificationError` on mismatch. After any failed import or smoke test, `<id>` and `<id>.*` leave
@@ -38,7 +40,13 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from . import fetch, sources
-from .errors import IncompatibleKernelError, KernelNotFoundError, StaleKernelError, VerificationError, WinattnError
+from .errors import (
+    IncompatibleKernelError,
+    KernelConflictError,
+    KernelNotFoundError,
+    StaleKernelError,
+    VerificationError,
+)
 from .sources import normalize_lock, read_vendor_lock  # noqa: F401  (their home before sources.py)
 from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME  # noqa: F401  (also importable from here)
 
@@ -63,7 +71,8 @@ class LoadInfo:
         checks: the verification checks (`winattn.verify.Check`), then the smoke test.
         rejected: [(variant, reason)] for every variant kernels rejected on this machine.
         receipt_hit: the digest check reused an unchanged verified-receipt.
-        reused_from: the path of an identical build already imported in this process, when that module was reused.
+        reused_from: the private copy an identical build was imported from earlier in this process by winattn, when
+            that module was reused (a module winattn did not import is never reused: `KernelConflictError`).
         signer: the public key that verified the signature, if any.
         digest_files: metadata.json's digest of the imported variant (relative path -> base64 sha256).
         import_path: the private copy of `variant_path` that was hashed and imported (None when reused).
@@ -115,13 +124,16 @@ def load(
     endpoint: Optional[str] = None,
     token: Optional[str] = None,
     backend: Optional[str] = None,
+    lock_sha256: Optional[str] = None,
 ):
     """Load the window-attention kernel for this machine, verified before it is imported.
 
     Args:
         repo_id: Hub repository ("<org>/<name>", repo type `kernel`).
-        version: major version = branch `v<N>` (default 1 when no `revision` is given).
-        revision: branch, tag or 40-hex commit instead of `version`.
+        version: major version = branch `v<N>` (default 1 when no `revision` is given). Given together with a
+            `revision`, the version that revision's build must be signed for.
+        revision: branch, tag or 40-hex commit instead of `version`. A signed build must be signed for the version
+            the revision names (`v<N>`, `refs/heads/v<N>`), else for `version` (default 1).
         trust_remote_code: True (any publisher), False (only Hub trusted publishers), or a list of repository ids
             allowed in addition to trusted publishers.
         public_keys: trusted public key file(s); a variant's signature, when present, must verify with one of them.
@@ -129,6 +141,9 @@ def load(
         fallback: "reference" returns the pure-PyTorch reference when no variant fits this machine (never when
             verification fails) instead of raising `KernelNotFoundError`.
         vendored: a `winattn vendor` directory to load from with zero network access.
+        lock_sha256: with `vendored`, the sha256 (hex) of its lock file as `winattn vendor` printed it: pins the lock
+            from outside the directory (a writer of the directory can otherwise replace the lock with that of an
+            older signed build). `revision=<commit>` pins the commit the lock names.
         endpoint / token: the Hub to use (default: HF_ENDPOINT / HF_TOKEN).
         backend: kernels' `backend=` ("cpu" or the backend torch was built for; default: detected).
 
@@ -137,18 +152,24 @@ def load(
 
     Raises:
         UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError
-        (IncompatibleKernelError: another kernel API version), StaleKernelError (a build of this op namespace failed
-        to load earlier in the process).
+        (IncompatibleKernelError: another kernel API version; RemoteValueError: the Hub, a cache ref, a receipt or
+        the lock gave a value that is not what it must be), StaleKernelError (a build of this op namespace failed
+        to load earlier in the process), KernelConflictError (a module of this op namespace that winattn did not
+        import, or another build of it, is already in the process).
     """
     if fallback not in (None, "reference"):
         raise ValueError(f"fallback must be None or 'reference', got {fallback!r}")
     from .resolve import check_version_args
     from .trust import normalize as normalize_trust
 
-    requested_version = version  # a vendored lock is only held to an explicitly requested version
+    requested_version = version  # what the caller named: a vendored lock and a revision's signature are held to it
     if version is None and revision is None:
         version = DEFAULT_VERSION
-    check_version_args(version, revision)
+    check_version_args(version, revision, both=True)
+    if revision is not None:
+        version = None  # the revision is what is pinned; `requested_version` is what its signature must name
+    if lock_sha256 is not None and vendored is None:
+        raise ValueError("lock_sha256= pins the lock of a vendored directory: pass vendored= too")
     normalize_trust(trust_remote_code)  # TypeError for a wrong type before any lookup
     keys = _normalize_keys(public_keys)
     if require_signature and not keys:
@@ -156,7 +177,7 @@ def load(
 
     found = sources.locate(repo_id, version=version, revision=revision, requested_version=requested_version,
                            backend=backend, trust_remote_code=trust_remote_code, vendored=vendored,
-                           endpoint=endpoint, token=token)
+                           lock_sha256=lock_sha256, endpoint=endpoint, token=token)
     if isinstance(found, sources.NoVariant):
         if fallback != "reference":
             raise KernelNotFoundError(found.message)
@@ -197,29 +218,31 @@ def _reference_module(missing: "sources.NoVariant"):
 # Import
 
 
-def _already_loaded(metadata_id: str):
-    """A module of the same op namespace already imported (by winattn, kernels or anyone), as (module, path)."""
-    from kernels import get_loaded_kernels
+def _reusable(metadata, info: LoadInfo):
+    """(module, its private copy) when this loader already imported this very build (same op namespace, same
+    digest) from its own verified copy, else None; `KernelConflictError` when the namespace is taken by another build
+    winattn imported, or by a module winattn did not import at all (`kernels.get_kernel`, a plain import): its bytes
+    were never verified here, so it is never handed back."""
+    from . import importer
 
-    for loaded in get_loaded_kernels():
-        if loaded.metadata.id == metadata_id:
-            module = loaded.module
-            return module, Path(getattr(module, "__file__", "") or "").parent
-    module = sys.modules.get(metadata_id)
-    if module is not None:
-        return module, Path(getattr(module, "__file__", "") or "").parent
+    own = importer.imported(metadata.id)
+    if own is not None:
+        module, copy, digest_files = own
+        if digest_files == dict(metadata.digest.files):
+            return module, copy
+        raise KernelConflictError(
+            f"{info.describe()}: another build with the op namespace '{metadata.id}' was imported earlier in this "
+            f"process (from {copy}); torch cannot register the namespace twice. Start a new process to switch builds."
+        )
+    other = importer.foreign(metadata.id)
+    if other is not None:
+        raise KernelConflictError(
+            f"{info.describe()}: verified, not imported: a module with the op namespace '{metadata.id}' is already in "
+            f"this process, in {other}, and winattn did not import it: it is not handed back (its bytes were never "
+            "verified by winattn), and torch cannot register the namespace twice. Load the kernel with winattn in a "
+            "new process, before anything else (kernels.get_kernel, an import) loads it."
+        )
     return None
-
-
-def _same_build(module, other_path: Path, metadata) -> bool:
-    """Is the already-imported `module` (from `other_path`) the build just verified, so that reusing it is reusing
-    these bytes? Yes if winattn verified it with the same digest, else if its files match the verified digest now."""
-    from .verify import digest_violations
-
-    earlier = getattr(module, "__winattn_info__", None)
-    if earlier is not None and earlier.digest_files is not None and earlier.digest_files == dict(metadata.digest.files):
-        return True
-    return not digest_violations(other_path, metadata=metadata)
 
 
 def _import_verified(variant_dir: Path, report, info: LoadInfo):
@@ -240,15 +263,14 @@ def _import_verified(variant_dir: Path, report, info: LoadInfo):
                 f"refusing {info.describe()}: it declares kernel dependencies "
                 f"({', '.join(str(d) for d in metadata.kernel_depends)}), which winattn does not verify",
                 checks=list(report.checks) + [("kernel-depends", False, "kernel dependencies are not verified")])
-        reused = _already_loaded(metadata.id)
+        try:
+            reused = _reusable(metadata, info)
+        except KernelConflictError:
+            importer.discard(copy)
+            raise
         if reused is not None:
             importer.discard(copy)  # the bytes in memory are the ones in use; the copy is not needed
             module, other = reused
-            if not _same_build(module, other, metadata):
-                raise WinattnError(
-                    f"{info.describe()}: another build with the op namespace '{metadata.id}' is already imported "
-                    f"from {other}; torch cannot register it twice. Restart the process to switch builds."
-                )
             info = dataclasses.replace(info, reused_from=str(other))
         else:
             try:

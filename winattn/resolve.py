@@ -17,16 +17,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from . import safe_fs, untrusted
 from .errors import KernelNotFoundError, OfflineError
-from .variant import REPO_TYPE
+from .variant import DEFAULT_VERSION, REPO_TYPE
 
 logger = logging.getLogger(__name__)
 
-_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_VERSION_BRANCH = re.compile(r"(?:refs/heads/)?v(\d+)")
+MAX_REF_BYTES = 4096  # a cache ref file holds one commit id
 
 
 def is_commit(revision: Optional[str]) -> bool:
-    return bool(revision) and bool(_SHA_RE.match(revision))
+    return untrusted.is_commit(revision)
+
+
+def branch_version(revision: Optional[str]) -> Optional[int]:
+    """N when `revision` names the version branch `v<N>` (`"v1"`, `"refs/heads/v1"`), else None."""
+    m = _VERSION_BRANCH.fullmatch(revision) if isinstance(revision, str) else None
+    return int(m.group(1)) if m else None
+
+
+def expected_version(version: Optional[int], revision: Optional[str]) -> int:
+    """The version a signed build must be signed for, however it was asked for: `version=N`; a branch `v<N>`
+    (`revision="v1"` or `"refs/heads/v1"`); else, for a commit id or any other ref, the default version 1 (pass
+    `version=` with `revision=` to expect another one)."""
+    if version is not None:
+        return version
+    return branch_version(revision) if branch_version(revision) is not None else DEFAULT_VERSION
 
 
 @dataclass(frozen=True)
@@ -141,22 +158,32 @@ def system_description(backend: Optional[str] = None) -> str:
            f"{platform.machine()}-{platform.system().lower()}"
 
 
-def check_version_args(version, revision):
-    """ValueError unless exactly one of `version` (a non-negative int) and `revision` is given."""
-    if version is not None and revision is not None:
+def check_version_args(version, revision, *, both: bool = False):
+    """ValueError unless exactly one of `version` (a non-negative int) and `revision` (a branch, tag or 40-hex
+    commit: a git ref name, it becomes a path under the cache's `refs/`) is given. With `both`, the two may come
+    together ("this revision, which must be that version"), but a `v<N>` branch must then be version N."""
+    if version is not None and revision is not None and not both:
         raise ValueError("pass either version= or revision=, not both")
     if version is None and revision is None:
         raise ValueError("a kernel version (version=<major>) or a revision (revision=<branch/tag/commit>) is needed")
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
         raise ValueError(f"version must be a non-negative integer (branch v<N>), got {version!r}")
+    if revision is not None and not untrusted.is_revision(revision):
+        raise ValueError(f"revision must be a branch, tag or 40-hex commit id (a git ref name: no '..', no component "
+                         f"starting with '.', no control character or space), got {untrusted.shown(repr(revision))}")
+    if version is not None and branch_version(revision) not in (None, version):
+        raise ValueError(f"revision {revision!r} is the branch of version {branch_version(revision)}, not version "
+                         f"{version}")
 
 
 def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -> Pin:
-    """Resolve `version` (branch `v<N>`, as kernels' `_versions`) or `revision` to a commit, online.
+    """Resolve `version` (branch `v<N>`, as kernels' `_versions`) or `revision` to a commit, online. Every commit the
+    Hub answers with is checked to be a commit id before it is used (`RemoteValueError` otherwise).
 
     Raises:
         KernelNotFoundError: no such repository, version branch or revision (`winattn.hub_errors.network_step`).
         DownloadError: the Hub cannot be reached.
+        RemoteValueError: the Hub answered with something that is not a commit id.
     """
     from .hub_errors import network_step
 
@@ -164,6 +191,7 @@ def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
     asked = f"v{version}" if version is not None else revision
+    source = f"the Hub at {api.endpoint} (refs of {repo_id})"
     with network_step(f"resolving {repo_id} {asked}", repo_id=repo_id, endpoint=api.endpoint):
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
         if version is not None:
@@ -182,21 +210,27 @@ def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -
             if newest > version:
                 logger.warning("You are using version %d of '%s', but version %d is available.", version, repo_id,
                                newest)
-            return Pin(repo_id, version, f"v{version}", versions[version].target_commit)
+            commit = untrusted.commit_id(versions[version].target_commit, source=f"{source}, branch v{version}")
+            return Pin(repo_id, version, f"v{version}", commit)
         for ref in list(refs.branches) + list(refs.tags):
             if revision in (ref.name, ref.ref):
-                return Pin(repo_id, None, revision, ref.target_commit)
+                return Pin(repo_id, None, revision,
+                           untrusted.commit_id(ref.target_commit, source=f"{source}, {untrusted.shown(ref.ref)}"))
         info = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision)
-    return Pin(repo_id, None, revision, info.sha)
+    return Pin(repo_id, None, revision,
+               untrusted.commit_id(info.sha, source=f"the Hub at {api.endpoint} (revision {revision} of {repo_id})"))
 
 
 def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]) -> Pin:
-    """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers."""
+    """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers. The revision
+    is checked before it becomes a path under `refs/`, the ref file is read without following a link, and what it
+    holds must be a commit id (`RemoteValueError`: anyone who can write the cache writes these files)."""
     from kernels._versions import _get_available_versions_from_cache
 
     check_version_args(version, revision)
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
+    refs = repo_cache_folder(repo_id) / "refs"
     if version is not None:
         versions = _get_available_versions_from_cache(repo_id)
         if version not in versions:
@@ -204,16 +238,17 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
                 f"version {version} of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
                 f"offline mode (HF_HUB_OFFLINE); load it once online, or pass revision=<commit>"
             )
-        return Pin(repo_id, version, f"v{version}", versions[version].target_commit)
-    ref_file = repo_cache_folder(repo_id) / "refs" / revision
+        commit = untrusted.commit_id(versions[version].target_commit, source=f"the cache ref {refs / f'v{version}'}")
+        return Pin(repo_id, version, f"v{version}", commit)
+    ref_file = untrusted.contained(refs, refs / revision, source=f"revision= {revision!r}")
     try:
-        commit = ref_file.read_text().strip()
+        commit = safe_fs.read_small(ref_file, MAX_REF_BYTES).decode("utf-8", "replace").strip()
     except OSError:
         raise OfflineError(
             f"revision '{revision}' of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
             f"offline mode (HF_HUB_OFFLINE)"
         ) from None
-    return Pin(repo_id, None, revision, commit)
+    return Pin(repo_id, None, revision, untrusted.commit_id(commit, source=f"the cache ref {ref_file}"))
 
 
 def select(variant_names_or_variants, backend: Optional[str] = None) -> Selection:

@@ -33,14 +33,16 @@ Verification uses only the public API, then reads the statement from the same bu
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
+from . import bounded_json
 from .errors import VerificationError
 from .variant import METADATA_FILENAME, SIGNATURE_FILENAME
 from .variant import check_digest  # the one digest check (also importable from here, as before)
+
 STATEMENT_KEY = "winattn"  # the predicate field holding the statement
 STATEMENT_FORMAT = 1
+MAX_BUNDLE_BYTES = 4 << 20  # as winattn.verify.MAX_SIGNATURE_BYTES: a key bundle is a few KiB
 
 
 def generate_keypair(private_key_path: Path, public_key_path: Path) -> None:
@@ -153,12 +155,12 @@ def _payload(bundle_bytes: bytes) -> dict:
     and model-signing's cannot read two different payloads out of one bundle)."""
     import base64
 
-    bundle = json.loads(bundle_bytes)
+    bundle = bounded_json.loads(bundle_bytes, max_bytes=MAX_BUNDLE_BYTES, what=SIGNATURE_FILENAME)
     encoded = bundle["dsseEnvelope"]["payload"]
     raw = base64.b64decode(encoded, validate=True)
     if base64.b64encode(raw).decode() != encoded:
         raise ValueError("the DSSE payload is not canonical base64")
-    statement = json.loads(raw)
+    statement = bounded_json.loads(raw, max_bytes=MAX_BUNDLE_BYTES, what="the DSSE payload")
     if not isinstance(statement, dict):
         raise ValueError("the DSSE payload is not a JSON object")
     return statement
@@ -248,11 +250,13 @@ def describe_statement(statement: dict) -> str:
 
 def _bundle_key_hint(signature_bytes: bytes, variant: str) -> str | None:
     try:
-        bundle = json.loads(signature_bytes)
+        bundle = bounded_json.loads(signature_bytes, max_bytes=MAX_BUNDLE_BYTES, what=SIGNATURE_FILENAME)
         return bundle["verificationMaterial"]["publicKey"].get("hint") or None
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        detail = f" ({e})" if isinstance(e, bounded_json.JSONLimitError) else ""
         raise VerificationError(
-            f"variant {variant}: bad signature: {SIGNATURE_FILENAME} is not a model-signing key bundle"
+            f"variant {variant}: bad signature: {SIGNATURE_FILENAME} is not a model-signing key bundle{detail}",
+            checks=[("signature", False, f"not a model-signing key bundle{detail}")],
         ) from None
 
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import resolve
+from . import resolve, safe_fs, untrusted
 from .errors import OfflineError, UntrustedKernelError, VerificationError
 from .hub_errors import network_step
-from .variant import BYTECODE_IGNORE_PATTERNS, LOCK_FILENAME, METADATA_FILENAME, REPO_TYPE
+from .variant import LOCK_FILENAME, METADATA_FILENAME
 
 logger = logging.getLogger("winattn")
 
@@ -55,6 +53,12 @@ class Request:
     @property
     def asked(self) -> str:
         return f"v{self.version}" if self.version is not None else str(self.revision)
+
+    @property
+    def expected_version(self) -> int:
+        """The version a signature must name, however the build was asked for (`resolve.expected_version`)."""
+        return resolve.expected_version(self.requested_version if self.revision is not None else self.version,
+                                        self.revision)
 
 
 @dataclass(frozen=True)
@@ -177,9 +181,16 @@ class HubSource:
     token: Any = None
 
     def locate(self, request: Request):
-        from .trust import check_trust
+        """Every answer of the Hub here is held to `winattn.hub_guard`'s rules (sizes, depth, redirects, headers)."""
+        from .hub_guard import guarded
 
         api = resolve.make_api(self.endpoint, self.token)
+        with guarded(api.endpoint):
+            return self._locate(api, request)
+
+    def _locate(self, api, request: Request):
+        from .trust import check_trust
+
         repo_id = request.repo_id
         trust = trust_error = None
         with network_step(f"checking publisher trust of '{repo_id}'", repo_id=repo_id, endpoint=api.endpoint):
@@ -201,10 +212,13 @@ class HubSource:
                 "hub", repo_id, request.version, pin.revision, pin.commit, name,
                 resolve.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
                 rejected=tuple(selection.rejected), accepted=tuple(selection.accepted), trust=trust,
-                trust_error=trust_error, origin=origin, expect={"repo_id": repo_id, "version": request.version},
+                trust_error=trust_error, origin=origin,
+                expect={"repo_id": repo_id, "version": request.expected_version},
                 variants=_names(selection), _hub=(api, pin), _make=make,
             )
 
+        for name in _names(selection):  # names from the Hub: each becomes a directory of the cache
+            untrusted.name(name, source=f"the Hub's variant listing of {pin.describe()}")
         if selection.variant is None:
             return NoVariant("hub", resolve.not_found_message(pin.describe(), selection, request.backend), repo_id,
                              request.version, pin.revision, pin.commit, selection, make)
@@ -245,7 +259,8 @@ class OfflineCacheSource:
                 trust=trust.reason if trust is not None else None,
                 # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not
                 # recorded
-                origin=None, expect={"repo_id": repo_id, "version": request.version}, variants=_names(selection),
+                origin=None, expect={"repo_id": repo_id, "version": request.expected_version},
+                variants=_names(selection),
                 _make=make,
             )
 
@@ -258,15 +273,17 @@ class OfflineCacheSource:
 
 @dataclass
 class VendoredSource:
-    """A `winattn vendor` directory: only the variants its lock file lists, checked against the lock, no network."""
+    """A `winattn vendor` directory: only the variants its lock file lists, checked against the lock, no network.
+    `lock_sha256` (hex) pins the lock itself from outside the directory."""
 
     directory: Optional[Path] = None
+    lock_sha256: Optional[str] = None
 
     def locate(self, request: Request):
         if self.directory is None:
             return None
         directory = Path(self.directory)
-        lock = read_checked_lock(directory)
+        lock = read_checked_lock(directory, sha256=self.lock_sha256)
         what = vendored_what(lock, directory)
         problems = []
         if lock["repo_id"] != request.repo_id:
@@ -295,7 +312,9 @@ class VendoredSource:
                 # a variant the lock does not list gets an entry no file can match: it never verifies
                 lock_entry=lock["variants"].get(name, {"metadata_sha256": None, "signature_sha256": None}),
                 origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
-                expect={"repo_id": request.repo_id, "version": lock["version"]}, variants=_names(selection),
+                expect={"repo_id": request.repo_id, "version": lock["version"] if lock["version"] is not None
+                        else request.expected_version},
+                variants=_names(selection),
                 _make=make,
             )
 
@@ -322,33 +341,34 @@ class Chain:
         raise OfflineError(f"no source for {request.repo_id} {request.asked}")  # the Hub always answers
 
 
-def chain(*, vendored=None, endpoint: Optional[str] = None, token=None) -> Chain:
+def chain(*, vendored=None, lock_sha256=None, endpoint: Optional[str] = None, token=None) -> Chain:
     """The loader's chain: the vendored directory (when given), the offline cache (when offline), the Hub."""
     if vendored is not None:
-        return Chain([VendoredSource(Path(vendored))])  # zero network access: nothing after it
+        return Chain([VendoredSource(Path(vendored), lock_sha256)])  # zero network access: nothing after it
     return Chain([OfflineCacheSource(), HubSource(endpoint, token)])
 
 
 def locate(repo_id: str, *, version=None, revision=None, requested_version=None, backend=None,
-           trust_remote_code=False, enforce_trust=True, vendored=None, endpoint=None, token=None):
+           trust_remote_code=False, enforce_trust=True, vendored=None, lock_sha256=None, endpoint=None, token=None):
     """`chain(...).locate(Request(...))`: a `Found` or a `NoVariant` (see the module docstring)."""
     request = Request(repo_id, version, revision, requested_version, backend, trust_remote_code, enforce_trust)
-    return chain(vendored=vendored, endpoint=endpoint, token=token).locate(request)
+    return chain(vendored=vendored, lock_sha256=lock_sha256, endpoint=endpoint, token=token).locate(request)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Vendor locks
 
 
-def read_vendor_lock(directory: Path) -> dict:
+def read_vendor_lock(directory: Path, *, sha256: Optional[str] = None) -> dict:
     """The vendor lock of `directory`, normalized to
-    `{"repo_id", "version", "commit", "variants": {name: {"metadata_sha256", "signature_sha256"}}}`."""
+    `{"repo_id", "version", "commit", "variants": {name: {"metadata_sha256", "signature_sha256"}}}`; with `sha256`,
+    only if the lock's bytes have that sha256 (`winattn.vendor.read_lock`)."""
     from .vendor import read_lock
 
-    return normalize_lock(read_lock(directory))
+    return normalize_lock(read_lock(directory, sha256=sha256))
 
 
-def read_checked_lock(directory: Path) -> dict:
+def read_checked_lock(directory: Path, *, sha256: Optional[str] = None) -> dict:
     """`read_vendor_lock`, with a missing directory an `OfflineError` and a missing or unreadable lock a
     `VerificationError` (a vendored load refuses to guess)."""
     directory = Path(directory)
@@ -358,7 +378,7 @@ def read_checked_lock(directory: Path) -> dict:
         raise VerificationError(f"vendored directory {directory} has no {LOCK_FILENAME}; refusing to load it",
                                 checks=[("lock", False, f"{LOCK_FILENAME} missing")])
     try:
-        return read_vendor_lock(directory)
+        return read_vendor_lock(directory, sha256=sha256)
     except VerificationError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -393,54 +413,53 @@ def normalize_lock(raw: dict) -> dict:
 
 
 def _variant_lock(repo_id: str, commit: str, variant: str):
+    """A file lock in the cache's `.locks/`, named after a checked commit and variant, created without following a
+    link (a link planted there would otherwise be created or touched through)."""
     from filelock import FileLock
 
     folder = resolve.repo_cache_folder(repo_id)
-    lock_path = Path(resolve.cache_dir()) / ".locks" / folder.name / f"winattn-{commit}-{variant}.lock"
+    locks = Path(resolve.cache_dir()) / ".locks" / folder.name
+    name = f"winattn-{untrusted.commit_id(commit, source='the pinned commit')}-" \
+           f"{untrusted.name(variant, source='the variant name')}.lock"
+    lock_path = locks / name
     try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path.touch(exist_ok=True)
-    except OSError as e:  # read-only cache (offline use): nothing will be written, so nothing to serialize
+        locks.mkdir(parents=True, exist_ok=True)
+        untrusted.contained(resolve.cache_dir(), locks, source="the cache's lock directory")
+        safe_fs.touch_lock(lock_path)
+    except (OSError, VerificationError) as e:  # read-only cache (offline use), or a link out: nothing written there
         logger.debug("no lock for %s: %s", lock_path, e)
         return contextlib.nullcontext()
     return FileLock(str(lock_path))
 
 
 def _download(api, pin, variant: str, *, force: bool) -> Path:
-    with network_step(f"downloading variant {variant} of {pin.describe()}", repo_id=pin.repo_id,
-                      endpoint=api.endpoint):
-        snapshot = api.snapshot_download(
-            pin.repo_id,
-            repo_type=REPO_TYPE,
-            revision=pin.commit,
-            allow_patterns=[f"build/{variant}/*"],
-            ignore_patterns=BYTECODE_IGNORE_PATTERNS,
-            cache_dir=resolve.cache_dir(),
-            force_download=force,
-        )
-    return Path(snapshot) / "build" / variant
+    """Download the variant into the cache: listed, checked and guarded (`winattn.download`)."""
+    from .download import download
+
+    snapshot = download(api, pin, [variant], cache_dir=resolve.cache_dir(), force=force)
+    return snapshot / "build" / variant
 
 
 def _remove_snapshot_variant(variant_dir: Path) -> None:
-    """Remove a cached variant directory without following anything in it (links, FIFOs and all)."""
+    """Remove a cached variant directory without following anything in it (links, FIFOs and all), iteratively."""
     try:
-        shutil.rmtree(variant_dir)
-    except FileNotFoundError:
-        pass
+        safe_fs.remove_tree(variant_dir)
     except OSError as e:
         logger.warning("cannot remove %s before downloading it again: %s", variant_dir, e)
 
 
 def _write_ref(pin) -> None:
     """Record `refs/<revision>` -> commit in the cache (what `hf_hub_download(revision=<branch>)` writes), so that an
-    offline load (kernels' or ours) can resolve `version=N` to the commit verified here."""
-    ref = resolve.repo_cache_folder(pin.repo_id) / "refs" / pin.revision
-    tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
+    offline load (kernels' or ours) can resolve `version=N` to the commit verified here. Written atomically, through a
+    fresh temporary file, never through a link (`safe_fs.write_atomic`), and only under `refs/`."""
+    refs = resolve.repo_cache_folder(pin.repo_id) / "refs"
+    ref = refs / untrusted.ref_name(pin.revision, source="the revision")
     try:
         ref.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(pin.commit)
-        os.replace(tmp, ref)
-    except OSError as e:
+        # the directory written into must resolve under refs/; the ref itself is replaced, a link there included
+        untrusted.contained(refs, ref.parent, source=f"the ref {pin.revision}")
+        safe_fs.write_atomic(ref, untrusted.commit_id(pin.commit, source="the pinned commit").encode())
+    except (OSError, VerificationError) as e:
         logger.debug("cannot write %s: %s", ref, e)
 
 

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from . import bounded_json, safe_fs, untrusted
 from .errors import KernelNotFoundError, OfflineError, VerificationError
 from .hub_errors import hub_call_errors, network_step
-from .variant import BYTECODE_IGNORE_PATTERNS, LOCK_FILENAME, METADATA_FILENAME, REPO_TYPE, SIGNATURE_FILENAME
+from .variant import LOCK_FILENAME, METADATA_FILENAME, SIGNATURE_FILENAME
 
 LOCK_FORMAT = 1
-_SHA1_HEX = re.compile(r"^[0-9a-f]{40}$")
+MAX_LOCK_BYTES = 1 << 20
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -45,8 +46,16 @@ def variant_lock_entry(variant_dir: Path) -> dict:
     }
 
 
-def read_lock(directory: Path) -> dict:
-    """Read and validate `directory/window-attention.lock`.
+def lock_sha256(directory: Path) -> str:
+    """sha256 (hex) of `directory/window-attention.lock`: what `winattn.load(vendored=..., lock_sha256=...)` pins."""
+    return hashlib.sha256(safe_fs.read_small(Path(directory) / LOCK_FILENAME, MAX_LOCK_BYTES)).hexdigest()
+
+
+def read_lock(directory: Path, *, sha256: str | None = None) -> dict:
+    """Read and validate `directory/window-attention.lock` (read once, without following a link).
+
+    Args:
+        sha256: the lock's expected sha256 (hex), pinned from outside the directory: any other lock is refused.
 
     Returns:
         dict: `{"format": 1, "repo": "org/name", "version": int | None, "revision": str, "commit": "<40 hex>",
@@ -55,17 +64,32 @@ def read_lock(directory: Path) -> dict:
 
     Raises:
         OfflineError: there is no lock file in `directory`.
-        VerificationError: the lock is not valid JSON or not of that shape.
+        VerificationError: the lock is not valid JSON, too large or deep, not of that shape, names a variant that is
+            not a plain directory name, or does not have the pinned sha256.
     """
     path = Path(directory) / LOCK_FILENAME
-    if not path.is_file():
-        raise OfflineError(f"{path} does not exist: vendor the kernel first (`winattn vendor --local-dir {directory}`)")
 
     def bad(why: str):
         raise VerificationError(f"invalid lock {path}: {why}", checks=[("lock", False, why)])
 
     try:
-        lock = json.loads(path.read_text())
+        raw = safe_fs.read_small(path, MAX_LOCK_BYTES)
+    except FileNotFoundError:
+        raise OfflineError(f"{path} does not exist: vendor the kernel first (`winattn vendor --local-dir "
+                           f"{directory}`)") from None
+    except OSError as e:
+        bad(f"cannot be read as a regular file of at most {MAX_LOCK_BYTES} bytes ({e})")
+    if sha256 is not None:
+        if not (isinstance(sha256, str) and _SHA256_HEX.match(sha256.lower())):
+            raise ValueError(f"lock_sha256 must be a sha256 hex digest, got {sha256!r}")
+        got = hashlib.sha256(raw).hexdigest()
+        if got != sha256.lower():
+            raise VerificationError(
+                f"refusing vendored {directory}: its {LOCK_FILENAME} has sha256 {got}, not the pinned {sha256.lower()} "
+                "(lock_sha256=): the lock was replaced or the pin is stale; vendor again and pin the new lock",
+                checks=[("lock", False, f"lock sha256 {got} != pinned {sha256.lower()}")])
+    try:
+        lock = bounded_json.loads(raw, max_bytes=MAX_LOCK_BYTES, what=LOCK_FILENAME)
     except ValueError as e:
         bad(f"not JSON ({e})")
     if not isinstance(lock, dict):
@@ -76,12 +100,14 @@ def read_lock(directory: Path) -> dict:
         bad(f"repo {lock.get('repo')!r} is not ORG/NAME")
     if lock.get("version") is not None and not (isinstance(lock["version"], int) and lock["version"] >= 0):
         bad(f"version {lock.get('version')!r} is not a non-negative integer or null")
-    if not isinstance(lock.get("commit"), str) or not _SHA1_HEX.match(lock["commit"]):
+    if not untrusted.is_commit(lock.get("commit")):
         bad(f"commit {lock.get('commit')!r} is not a 40-hex sha")
     variants = lock.get("variants")
     if not isinstance(variants, dict) or not variants:
         bad("no variants")
     for name, entry in variants.items():
+        if untrusted.path_problem(name) is not None or "/" in name:
+            bad(f"variant {untrusted.shown(repr(name))} is not a directory name")
         if not isinstance(entry, dict) or not _SHA256_HEX.match(str(entry.get("metadata_sha256"))):
             bad(f"variant {name}: metadata_sha256 is not a sha256 hex digest")
         sig = entry.get("signature_sha256")
@@ -141,9 +167,9 @@ def vendor(
         KernelNotFoundError: unknown repo, version, revision or variant, or no variant fits this machine.
         VerificationError: a downloaded variant does not match its metadata.json digest (nothing is written then).
     """
-    from huggingface_hub import snapshot_download
-
     from . import resolve
+    from .download import download
+    from .hub_guard import guarded
     from .variant import check_digest
 
     resolve.check_version_args(version, revision)
@@ -151,25 +177,15 @@ def vendor(
         raise ValueError("pass either variants= or all_variants=True, not both")
     out_dir = Path(out_dir)
     api = resolve.make_api(endpoint, token)
-    pin = resolve.pin(api, repo_id, version=version, revision=revision)
+    with guarded(api.endpoint):  # the Hub's answers held to winattn.hub_guard's rules, as in a load
+        pin = resolve.pin(api, repo_id, version=version, revision=revision)
+        chosen = _select_variants(api, pin, variants, all_variants)
     asked, commit = pin.revision, pin.commit
-    chosen = _select_variants(api, pin, variants, all_variants)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     entries: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix=".vendor-", dir=out_dir) as staging:
-        with network_step(f"downloading {', '.join(chosen)} of {repo_id}@{commit[:12]}", repo_id=repo_id,
-                          endpoint=api.endpoint):
-            snapshot_download(
-                repo_id,
-                repo_type=REPO_TYPE,
-                revision=commit,
-                local_dir=staging,
-                allow_patterns=[f"build/{v}/*" for v in chosen],
-                ignore_patterns=BYTECODE_IGNORE_PATTERNS,
-                endpoint=endpoint,
-                token=token,
-            )
+        download(api, pin, chosen, local_dir=Path(staging))
         for name in chosen:
             vdir = Path(staging) / "build" / name
             if not (vdir / METADATA_FILENAME).is_file():
@@ -199,19 +215,16 @@ def vendor(
             if old.get("version") is not None and version is None:
                 lock["version"], lock["revision"] = old["version"], old["revision"]
         elif old:
-            for name in old["variants"]:
-                if name not in chosen and (out_dir / name).is_dir():
-                    shutil.rmtree(out_dir / name)
+            for name in old["variants"]:  # plain directory names (read_lock): never a path out of out_dir
+                if name not in chosen:
+                    safe_fs.remove_tree(out_dir / name)
         for name in chosen:
             target = out_dir / name
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.move(str(Path(staging) / "build" / name), str(target))
+            safe_fs.remove_tree(target)  # a link in its place is removed, not followed
+            os.rename(Path(staging) / "build" / name, target)
         lock["variants"].update(entries)
         lock["variants"] = dict(sorted(lock["variants"].items()))
-        tmp = out_dir / (LOCK_FILENAME + ".tmp")
-        tmp.write_text(json.dumps(lock, indent=2) + "\n")
-        tmp.replace(out_dir / LOCK_FILENAME)
+        safe_fs.write_atomic(out_dir / LOCK_FILENAME, (json.dumps(lock, indent=2) + "\n").encode())
     return out_dir
 
 
@@ -254,7 +267,7 @@ def _run(args) -> int:
     lock = read_lock(out)
     for name in lock["variants"]:
         print(out / name)
-    print(f"{out / LOCK_FILENAME}: {lock['repo']}@{lock['commit']}")
+    print(f"{out / LOCK_FILENAME}: {lock['repo']}@{lock['commit']} (lock sha256 {lock_sha256(out)})")
     note = _trust_note(repo_id, args.endpoint, args.token)
     if note:
         print(note, file=sys.stderr)

@@ -11,7 +11,8 @@
 2. `lock`      (vendored variants) sha256 of metadata.json and of its signature equal the lock file's.
 3. `signature` metadata.json's `metadata.json.sigstore` verifies with one of the trusted public keys, and its signed
                statement names this variant and the repository / version asked for (`winattn.signing`), checked on
-               the raw bytes before metadata.json is parsed.
+               the raw bytes before metadata.json is parsed. When it (or the lock) fails, no other file is read:
+               the digest is skipped.
 4. `metadata`  metadata.json parses (`kernels._rust.Metadata`).
 5. `digest`    the listing equals metadata.json's `digest` (no missing, no extra file: checked on names and lstat
                sizes before anything is read), then every file is hashed, streamed in 1 MiB chunks, and compared.
@@ -49,7 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from . import bounded_json, safe_fs
 from .resolve import parse_cache_variant_dir
+from .errors import RemoteValueError
+from .untrusted import contained, shown
 from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations, is_bytecode
 
 logger = logging.getLogger(__name__)
@@ -58,6 +62,7 @@ RECEIPT_FORMAT = 1
 CHUNK_BYTES = 1 << 20  # hashing is streamed: at most this much of a file is in memory at once
 MAX_METADATA_BYTES = 16 << 20
 MAX_SIGNATURE_BYTES = 4 << 20
+MAX_RECEIPT_BYTES = 16 << 20
 DEFAULT_MAX_VARIANT_BYTES = 16 << 30  # $WINATTN_MAX_VARIANT_BYTES: refuse bigger variants before reading them
 
 
@@ -66,7 +71,9 @@ class Check(tuple):
     `status` attribute: "pass", "fail", "warn" (passed, with a caveat) or "skip" (not applicable, counts as passed)."""
 
     def __new__(cls, name: str, passed: bool, detail: str = "", status: Optional[str] = None):
-        self = super().__new__(cls, (name, bool(passed), detail))
+        # Details quote file names from the variant: control and bidi characters are escaped, so that a name cannot
+        # rewrite the terminal or reorder the line it is printed in (`winattn verify`, every VerificationError).
+        self = super().__new__(cls, (name, bool(passed), shown(detail)))
         self.status = status or ("pass" if passed else "fail")
         return self
 
@@ -233,36 +240,36 @@ def scan_variant(variant_path: Path, *, follow_file_links: bool = False) -> List
         listing.problems.append(f"{rel}: {_kind(st.st_mode)}, not a regular file (not covered by the digest)")
         return None
 
-    def bytecode_tree(full: str, rel: str, st: os.stat_result) -> None:
-        if not stat.S_ISDIR(st.st_mode):
-            listing.bytecode.append(rel)
-            return
-        with os.scandir(full) as it:
-            for e in sorted(it, key=lambda e: e.name):
-                bytecode_tree(e.path, f"{rel}/{e.name}", e.stat(follow_symlinks=False))
-
-    def walk(directory: str, prefix: str) -> None:
+    def sorted_entries(directory: str) -> list:
         with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for e in entries:
-            rel = prefix + e.name
-            st = e.stat(follow_symlinks=False)
-            if is_bytecode(rel):
-                bytecode_tree(e.path, rel, st)
-            elif stat.S_ISDIR(st.st_mode):
-                walk(e.path, rel + "/")
-            elif prefix == "" and e.name in (METADATA_FILENAME, SIGNATURE_FILENAME):
-                entry = add(e.path, rel, st)
-                if e.name == METADATA_FILENAME:
-                    listing.metadata = entry
-                else:
-                    listing.signature = entry
-            else:
-                entry = add(e.path, rel, st)
-                if entry is not None:
-                    listing.files[rel] = entry
+            return sorted(it, key=lambda e: e.name)
 
-    walk(str(root), "")
+    # Depth-first in name order, as a stack of (entries left, relative prefix, inside bytecode) instead of recursion:
+    # a tree 1,100 levels deep exhausted the interpreter's recursion limit (RecursionError) in the old walk.
+    stack = [(iter(sorted_entries(str(root))), "", False)]
+    while stack:
+        entries, prefix, in_bytecode = stack[-1]
+        e = next(entries, None)
+        if e is None:
+            stack.pop()
+            continue
+        rel = prefix + e.name
+        st = e.stat(follow_symlinks=False)
+        bytecode = in_bytecode or is_bytecode(rel)
+        if stat.S_ISDIR(st.st_mode):
+            stack.append((iter(sorted_entries(e.path)), rel + "/", bytecode))
+        elif bytecode:
+            listing.bytecode.append(rel)
+        elif prefix == "" and e.name in (METADATA_FILENAME, SIGNATURE_FILENAME):
+            entry = add(e.path, rel, st)
+            if e.name == METADATA_FILENAME:
+                listing.metadata = entry
+            else:
+                listing.signature = entry
+        else:
+            entry = add(e.path, rel, st)
+            if entry is not None:
+                listing.files[rel] = entry
     return listing
 
 
@@ -387,18 +394,27 @@ def _user_cache_dir() -> Path:
 
 def receipt_path(variant_path: Path) -> Path:
     """Where the verified-receipt of `variant_path` lives (see the module docstring)."""
+    return _receipt_place(variant_path)[1]
+
+
+def _receipt_place(variant_path: Path) -> tuple:
+    """(the directory receipts of `variant_path` must stay under once resolved, the receipt's path)."""
     p = Path(os.path.abspath(variant_path))
     snapshot = parse_cache_variant_dir(p)
     if snapshot is not None:
         repo_folder, commit = snapshot
-        return repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
+        return repo_folder, repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
     key = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:40]
-    return _user_cache_dir() / "receipts" / f"{key}.json"
+    return _user_cache_dir(), _user_cache_dir() / "receipts" / f"{key}.json"
 
 
 def _read_receipt(variant_path: Path) -> Optional[dict]:
+    """The receipt of `variant_path`, or None when there is none or it is not one winattn wrote: it lives in a
+    directory others may write, so it is read without following a link, bounded in size and depth, and a bad one is
+    ignored (the variant is hashed), never an error that blocks the load."""
     try:
-        data = json.loads(receipt_path(variant_path).read_text())
+        data = bounded_json.loads(safe_fs.read_small(receipt_path(variant_path), MAX_RECEIPT_BYTES),
+                                  max_bytes=MAX_RECEIPT_BYTES, what="verified-receipt")
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != RECEIPT_FORMAT:
@@ -409,18 +425,15 @@ def _read_receipt(variant_path: Path) -> Optional[dict]:
 
 
 def _write_receipt(variant_path: Path, data: dict) -> None:
-    path = receipt_path(variant_path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Written atomically through a fresh temporary file, never through a link (`safe_fs.write_atomic`), in a
+    directory that resolves under the cache it belongs to."""
+    root, path = _receipt_place(variant_path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError as e:  # read-only cache: verification still works, just without the shortcut
+        contained(root, path.parent, source="the verified-receipt's directory")  # no link out of the cache
+        safe_fs.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
+    except (OSError, RemoteValueError) as e:  # read-only cache: verification still works, without the shortcut
         logger.debug("cannot write verified-receipt %s: %s", path, e)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
 
 
 def invalidate_receipt(variant_path: Path) -> None:
@@ -766,8 +779,14 @@ def verify_variant(
     receipt = _read_receipt(variant_path) if use_receipt else None
     if receipt is not None and receipt.get("metadata_sha256") != report.metadata_sha256:
         receipt = None
+    # The lock and the signature vouch for metadata.json, which lists every other file: when they do not hold, no
+    # other file is read (a forged metadata.json could list a huge file, hashed and copied in full for nothing).
+    refused = next((c for c in checks if c.name in ("lock", "signature") and not c.passed), None)
     if listing.problems:
         checks.append(_fail("digest", "not hashed: the variant has entries the digest cannot cover (see files)"))
+    elif refused is not None:
+        checks.append(_skip("digest", f"not hashed: the {refused.name} check failed, so no file besides "
+                            f"{METADATA_FILENAME} and its signature was read"))
     else:
         digest_check, report.receipt_hit, report.file_status, _ = _check_digest(
             metadata, listing, None if stray else receipt, report.metadata_sha256, copy_to

@@ -205,8 +205,10 @@ def test_load_argument_errors(tmp_path):
         winattn.load(fallback="cpu")
     with pytest.raises(FileNotFoundError, match="public key"):
         winattn.load(public_keys=[tmp_path / "nope.pub"])
-    with pytest.raises(ValueError, match="either version= or revision="):
-        winattn.load(version=1, revision="main", vendored=tmp_path, endpoint="http://127.0.0.1:9")
+    # version= with revision= names the version the revision's signature must be made for: it cannot contradict
+    # a version branch (issue 27: tests/security/test_loader_version_binding.py)
+    with pytest.raises(ValueError, match="branch of version 2, not version 1"):
+        winattn.load(version=1, revision="v2", vendored=tmp_path, endpoint="http://127.0.0.1:9")
 
 
 def test_vendored_dir_without_lock_is_refused(variant, tmp_path):

@@ -6,6 +6,7 @@ count), nothing is expanded. Bad input raises ValueError naming the argument, wh
 """
 
 import math
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -92,6 +93,14 @@ def _broadcast_view(t: torch.Tensor, name: str, B: int, H: int, Sq: int, Sk: int
 def _check_same_device(t: torch.Tensor, name: str, device: torch.device) -> None:
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but q is on {device}")
+
+
+def check_flag(value, name: str) -> bool:
+    """`value` when it is a real bool. A truthy string (causal="no") or a number used to be taken as True; SDPA's
+    `is_causal` takes only a bool too (TypeError)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+    return value
 
 
 def _window_side(value, name: str, window) -> int:
@@ -238,6 +247,8 @@ def attention_op_args(
     device_check(q), if given, is the build's own device / dtype check (run with the others; cached with them).
     compiling: torch.compiler.is_compiling() if the caller has read it already (None: read here).
     """
+    check_flag(causal, "causal")
+    check_flag(deterministic, "deterministic")
     if compiling is None:
         compiling = torch.compiler.is_compiling()
     key = _attention_key(q, k, v, bias, mask, key_padding_mask, window, scale, allowed_dtypes, device_check,
@@ -253,7 +264,7 @@ def attention_op_args(
         bias = bias.to(bias_cast)
     if mask_shape is not None:
         mask = mask.reshape(mask_shape)
-    return (q, k, v, bias, mask, key_padding_mask, None, None, scale, bool(causal), left, right, bool(deterministic))
+    return (q, k, v, bias, mask, key_padding_mask, None, None, scale, causal, left, right, deterministic)
 
 
 def attention_args(
@@ -357,6 +368,7 @@ def window_attention_op_args(
     op_checks_index: the caller's op checks the range itself on every call (the CPU op), and the caller turns the
     op's error into check_rel_pos_index's IndexError (interface.window_attention); the check is skipped here.
     """
+    check_flag(deterministic, "deterministic")
     if compiling is None:
         compiling = torch.compiler.is_compiling()
     key = _window_key(q, k, v, rel_pos_table, rel_pos_index, bias, mask, scale, allowed_dtypes, device_check,
@@ -393,7 +405,7 @@ def window_attention_op_args(
             additive = bias
     if additive_cast is not None:
         additive = additive.to(additive_cast)
-    return (q, k, v, additive, None, None, rel_pos_table, rel_pos_index, scale, False, -1, -1, bool(deterministic))
+    return (q, k, v, additive, None, None, rel_pos_table, rel_pos_index, scale, False, -1, -1, deterministic)
 
 
 def window_attention_args(
@@ -405,8 +417,16 @@ def window_attention_args(
 
 
 def _scale(scale, head_dim: int) -> float:
+    """The softmax scale: None (1/sqrt(D)), a real number or a one-element real tensor; TypeError for anything else
+    (a string such as "0.5" used to be converted; SDPA refuses it), ValueError when not finite."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
+    real = isinstance(scale, (numbers.Real, torch.SymInt, torch.SymFloat)) and not isinstance(scale, bool)
+    if isinstance(scale, torch.Tensor):
+        real = scale.numel() == 1 and not scale.dtype.is_complex and scale.dtype != torch.bool
+    if not real:
+        raise TypeError(f"scale must be a real number (float or int) or a one-element real tensor, got "
+                        f"{type(scale).__name__} {scale!r}")
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")

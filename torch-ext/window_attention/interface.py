@@ -11,7 +11,7 @@ import torch
 import torch.fx.node
 
 from . import _autograd
-from ._args import OpArgs, attention_op_args, window_attention_op_args
+from ._args import OpArgs, attention_op_args, check_flag, window_attention_op_args
 from ._index_bounds import check_rel_pos_index
 from ._ops import add_op_namespace_prefix, ops
 
@@ -88,22 +88,26 @@ def attention(
             returned reduced to bias's own shape.
         mask: bool tensor broadcastable to [B, H, Sq, Sk], True = attend.
         key_padding_mask: bool [B, Sk], True = real token.
-        causal: bottom-right aligned causal mask (as flash-attention).
+        causal: bottom-right aligned causal mask (as flash-attention). `causal`, `return_lse` and `deterministic`
+            are bools (TypeError otherwise, as SDPA's `is_causal`).
         window: (left, right) int sides of a sliding window around the bottom-right aligned diagonal; -1/None =
             unbounded (TypeError for a float or bool side; a side beyond Sq + Sk is unbounded in effect).
-        scale: softmax scale, default 1/sqrt(D).
+        scale: softmax scale, default 1/sqrt(D): a real number or a one-element tensor (TypeError for a string).
         return_lse: also return lse [B, H, Sq] float32 (natural log).
         deterministic: bit-identical gradients for identical inputs.
 
-    Rows whose keys are all masked return 0 with lse = -inf, and get zero gradients.
+    Rows whose keys are all masked return 0 with lse = -inf, and get zero gradients. A NaN, or a +inf (bias, table),
+    among a row's visible scores gives NaN out and lse in that row, as SDPA does; a hidden key stays hidden whatever
+    its score.
 
     Shapes:
         returns [B, Sq, H, D] (and [B, H, Sq] with return_lse).
     """
+    check_flag(return_lse, "return_lse")
     compiling = torch.compiler.is_compiling()
     args = attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
                              device_check=_check_device, compiling=compiling)
-    out, lse = _autograd.run_fwd(args, bool(return_lse), compiling)
+    out, lse = _autograd.run_fwd(args, return_lse, compiling)
     return (out, lse) if return_lse else out
 
 
@@ -194,7 +198,7 @@ def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key
     """
     a = OpArgs(*attention_op_args(q, k, v, bias, mask, key_padding_mask, causal, window, scale, deterministic,
                                   device_check=_check_device))
-    want_dbias = bool(bias_requires_grad) and a.bias is not None
+    want_dbias = check_flag(bias_requires_grad, "bias_requires_grad") and a.bias is not None
     if grad_lse is not None:
         grad_lse = torch.where(torch.isfinite(lse), grad_lse.float(), torch.zeros_like(lse)).contiguous()
     with torch.no_grad():

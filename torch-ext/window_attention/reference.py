@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._args import attention_args, window_attention_args
+from ._args import attention_args, check_flag, window_attention_args
 
 _REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BUILD_DEVICE = None  # the reference runs on any device (a compiled build says "cpu" or "cuda")
@@ -74,10 +74,13 @@ def fwd(
     if visible is not None:
         s = s.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    # Rows with no visible key: lse = -inf, p = 0 (a finite shift keeps exp() and its gradient NaN-free).
-    finite_lse = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
-    p = torch.exp(s - finite_lse.unsqueeze(-1))
+    # Rows with no visible key: lse = -inf, p = 0 (a finite shift keeps exp() and its gradient NaN-free). Only those:
+    # a row with a visible +inf score (bias or table) has lse = +inf, and s - lse is NaN at that key, so out is NaN,
+    # as the kernels and SDPA give (shifting it by 0 instead gave +-inf); its lse is NaN too, as the kernels give.
+    empty = torch.isneginf(lse)
+    p = torch.exp(s - torch.where(empty, torch.zeros_like(lse), lse).unsqueeze(-1))
     out = (p @ vf).transpose(1, 2).to(q.dtype)
+    lse = torch.where(torch.isposinf(lse), torch.full_like(lse, float("nan")), lse)
     return out, lse.float()
 
 
@@ -91,7 +94,7 @@ def attention(
         scale=scale, deterministic=deterministic, allowed_dtypes=_REFERENCE_DTYPES,
     )
     out, lse = fwd(*a.as_tuple())
-    return (out, lse) if return_lse else out
+    return (out, lse) if check_flag(return_lse, "return_lse") else out
 
 
 def window_attention(q, k, v, *, rel_pos_table=None, rel_pos_index=None, bias=None, mask=None, scale=None):
@@ -137,7 +140,8 @@ def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key
         visible = visible_keys(B, Sq, Sk, q.device, a.mask, a.key_padding_mask, a.causal, a.window_left,
                                a.window_right)
         lse = lse.to(acc)
-        finite = torch.isfinite(lse)
+        # rows that see a key; a NaN lse (a visible +inf score) gives NaN gradients, as the kernels do
+        finite = ~torch.isneginf(lse)
         p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1)) * finite.unsqueeze(-1)
         if a.bias is not None:
             p = p * ~torch.isneginf(s)
@@ -157,7 +161,7 @@ def attention_backward(grad_out, q, k, v, out, lse, *, bias=None, mask=None, key
             dk = dk.view(B, Hkv, G, Sk, D).sum(2)
             dv = dv.view(B, Hkv, G, Sk, D).sum(2)
         dbias = None
-        if bias_requires_grad and bias is not None:
+        if check_flag(bias_requires_grad, "bias_requires_grad") and bias is not None:
             view = a.bias  # [P, Hb, Rq, Rk], broadcast dims of size 1: sum dS over them
             ds_p = ds.reshape(B // view.shape[0], view.shape[0], H, Sq, Sk).sum(0)
             dims = [i for i in range(4) if view.shape[i] == 1 and ds_p.shape[i] != 1]

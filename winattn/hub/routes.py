@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, quote
 
+from .. import bounded_json
 from .ndjson import NDJSONError, NDJSONReader, Spilled
 from .storage import (
     HEX40,
@@ -274,7 +275,9 @@ class HubApp:
         if not raw.strip():
             return {}
         try:
-            obj = json.loads(raw)
+            obj = bounded_json.loads(raw, max_bytes=MAX_JSON_BYTES, what="the request body")
+        except bounded_json.JSONLimitError as e:
+            raise bad_request(str(e)) from None
         except (ValueError, UnicodeDecodeError):
             raise bad_request("Request body is not valid JSON") from None
         if not isinstance(obj, dict):
@@ -450,8 +453,10 @@ class HubApp:
         ctype = (req.headers.get("Content-Type") or "").lower()
         if "json" in ctype:
             try:
-                body = json.loads(raw or b"{}")
+                body = bounded_json.loads(raw or b"{}", max_bytes=MAX_JSON_BYTES, what="the request body")
                 paths, expand = body.get("paths", []), bool(body.get("expand", False))
+            except bounded_json.JSONLimitError as e:
+                raise bad_request(str(e)) from None
             except (ValueError, AttributeError):
                 raise bad_request("Request body is not a valid JSON object") from None
         else:

@@ -49,6 +49,43 @@ _DRAIN_TIMEOUT = 5.0  # seconds of client silence while draining before we answe
 _CHUNK = 1024 * 1024
 _CHUNK_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r?\n\Z")
 _MAX_TRAILER_BYTES = 16 * 1024
+# RFC 9110 5.1: a field name is a token, followed by the colon with no whitespace in between
+_HEADER_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:")
+_SINGLE_HEADERS = ("Content-Length", "Transfer-Encoding", "Host")
+
+
+class _LineRecorder:
+    """The request's stream, recording the raw lines read through it (the header section, as the client sent it)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.lines: list = []
+
+    def readline(self, *args):
+        line = self._stream.readline(*args)
+        self.lines.append(line)
+        return line
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def header_framing_problem(raw_lines: list, headers) -> str | None:
+    """Why a header section must be refused, or None. The stdlib parser is lenient where framing is decided: it
+    keeps the first of two `Content-Length`s, silently drops `Content-Length : 5` (and every header after it), and
+    joins obsolete line folds, so a body could be read as a second request (smuggling). RFC 9112 says to refuse."""
+    for line in raw_lines:
+        if line in (b"\r\n", b"\n", b""):
+            break
+        if line[:1] in (b" ", b"\t"):
+            return "obsolete line folding (a header line starting with whitespace) is not accepted"
+        if _HEADER_LINE.match(line) is None:
+            shown = line.split(b":", 1)[0][:40]
+            return f"malformed header name {shown!r} (whitespace or a character outside a token before the colon)"
+    for name in _SINGLE_HEADERS:
+        if len(headers.get_all(name) or []) > 1:
+            return f"more than one {name} header"
+    return None
 
 
 class BodyReader:
@@ -190,6 +227,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):
         log.info("%s %s", self.address_string(), format % args)
+
+    def parse_request(self) -> bool:
+        """The stdlib's parsing, then the header framing checks (`header_framing_problem`): 400 and close."""
+        stream, self.rfile = self.rfile, _LineRecorder(self.rfile)
+        try:
+            ok = super().parse_request()
+        finally:
+            recorder, self.rfile = self.rfile, stream
+        if not ok:
+            return False
+        problem = header_framing_problem(recorder.lines, self.headers)
+        if problem is None:
+            return True
+        self.close_connection = True
+        self._send(error_response(HubError(400, "BadRequest", f"Bad request header section: {problem}")))
+        return False
 
     def do_GET(self):
         self._dispatch()
