@@ -105,9 +105,9 @@ def test_beit_train_step_runs_both_attentions_and_matches_timm(bm, relpos_kernel
     assert res["model"] == "beit_base_patch16_224"
     assert res["check_vs_native"]["grad_param"] == "blocks.0.attn.relative_position_bias_table"
     _check_result(res, "kernelize_relpos", grad_rtol=2e-2)
-    # 2 blocks per forward, each the table gathered in the kernel (52 rows, [17, 17] index): the check, 1 warm-up +
-    # 2 timed steps.
-    assert relpos_kernel_calls == [("window", 52, (17, 17), False)] * 2 * 4
+    # 2 blocks per forward, each its 52-row table gathered into one [1, 4, 17, 17] bias for `attention(bias=)` (the
+    # backward that reduces dBias fastest, see layers.BeitAttention): the check, 1 warm-up + 2 timed steps.
+    assert relpos_kernel_calls == [("attention", (1, 4, 17, 17))] * 2 * 4
 
 
 def test_beit_tables_are_randomised_for_the_check(bm):
