@@ -350,6 +350,8 @@ def publish_report(
             version=config.version,
             license=config.license,
             variant_dirs=variant_dirs,
+            signed=set(signatures),  # signed in the staging copy: build/ holds no signature (refused without a key)
+            signer=signer,
         )
 
         operations: list = []
