@@ -126,11 +126,18 @@ def dirty_variants(variant_dirs: list[Path]) -> list[str]:
 
 
 def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines: int = 60) -> str:
-    """benchmarks/RESULTS.md without its title (first `max_lines` lines), or a note that none were published."""
-    results = Path(repo_root) / "benchmarks" / "RESULTS.md"
-    how = f"Run them yourself with `kernels benchmark {repo_id}@v{version}` (needs `pip install 'kernels[benchmark]'`)."
+    """benchmarks/RESULTS.md without its title (first `max_lines` lines), or a note that none were published; where
+    the results and the workloads are on the Hub (`main`, beside this card: `winattn publish` puts them there)."""
+    bench = Path(repo_root) / "benchmarks"
+    results = bench / "RESULTS.md"
+    workloads = sorted(p.name for p in bench.glob("benchmark*.py")) if bench.is_dir() else []
+    files = ", ".join(f"`benchmarks/{name}`" for name in (["RESULTS.md"] if results.is_file() else []) + workloads)
+    where = f"{files} {'is' if ', ' not in files else 'are'} on branch `main`, beside this card." if files else ""
+    note = (f"(`kernels benchmark {repo_id}@v{version}` cannot run them with kernels 0.17.2: it downloads the "
+            "repository as a model repository, and this is a kernel repository.)")
     if not results.is_file():
-        return f"No benchmark results were published with this version. {how}"
+        return " ".join(filter(None, ["No benchmark results were published with this version.", where,
+                                      note if workloads else ""]))
     lines = results.read_text().strip().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
@@ -139,8 +146,8 @@ def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines:
     text = "\n".join(lines).strip()
     if len(lines) > max_lines:
         text = "\n".join(lines[:max_lines]).rstrip()
-        text += f"\n\n_(truncated: see `benchmarks/RESULTS.md` on branch v{version})_"
-    return f"{text}\n\nFull results: `benchmarks/RESULTS.md` on branch `v{version}`. {how}"
+        text += "\n\n_(truncated: the full results are `benchmarks/RESULTS.md` on branch `main`)_"
+    return f"{text}\n\n{where}" + (f" {note}" if workloads else "")
 
 
 def signing_markdown(variant_dirs: list[Path], signed: set[str] | None = None, *, repo_id: str = "REPO_ID",

@@ -1,14 +1,17 @@
 """`winattn publish`: check, optionally sign, and upload the built variants to a Hub kernel repo.
 
-Layout on the Hub (as `kernel-builder upload`, kernel-builder.md §5):
+Layout on the Hub:
 
     main:    README.md              the filled CARD.md
-    v<N>:    build/<variant>/...    every variant in the build dir, stale files of those variants deleted
              benchmarks/benchmark*.py, benchmarks/RESULTS.md
+    v<N>:    build/<variant>/...    every variant in the build dir, stale files of those variants deleted
 
-All variant and benchmark files go to `v<N>` in one `create_commit` (pinned to the branch head it was computed
-against), so a reader of the branch sees either the old or the new version, never a mix. Nothing is uploaded unless
-every variant passes `check_variant`.
+All variant files go to `v<N>` in one `create_commit` (pinned to the branch head it was computed against), so a reader
+of the branch sees either the old or the new version, never a mix. Nothing is uploaded unless every variant passes
+`check_variant`. The version branch holds nothing but `build/` (kernel-builder's `upload` also puts `benchmarks/`
+there): `kernels lock` / `kernels download` / `kernels.load_kernel(lockfile=...)` and an offline `kernels.get_kernel`
+need every file of the commit in the cache, and `kernels download` fetches only `build/` (kernels 0.17.2). The
+benchmarks go to `main` with the card, in one commit.
 """
 
 from __future__ import annotations
@@ -151,19 +154,21 @@ def benchmark_files(repo_root: Path) -> list[Path]:
     )
 
 
+def _is_benchmark_file(path: str) -> bool:
+    return path.startswith("benchmarks/") and "/" not in path[len("benchmarks/"):] and any(
+        fnmatch.fnmatch(path[len("benchmarks/"):], pat) for pat in BENCHMARK_PATTERNS)
+
+
 def _stale_files(remote: list[str], uploads: set[str], variants: list[str], new_branch: bool) -> list[str]:
-    """Remote files to delete: stale files of uploaded variants and benchmarks; on a new branch, everything else."""
+    """Files of the version branch to delete: stale files of uploaded variants, and benchmarks (they live on main;
+    earlier publishes put them here); on a new branch, everything that is not uploaded."""
     stale = []
     for path in remote:
         if path in uploads:
             continue
         if new_branch:
-            stale.append(path)  # the branch starts as a copy of main (README.md, .gitattributes): keep it build-only
-        elif any(path.startswith(f"build/{v}/") for v in variants):
-            stale.append(path)
-        elif path.startswith("benchmarks/") and "/" not in path[len("benchmarks/"):] and any(
-            fnmatch.fnmatch(path[len("benchmarks/"):], pat) for pat in BENCHMARK_PATTERNS
-        ):
+            stale.append(path)  # the branch starts as a copy of main (README.md, benchmarks/): keep it build-only
+        elif any(path.startswith(f"build/{v}/") for v in variants) or _is_benchmark_file(path):
             stale.append(path)
     return stale
 
@@ -278,7 +283,7 @@ def publish_report(
     commit_message: str | None = None,
     progress=None,
 ) -> PublishResult:
-    """Upload every variant of `build_dir` and the benchmarks to branch `v<version>`, and the card to `main`.
+    """Upload every variant of `build_dir` to branch `v<version>`, and the card and the benchmarks to `main`.
 
     Args:
         repo_id: Hub kernel repo (`org/name`); created (repo type `kernel`) if missing.
@@ -294,7 +299,7 @@ def publish_report(
             huggingface_hub's own upload bars.
 
     Returns:
-        PublishResult. The card on `main` is updated unless a newer `v<N>` exists.
+        PublishResult. The card and the benchmarks on `main` are updated unless a newer `v<N>` exists.
 
     Raises:
         PublishError: bad build.toml, a refused variant or signature (nothing is uploaded then), or a failed Hub call.
@@ -369,9 +374,10 @@ def publish_report(
                 uploads.add(path_in_repo)
                 operations.append(CommitOperationAdd(path_in_repo=path_in_repo,
                                                      path_or_fileobj=signatures[vdir.name].read_bytes()))
-        for rel in benchmark_files(repo_root):
-            uploads.add(rel.as_posix())
-            operations.append(CommitOperationAdd(path_in_repo=rel.as_posix(), path_or_fileobj=str(repo_root / rel)))
+        main_operations: list = [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())]
+        benchmarks = {rel.as_posix() for rel in benchmark_files(repo_root)}
+        for rel in sorted(benchmarks):
+            main_operations.append(CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(repo_root / rel)))
 
         api = HfApi(endpoint=endpoint, token=token)
         variant_names = [v.name for v in variant_dirs]
@@ -405,10 +411,13 @@ def publish_report(
                 if newer:  # a fix to an older major must not turn the card back to it
                     card_state = f"left as is: v{newer[-1]} is newer than v{config.version}"
                 else:
+                    main_files = api.list_repo_files(repo_id, revision="main", repo_type=REPO_TYPE)
+                    main_operations += [CommitOperationDelete(path_in_repo=path) for path in main_files
+                                        if _is_benchmark_file(path) and path not in benchmarks]
                     card_info = api.create_commit(
                         repo_id,
-                        [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
-                        commit_message=f"Card for {config.name} v{config.version}",
+                        main_operations,
+                        commit_message=f"Card and benchmarks for {config.name} v{config.version}",
                         repo_type=REPO_TYPE,
                         revision="main",
                     )
@@ -463,9 +472,9 @@ def register(subparsers) -> None:
         help="check, sign and upload the built variants to a Hub kernel repository",
         description=(
             "Check every variant in the build directory (layout, digest, abi3), sign it with --signing-key, and "
-            "upload all of them with benchmarks/ to branch v<version> (version from build.toml) in one commit; the "
-            "filled CARD.md becomes README.md on main. Prints a summary: variants, signing key, commit URL. Works "
-            "from any directory inside the kernel repository."
+            "upload all of them to branch v<version> (version from build.toml) in one commit; the filled CARD.md "
+            "becomes README.md on main, with benchmarks/. Prints a summary: variants, signing key, commit URL. "
+            "Works from any directory inside the kernel repository."
         ),
     )
     add_repo_id(p, legacy_flag=True)
