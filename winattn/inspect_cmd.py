@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import KernelNotFoundError
+from .errors import KernelNotFoundError, NoVariantError
 from .untrusted import shown
 from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME, METADATA_FILENAME
 
@@ -74,9 +74,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=_checked(run_info))
 
 
+def _backend_name(value: str) -> str:
+    """argparse type of --backend: a usage error (exit 2) for a name that is no backend."""
+    from .resolve import check_backend_name
+
+    try:
+        return check_backend_name(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_backend_arg(p) -> None:
-    p.add_argument("--backend", default=None, metavar="NAME",
-                   help="match variants for this backend (cpu, cuda, ...) instead of this machine's")
+    p.add_argument("--backend", default=None, metavar="NAME", type=_backend_name,
+                   help="what a machine with this backend would load instead of this one: cpu, cuda (the newest CUDA "
+                        "of the variants), cu130, rocm64, metal, ...; nothing of it is imported")
 
 
 def _checked(run):
@@ -84,6 +95,9 @@ def _checked(run):
     traceback from the Hub client."""
 
     def command(args) -> int:
+        from . import resolve
+
+        resolve.PROBE_WITHOUT_TORCH_IMPORT = True  # nothing is imported: what kernels reads from torch, from its files
         args.target = args.repo_id
         if not Path(args.target).exists() and not _REPO_ID.match(args.target):
             raise KernelNotFoundError(f"{args.target}: no such directory, and not a Hub repo id (ORG/NAME, e.g. "
@@ -108,10 +122,12 @@ def _locate(repo_id: str, args, *, vendored=None):
 
 def _trust_line(found) -> str:
     """The publisher's trust status, as `info` prints it."""
+    from .cli_args import cli_words
+
     if found.source == "offline-cache":
         return found.trust and f"trusted ({found.trust})" or "not checked (offline)"
     if found.trust_error:
-        return f"NOT trusted: {found.trust_error}"
+        return cli_words(f"NOT trusted: {found.trust_error}")
     return f"trusted ({found.trust})"
 
 
@@ -128,9 +144,11 @@ def _file_table(report) -> list:
 def _print_report(title: str, report, files_table: bool) -> None:
     """Every name printed is escaped (`winattn.untrusted.shown`): a file named with ANSI escapes or bidi overrides
     cannot rewrite the terminal or reorder the report (check details are escaped by `winattn.verify.Check`)."""
+    from .cli_args import cli_words
+
     print(shown(title))
     for check in report.checks:
-        print(f"  {check.line()}")
+        print(f"  {cli_words(check.line())}")
         if check.name == "digest" and files_table:
             for status, rel in _file_table(report):
                 print(f"      {status:8} {shown(rel)}")
@@ -175,11 +193,12 @@ def _verify_dir(path: Path, args) -> list:
 
 def _verify_repo(repo_id: str, args) -> list:
     from . import sources
+    from .cli_args import cli_words
     from .verify import verify_variant
 
     found = _locate(repo_id, args)
     if found.source == "hub":
-        print(f"trust: WARN {found.trust_error}" if found.trust_error else f"trust: PASS {found.trust}")
+        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust}")
     print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
     if args.all_variants:
         targets = [found.for_variant(name) for name in found.variants]
@@ -188,7 +207,9 @@ def _verify_repo(repo_id: str, args) -> list:
     else:
         targets = []
     if not targets:
-        raise KernelNotFoundError(found.message if isinstance(found, sources.NoVariant) else f"{repo_id}: no variants")
+        if isinstance(found, sources.NoVariant):
+            raise NoVariantError(found.message)
+        raise KernelNotFoundError(f"{repo_id}: no variants")
     reports = []
     for target in targets:
         with target.lock():
@@ -231,14 +252,14 @@ def run_info(args) -> int:
         what, trust, source = str(target), None, "directory"
         selection = resolve.select_local(base, args.backend)
         selected, accepted, rejected = selection.variant, selection.accepted, selection.rejected
-        decisions = selection.decisions
+        decisions, variants = selection.decisions, [d.variant for d in selection.decisions]
     else:
         if target.exists():
             lock = sources.read_checked_lock(target)
             found = _locate(lock["repo_id"], args, vendored=target)
         else:
             found = _locate(args.target, args)
-        source = found.source
+        source, variants = found.source, found.variants
         ids.update(repo_id=found.repo_id, version=found.version, revision=found.revision, commit=found.commit)
         if isinstance(found, sources.NoVariant):
             what = found.message.splitlines()[0]
@@ -249,7 +270,7 @@ def run_info(args) -> int:
             selected, accepted, rejected = found.variant, list(found.accepted), list(found.rejected)
             trust = _trust_line(found)
             decisions = accepted or rejected
-    system = resolve.system_description(args.backend)
+    system = resolve.system_description(args.backend, variants)
     if args.json:
         print(json.dumps({
             "target": what, **ids, "system": system, "selected": selected, "accepted": accepted,
@@ -258,11 +279,11 @@ def run_info(args) -> int:
         }, indent=2))
         return 0 if selected else 1
     print(f"{what}")
-    print(f"this machine: {system}")
+    print(f"this machine: {system}" if args.backend is None else f"a {args.backend} machine: {system}")
     if selected:
         print(f"would load: {selected}")
     else:
-        print("would load: nothing (no variant fits; winattn.load(fallback='reference') uses the reference)")
+        print("would load: nothing (no variant fits)")
     for name in accepted[1:]:
         print(f"  compatible, less preferred: {name}")
     for name, reason in rejected:

@@ -307,6 +307,7 @@ def publish_report(
     import tempfile
 
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import OfflineModeIsEnabled
 
     from .card import dirty_variants, render_card
 
@@ -424,6 +425,9 @@ def publish_report(
                     card_state = "updated" if card_info.oid != heads.get("main") else "unchanged"
         except hub_call_errors() as e:
             raise PublishError(f"upload to {repo_id} at {api.endpoint} failed: {describe_hub_error(e)}") from None
+        except OfflineModeIsEnabled:
+            raise PublishError(f"cannot publish to {repo_id} at {api.endpoint} in offline mode (HF_HUB_OFFLINE is "
+                               "set); unset HF_HUB_OFFLINE") from None
     if newer:
         print(f"winattn publish: main's card {card_state}", file=sys.stderr)
     return PublishResult(

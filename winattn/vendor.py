@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from . import bounded_json, safe_fs, untrusted
-from .errors import KernelNotFoundError, OfflineError, VerificationError
+from .errors import KernelNotFoundError, NoVariantError, OfflineError, VerificationError
 from .hub_errors import hub_call_errors, network_step
 from .variant import LOCK_FILENAME, METADATA_FILENAME, SIGNATURE_FILENAME
 
@@ -133,7 +133,7 @@ def _select_variants(api, pin, variants: list[str] | None, all_variants: bool) -
             raise KernelNotFoundError(f"variant(s) {', '.join(unknown)} not in {where}; available: {', '.join(names)}")
         return list(dict.fromkeys(variants))
     if selection.variant is None:
-        raise KernelNotFoundError(
+        raise NoVariantError(
             f"no variant of {where} fits this machine (use --variant or --all-variants to vendor for another one):\n"
             f"{selection.trace()}"
         )
@@ -249,6 +249,9 @@ def _trust_note(repo_id: str, endpoint: str | None, token: str | None) -> str | 
 def _run(args) -> int:
     from .cli_args import resolved_repo_id, version_and_revision
 
+    from . import resolve
+
+    resolve.PROBE_WITHOUT_TORCH_IMPORT = True  # nothing is imported here (see winattn.resolve)
     repo_id = resolved_repo_id(args)
     version, revision = version_and_revision(args)
     local_dir = args.local_dir if args.local_dir is not None else args.legacy_out
