@@ -252,3 +252,14 @@ def test_hub_card_snippets_run_as_written(published, tmp_path):
     ran, skipped = run_blocks(snippets, ws, env, tmp_path)
     assert len(ran) == len(snippets) >= 5 and not skipped
     assert (ws / "vendor" / "window-attention.lock").is_file()
+
+
+def test_what_the_readme_walkthrough_writes_is_git_ignored():
+    """token.txt and the private key must never be committed by a later `git add -A`."""
+    written = ["token.txt", "signing-key.pem", "signing-key.pub.pem", "hub-store/", "vendor/", "downloaded/"]
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert all(name.rstrip("/") in readme for name in written)
+    r = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *written],
+                       cwd=REPO_ROOT, capture_output=True, text=True)
+    not_ignored = [line.split("\t")[-1] for line in r.stdout.splitlines() if line.startswith("::")]
+    assert not not_ignored, f"not ignored: {not_ignored}"
