@@ -52,6 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--all-variants", action="store_true",
                    help="with a REPO_ID: check every variant, not only the one this machine would load")
     p.add_argument("--no-files", dest="files_table", action="store_false", help="omit the per-file digest table")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars; print only failed checks, each variant's verdict and the summary")
     _add_backend_arg(p)
     add_hub_args(p)
     p.set_defaults(func=_checked(run_verify))
@@ -141,15 +143,19 @@ def _file_table(report) -> list:
     return sorted(((status, rel) for rel, status in report.file_status.items()), key=lambda row: row[1])
 
 
-def _print_report(title: str, report, files_table: bool) -> None:
-    """Every name printed is escaped (`winattn.untrusted.shown`): a file named with ANSI escapes or bidi overrides
-    cannot rewrite the terminal or reorder the report (check details are escaped by `winattn.verify.Check`)."""
+def _print_report(title: str, report, files_table: bool, quiet: bool = False) -> None:
+    """Every check (and the digest's file table); `quiet`: only failed and warned checks, and the verdict. Every name
+    printed is escaped (`winattn.untrusted.shown`): a file named with ANSI escapes or bidi overrides cannot rewrite
+    the terminal or reorder the report (check details are escaped by `winattn.verify.Check`)."""
     from .cli_args import cli_words
 
-    print(shown(title))
+    if not quiet:
+        print(shown(title))
     for check in report.checks:
+        if quiet and check.status in ("pass", "skip"):
+            continue
         print(f"  {cli_words(check.line())}")
-        if check.name == "digest" and files_table:
+        if check.name == "digest" and files_table and not quiet:
             for status, rel in _file_table(report):
                 print(f"      {status:8} {shown(rel)}")
     print(f"  => {'OK' if report.ok else 'FAILED'}: {shown(report.variant)}")
@@ -162,7 +168,7 @@ def _verify_dir(path: Path, args) -> list:
                   check_abi=True, use_receipt=False)
     if (path / METADATA_FILENAME).is_file():
         report = verify_variant(path, **common)
-        _print_report(f"variant {path.name} ({path})", report, args.files_table)
+        _print_report(f"variant {path.name} ({path})", report, args.files_table, args.quiet)
         return [report]
     lock = None
     if (path / LOCK_FILENAME).is_file():
@@ -186,7 +192,7 @@ def _verify_dir(path: Path, args) -> list:
             print(f"  WARN lock: {name} is not in {LOCK_FILENAME} (winattn.load ignores it)")
             continue
         report = verify_variant(base / name, lock_entry=entry, **common)
-        _print_report(f"variant {name} ({base / name})", report, args.files_table)
+        _print_report(f"variant {name} ({base / name})", report, args.files_table, args.quiet)
         reports.append(report)
     return reports
 
@@ -197,9 +203,10 @@ def _verify_repo(repo_id: str, args) -> list:
     from .verify import verify_variant
 
     found = _locate(repo_id, args)
-    if found.source == "hub":
+    if found.source == "hub" and (found.trust_error or not args.quiet):
         print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust}")
-    print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
+    if not args.quiet:
+        print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
     if args.all_variants:
         targets = [found.for_variant(name) for name in found.variants]
     elif isinstance(found, sources.Found):
@@ -210,19 +217,26 @@ def _verify_repo(repo_id: str, args) -> list:
         if isinstance(found, sources.NoVariant):
             raise NoVariantError(found.message)
         raise KernelNotFoundError(f"{repo_id}: no variants")
-    reports = []
-    for target in targets:
+    fetched = []
+    for target in targets:  # every download (and its progress bars) first, then the reports
         with target.lock():
-            variant_dir = target.fetch()
+            fetched.append((target, target.fetch()))
+    sys.stdout.flush()
+    reports = []
+    for target, variant_dir in fetched:
         report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
                                 bytecode="warn", check_abi=True, use_receipt=False, lock_entry=target.lock_entry,
                                 expect=target.expect)
-        _print_report(f"variant {target.variant} ({variant_dir})", report, args.files_table)
+        _print_report(f"variant {target.variant} ({variant_dir})", report, args.files_table, args.quiet)
         reports.append(report)
     return reports
 
 
 def run_verify(args) -> int:
+    if args.quiet:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
     target = Path(args.target)
     if target.exists():
         reports = _verify_dir(target, args)

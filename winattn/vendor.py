@@ -257,6 +257,10 @@ def _run(args) -> int:
     local_dir = args.local_dir if args.local_dir is not None else args.legacy_out
     if local_dir is None:
         local_dir = Path("vendor")
+    if args.quiet:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
     out = vendor(
         repo_id,
         version=version,
@@ -268,13 +272,15 @@ def _run(args) -> int:
         token=args.token,
     )
     lock = read_lock(out)
-    for name in lock["variants"]:
-        print(out / name)
+    if not args.quiet:
+        for name in lock["variants"]:
+            print(out / name)
     print(f"{out / LOCK_FILENAME}: {lock['repo']}@{lock['commit']} (lock sha256 {lock_sha256(out)})")
     note = _trust_note(repo_id, args.endpoint, args.token)
     if note:
-        print(note, file=sys.stderr)
-    print(f"load it with: winattn.load(vendored={str(out)!r})", file=sys.stderr)
+        print(note, file=sys.stderr)  # a trust decision: shown with --quiet too
+    if not args.quiet:
+        print(f"load it with: winattn.load({repo_id!r}, vendored={str(out)!r})", file=sys.stderr)
     return 0
 
 
@@ -303,5 +309,7 @@ def register(subparsers) -> None:
                      help="variant to vendor, e.g. torch-stable-abi210-cpu-x86_64-linux (repeatable; default: the "
                           "one this machine would load)")
     sel.add_argument("--all-variants", action="store_true", help="vendor every variant of the commit")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars, print only the lock file line (and a note on an untrusted publisher)")
     add_hub_args(p)
     p.set_defaults(func=_run)

@@ -173,3 +173,14 @@ def test_info_reads_this_machine_without_importing_torch(hub, hf_cache, make_bui
     r = subprocess.run([sys.executable, "-c", script, hub.url], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "would load: torch-stable-abi210-cpu-x86_64-linux" in r.stdout and "torch imported: False" in r.stdout
+
+
+def test_verify_quiet_prints_the_verdicts_only(hub, hf_cache, make_build, keys, capsys):
+    build = make_build()
+    publish_build(hub, build, signing_key=keys["good"][0])
+    assert main(["verify", REPO, "--endpoint", hub.url, "--public-key", str(keys["good"][1]), "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"  => OK: {build.variant}", "1 of 1 variant(s) verified"]
+    assert main(["verify", str(build.variant_dir), "--require-signature", "-q"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("  FAIL signature:") and out[1:] == [f"  => FAILED: {build.variant}",
+                                                                   f"0 of 1 variant(s) verified; FAILED: {build.variant}"]
