@@ -93,6 +93,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"winattn {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `winattn info | head -1`: the reader left; stop quietly, as a SIGPIPE'd tool would
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing more reaches the closed pipe, not even at interpreter exit
+        return 141
     except Exception as e:  # noqa: BLE001  (mapped to one line below, or re-raised as a bug)
         message = describe_error(e, args)
         if message is None:
