@@ -16,6 +16,7 @@ benchmarks go to `main` with the card, in one commit.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fnmatch
 import hashlib
@@ -468,6 +469,15 @@ def _run(args) -> int:
     return 0
 
 
+class _VersionFromBuildToml(argparse.Action):
+    """`winattn publish --version N` / `--revision R`: a usage error that says where the version comes from (without
+    it, argparse took N for the REPO_ID and reported "'2' is not a Hub repo id")."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is not an option of publish: it uploads to branch v<version> with the version "
+                     "build.toml names ([general] version); change it there to publish another major version")
+
+
 def register(subparsers) -> None:
     from .cli_args import add_hub_args, add_repo_id
 
@@ -482,6 +492,8 @@ def register(subparsers) -> None:
         ),
     )
     add_repo_id(p, legacy_flag=True)
+    for flag in ("--version", "--revision"):  # said plainly, not misread as REPO_ID
+        p.add_argument(flag, action=_VersionFromBuildToml, nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--signing-key", type=Path, metavar="KEY",
                    help="EC P-256 private key (PEM, from `winattn keygen`) to sign every variant with; without it "
                         "the variants are uploaded unsigned, and a signature already in the build directory is "

@@ -154,3 +154,14 @@ def test_a_reader_that_leaves_early_stops_the_command_quietly(tmp_path, built_va
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err.decode() and "BrokenPipe" not in err.decode(), err.decode()
     assert proc.returncode == 141
+
+
+def test_publish_says_where_its_version_comes_from(capsys):
+    """publish takes no --version / --revision (build.toml names the version): said plainly, not misread as a
+    REPO_ID ("'2' is not a Hub repo id")."""
+    for argv in (["publish", "--version", "2"], ["publish", "--revision", "v2"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "not a Hub repo id" not in err, err
+        assert f"{argv[1]} is not an option of publish" in err and "build.toml" in err
