@@ -395,6 +395,12 @@ def publish_report(
                              for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
                 parent = heads.get(branch)
                 remote = api.list_repo_files(repo_id, revision=parent or branch, repo_type=REPO_TYPE)
+                unsigning = [v for v in variant_names if signing_key is None and not new_branch
+                             and f"build/{v}/metadata.json.sigstore" in remote]
+                if unsigning:
+                    print(f"winattn publish: warning: {branch} holds {', '.join(unsigning)} signed; this publish "
+                          "replaces them unsigned, and loads that require a signature will refuse them (pass "
+                          "--signing-key to sign)", file=sys.stderr)
                 for path in _stale_files(remote, uploads, variant_names, new_branch):
                     operations.append(CommitOperationDelete(path_in_repo=path))
                 say(f"uploading to {repo_id} {branch} at {api.endpoint} ...")

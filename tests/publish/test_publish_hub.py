@@ -172,3 +172,15 @@ def test_publishing_an_older_major_leaves_the_card_of_the_newer_one(hub, api, bu
     assert api.list_repo_commits(REPO, repo_type="kernel", revision="v1")[0].commit_id == sha
     assert api.list_repo_commits(REPO, repo_type="kernel", revision="main")[0].commit_id == card_commit
     assert "v2 is newer than v1" in capsys.readouterr().err
+
+
+def test_an_unsigned_publish_over_a_signed_version_warns(hub, api, build_copy, src_root, keypair, capsys):
+    variant = next(build_copy.iterdir()).name
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root, signing_key=keypair[0])
+    assert "holds" not in capsys.readouterr().err
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    err = capsys.readouterr().err
+    assert f"warning: v1 holds {variant} signed; this publish replaces them unsigned" in err
+    assert f"build/{variant}/metadata.json.sigstore" not in _files(api, "v1")
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    assert "holds" not in capsys.readouterr().err  # unsigned over unsigned: nothing to say
