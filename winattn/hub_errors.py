@@ -80,6 +80,8 @@ def network_step(what: str, *, repo_id: str = "", endpoint: str = ""):
         elif _offline_error(e):
             error = OfflineError(f"{what}{where}: not possible in offline mode (HF_HUB_OFFLINE is set); unset "
                                  "HF_HUB_OFFLINE to reach the Hub")
+        elif getattr(getattr(e, "response", None), "status_code", None) in (401, 403):  # retrying will not help
+            error = DownloadError(f"{what}{where} failed: {describe_hub_error(e)}. Nothing was imported.")
         else:
             detail = describe_hub_error(e) if isinstance(e, hub_call_errors()) else f"{type(e).__name__}: {e}"
             error = DownloadError(f"{what}{where} failed: {detail}. Nothing was imported; retry, or set "

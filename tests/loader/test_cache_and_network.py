@@ -407,3 +407,13 @@ def test_fallback_replaces_only_no_variant(hub, hf_cache, make_build, cuda_only_
     offline()
     with pytest.raises(OfflineError):
         winattn.load("winattn/never-loaded", fallback="reference")
+
+
+def test_a_token_the_hub_does_not_know_is_reported_not_ignored(hub, hf_cache, make_build):
+    """The embedded Hub answers 401 to an unknown token, as the Hub does: the load says so (and not that the
+    publisher is untrusted)."""
+    publish_build(hub, make_build())
+    with pytest.raises(DownloadError, match=r"HTTP 401: Invalid credentials in Authorization header \(set HF_TOKEN "
+                                            r"to a token this Hub accepts") as e:
+        winattn.load(REPO, endpoint=hub.url, token="hf_not_a_token_of_this_hub")
+    assert "retry" not in str(e.value) and e.value.cause.response.status_code == 401

@@ -25,7 +25,8 @@ def register(subparsers) -> None:
         help="serve a Hub-compatible API over a local store directory",
         description="Serve the Hub HTTP API used by huggingface_hub and kernels over a local store directory. "
         "Reads of public repos are anonymous; writes and private repos need one of the --token values "
-        "(without any, the server is read-only).",
+        "(without any, the server is read-only). A request with a token the server does not know is refused "
+        "(401), as the Hub does.",
     )
     serve.add_argument(
         "--root",
