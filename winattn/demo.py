@@ -52,6 +52,7 @@ def _publish_and_serve(root: Path, work: Path) -> int:
             HF_ENDPOINT=hub.url,
             HF_HOME=str(work / "hf-home"),
             PYTHONUNBUFFERED="1",
+            HF_HUB_DISABLE_PROGRESS_BARS="1",  # the report follows; a download bar would only interleave with it
         )
         # kernels 0.17.2 builds an invalid User-Agent when telemetry is disabled, so leave that variable unset.
         for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HF_HUB_DISABLE_TELEMETRY", "HF_TOKEN"):
@@ -107,21 +108,32 @@ def _client(public_key: Path, expected_commit: str) -> int:
     t_composite = timed(composite)
 
     ok = all(err < 1e-4 for _, err in rows) and info.commit == expected_commit and info.source == "hub"
-    print("\nwindow-attention demo report")
-    print(f"  repo         {REPO_ID} v1 -> commit {info.commit} (published {expected_commit})")
-    print(f"  variant      {info.variant} (trust: {info.trust}; signer: {info.signer})")
-    for check in info.checks:
-        print(f"  check        {check.name:<14} {check.status:<5} {check.detail}")
-    for variant, reason in info.rejected:
-        print(f"  rejected     {variant}: {reason}")
-    print(f"  load time    kernels.get_kernel {t_kernels * 1e3:.0f} ms, winattn.load (verified) {t_winattn * 1e3:.0f} ms")
-    for name, err in rows:
-        print(f"  max |err|    {name:<20} {err:.2e} vs float64 reference (B={B} S={S} H={H} D={D}, bias + mask)")
-    print(f"  forward      kernel {t_kernel:.2f} ms vs PyTorch composite {t_composite:.2f} ms "
-          f"({t_composite / t_kernel:.2f}x)")
-    print(f"  result       {'OK' if ok else 'FAILED'}")
-    print(json.dumps({"errors": dict(rows), "kernel_ms": t_kernel, "composite_ms": t_composite}))
+    print("\n".join(report_lines(info, expected_commit, rows, t_kernels, t_winattn, t_kernel, t_composite, ok,
+                                  shape=f"B={B} S={S} H={H} D={D}")))
     return 0 if ok else 1
+
+
+def report_lines(info, expected_commit: str, rows, t_kernels: float, t_winattn: float, t_kernel: float,
+                 t_composite: float, ok: bool, *, shape: str) -> list:
+    """The demo's report: each line labelled, the commit named once (the "published" line above has it in full)."""
+    if info.commit == expected_commit:
+        commit = f"commit {info.commit[:12]}, the one just published"
+    else:
+        commit = f"commit {info.commit} (MISMATCH: published {expected_commit})"
+    lines = ["", "window-attention demo report",
+             f"  repo         {REPO_ID} v1 -> {commit}",
+             f"  variant      {info.variant} (trust: {info.trust}; signer: {info.signer})"]
+    lines += [f"  check        {c.name:<14} {c.status:<5} {c.detail}" for c in info.checks]
+    lines += [f"  rejected     {variant}: {reason}" for variant, reason in info.rejected]
+    lines.append(f"  load time    kernels.get_kernel {t_kernels * 1e3:.0f} ms, winattn.load (verified) "
+                 f"{t_winattn * 1e3:.0f} ms")
+    lines += [f"  max |err|    {name:<20} {err:.2e} vs float64 reference ({shape}, bias + mask)" for name, err in rows]
+    lines.append(f"  forward      kernel {t_kernel:.2f} ms vs PyTorch composite {t_composite:.2f} ms "
+                 f"({t_composite / t_kernel:.2f}x)")
+    lines.append(f"  result       {'OK' if ok else 'FAILED'}")
+    lines.append("  json         " + json.dumps({"errors": dict(rows), "kernel_ms": t_kernel,
+                                                  "composite_ms": t_composite}))
+    return lines
 
 
 def run(args) -> int:
