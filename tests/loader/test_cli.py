@@ -184,3 +184,17 @@ def test_verify_quiet_prints_the_verdicts_only(hub, hf_cache, make_build, keys, 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("  FAIL signature:") and out[1:] == [f"  => FAILED: {build.variant}",
                                                                    f"0 of 1 variant(s) verified; FAILED: {build.variant}"]
+
+
+def test_a_bad_or_short_revision_is_one_line_naming_what_exists(hub, hf_cache, make_build, capsys):
+    """As `--version 7` does ("not found (no branch v7); available versions: v1"), not the client's 4-line
+    "404 Client Error ... Revision Not Found for url ..."."""
+    commit = publish_build(hub, make_build())
+    capsys.readouterr()
+    for revision in (commit[:7], "nosuch"):
+        assert main(["info", "--revision", revision, "--endpoint", hub.url]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == (f"winattn info: error: revision '{revision}' of '{REPO}' not found (no branch, tag or commit of "
+                       "that name; a commit is named by its full 40-hex id); branches: main, v1; tags: none")
+    assert main(["info", "--version", "7", "--endpoint", hub.url]) == 1
+    assert "version 7 of 'winattn/window-attention' not found (no branch v7)" in capsys.readouterr().err
