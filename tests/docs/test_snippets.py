@@ -218,7 +218,8 @@ def test_the_readme_walkthrough_runs_on_a_free_port():
 def test_a_background_block_that_fails_shows_its_own_output(tmp_path):
     """A server block that exits (e.g. its port is taken) fails the test with the server's message, not with an
     error of the test's own teardown."""
-    code = "echo 'winattn hub serve: error: cannot listen on 127.0.0.1:8000: [Errno 98] Address already in use'\nexit 1\n"
+    code = ("echo 'winattn hub serve: error: cannot listen on 127.0.0.1:8000: [Errno 98] Address already in use'\n"
+            "exit 1\n")
     with pytest.raises(AssertionError, match=r"(?s)exited with code 1.*Address already in use"):
         start_background(code, tmp_path, dict(os.environ))
 

@@ -1,8 +1,8 @@
 """`HF_HUB_DISABLE_TELEMETRY=1` (hub-protocol.md §6, pitfall 1): kernels 0.17.2 then sends a User-Agent with a
 trailing space ("...; python/3.11.7; ") that httpx refuses, so its own Hub calls fail. winattn's calls go through
 their own `HfApi` (`library_name="winattn"`, a non-empty user agent): `winattn.load`, `winattn info` and the diffusers
-backend work with it set; `kernels.get_kernel` and the `kernels` CLI do not (README, "Distribution", says so). One fresh interpreter,
-since huggingface_hub reads the variable at import."""
+backend work with it set; `kernels.get_kernel` and the `kernels` CLI do not (README, "Distribution", says so). One
+fresh interpreter, since huggingface_hub reads the variable at import."""
 
 import subprocess
 import sys

@@ -182,8 +182,8 @@ def test_verify_quiet_prints_the_verdicts_only(hub, hf_cache, make_build, keys, 
     assert capsys.readouterr().out.splitlines() == [f"  => OK: {build.variant}", "1 of 1 variant(s) verified"]
     assert main(["verify", str(build.variant_dir), "--require-signature", "-q"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("  FAIL signature:") and out[1:] == [f"  => FAILED: {build.variant}",
-                                                                   f"0 of 1 variant(s) verified; FAILED: {build.variant}"]
+    assert out[0].startswith("  FAIL signature:")
+    assert out[1:] == [f"  => FAILED: {build.variant}", f"0 of 1 variant(s) verified; FAILED: {build.variant}"]
 
 
 def test_a_bad_or_short_revision_is_one_line_naming_what_exists(hub, hf_cache, make_build, capsys):
