@@ -8,7 +8,7 @@ import pytest
 from winattn.cli import main
 from winattn.errors import KernelNotFoundError, OfflineError, VerificationError
 from winattn.publish import publish
-from winattn.vendor import LOCK_FILENAME, read_lock, vendor
+from winattn.vendor import LOCK_FILENAME, lock_sha256, read_lock, vendor
 
 from .conftest import REPO, TOKEN
 
@@ -121,5 +121,6 @@ def test_vendor_of_another_repository_prints_a_load_line_that_loads_it(hub, buil
 
     assert main(["vendor", other, "--local-dir", str(out), "--endpoint", hub.url, "--quiet"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.splitlines() == [f"{out / LOCK_FILENAME}: {other}@{read_lock(out)['commit']}"]
+    lock_line = f"{out / LOCK_FILENAME}: {other}@{read_lock(out)['commit']} (lock sha256 {lock_sha256(out)})"
+    assert captured.out.splitlines() == [lock_line]
     assert captured.err == ""
