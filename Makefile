@@ -11,21 +11,30 @@ setup: $(STAMP)
 # A venv with pinned deps. torch==2.13.0 resolves to the local CPU wheel (requirements/constraints.txt keeps every
 # later install from replacing it). nix-bin (Debian) is only used to check that flake.nix parses.
 $(STAMP): requirements/base.txt requirements/integrations.txt requirements/fastvideo.txt requirements/constraints.txt pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements/base.txt 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/integrations.txt 2>&1 | grep -v "^WARNING: Location" || true
-	# FastVideo 0.2.1 pins torch 2.12 and ~2.5 GB of CUDA deps: install it without deps plus what its attention API needs.
-	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/fastvideo.txt 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt --no-deps fastvideo==0.2.1 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
-	# PyPI's torchvision is a cu130 build that cannot import beside CPU torch: a .pth hook fixes `import torchvision`
-	# (winattn/integrations/torchvision_hook.py) so that timm/diffusers snippets run as written.
-	$(PY) -m winattn.integrations.torchvision_hook install >/dev/null
-	$(PY) -c "import torch, kernels, huggingface_hub, model_signing, winattn.integrations._torchvision_shim, diffusers, timm, importlib.util as u; assert u.find_spec('fastvideo'); assert torch.__version__.startswith('2.13.0')"
+	@echo "make setup: creating $(VENV)/ with pinned dependencies, once: about 1.6 GB installed, 3-4 minutes on the"
+	@echo "  2-core CI machine with its local wheels (longer where pip downloads them); five steps:"
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "  [1/5] torch 2.13.0 (CPU), kernels 0.17.2, huggingface_hub 2.4.0, model-signing, kernel-abi-check, pytest"
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements/base.txt 2>&1 | grep -v "^WARNING: Location" || true
+	@echo "  [2/5] diffusers 0.42.1, timm 1.0.31, torchvision 0.28.0 (integration targets)"
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/integrations.txt 2>&1 | grep -v "^WARNING: Location" || true
+	@# FastVideo 0.2.1 pins torch 2.12 and ~2.5 GB of CUDA deps: install it without deps plus what its attention API needs.
+	@echo "  [3/5] FastVideo 0.2.1 without its ~2.5 GB of CUDA dependencies, plus what its attention API needs"
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/fastvideo.txt 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt --no-deps fastvideo==0.2.1 2>&1 | grep -v "^WARNING: Location" || true
+	@echo "  [4/5] winattn itself (editable) and the torchvision import hook"
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	@# PyPI's torchvision is a cu130 build that cannot import beside CPU torch: a .pth hook fixes `import torchvision`
+	@# (winattn/integrations/torchvision_hook.py) so that timm/diffusers snippets run as written.
+	@$(PY) -m winattn.integrations.torchvision_hook install >/dev/null
+	@echo "  [5/5] checking that everything imports"
+	@$(PY) -c "import torch, kernels, huggingface_hub, model_signing, winattn.integrations._torchvision_shim, diffusers, timm, importlib.util as u; assert u.find_spec('fastvideo'); assert torch.__version__.startswith('2.13.0')"
 	@if ! command -v nix-instantiate >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "  (and Debian's nix-bin, only to check that flake.nix parses)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin) >/dev/null 2>&1 \
 	  || echo "note: nix-bin not installed; the flake.nix parse test will be skipped"; fi
-	touch $@
+	@touch $@
+	@echo "make setup: done ($(VENV)/)"
 
 build: setup
 	$(PY) -m winattn build --backend cpu

@@ -76,7 +76,7 @@ def device() -> str:
 # autouse fixture below does not compile the kernel for them, so `pytest tests/hub` starts at once.
 _NO_BUILD_DIRS = {"hub"}
 _NO_BUILD_FILES = {"unit/test_build.py", "unit/test_matrix.py", "unit/test_repo_config.py",
-                   "unit/test_variant_resolution.py"}
+                   "unit/test_variant_resolution.py", "unit/test_demo_report.py"}
 
 
 def _needs_build(path: Path) -> bool:

@@ -85,15 +85,17 @@ def functions_markdown(functions: list[tuple[str, str]]) -> str:
     return "\n".join(f"- `{name}`" + (f": {summary}" if summary else "") for name, summary in functions)
 
 
-def variants_markdown(variant_dirs: list[Path]) -> str:
+def variants_markdown(variant_dirs: list[Path], signed: set[str] | None = None) -> str:
+    """The variants table. `signed`: names of the variants published with a signature (default: those holding one)."""
     from kernels._rust import Metadata
 
+    signed = _signed_names(variant_dirs, signed)
     rows = ["| Variant | Backend | Architectures | Signed |", "|---|---|---|---|"]
     for vdir in sorted(variant_dirs, key=lambda p: p.name):
         meta = Metadata.read_from_file(str(vdir / "metadata.json"))
         archs = ", ".join(meta.backend.archs or []) or "–"
-        signed = "yes" if (vdir / SIGNATURE_FILENAME).is_file() else "no"
-        rows.append(f"| `{vdir.name}` | {str(meta.backend.backend_type).split('.')[-1].lower()} | {archs} | {signed} |")
+        rows.append(f"| `{vdir.name}` | {str(meta.backend.backend_type).split('.')[-1].lower()} | {archs} | "
+                    f"{'yes' if vdir.name in signed else 'no'} |")
     dirty = dirty_variants(variant_dirs)
     if dirty:
         rows.append(
@@ -103,6 +105,12 @@ def variants_markdown(variant_dirs: list[Path]) -> str:
             "sources."
         )
     return "\n".join(rows)
+
+
+def _signed_names(variant_dirs: list[Path], signed: set[str] | None) -> set[str]:
+    if signed is not None:
+        return set(signed)
+    return {v.name for v in variant_dirs if (v / SIGNATURE_FILENAME).is_file()}
 
 
 def dirty_variants(variant_dirs: list[Path]) -> list[str]:
@@ -118,11 +126,18 @@ def dirty_variants(variant_dirs: list[Path]) -> list[str]:
 
 
 def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines: int = 60) -> str:
-    """benchmarks/RESULTS.md without its title (first `max_lines` lines), or a note that none were published."""
-    results = Path(repo_root) / "benchmarks" / "RESULTS.md"
-    how = f"Run them yourself with `kernels benchmark {repo_id}@v{version}` (needs `pip install 'kernels[benchmark]'`)."
+    """benchmarks/RESULTS.md without its title (first `max_lines` lines), or a note that none were published; where
+    the results and the workloads are on the Hub (`main`, beside this card: `winattn publish` puts them there)."""
+    bench = Path(repo_root) / "benchmarks"
+    results = bench / "RESULTS.md"
+    workloads = sorted(p.name for p in bench.glob("benchmark*.py")) if bench.is_dir() else []
+    files = ", ".join(f"`benchmarks/{name}`" for name in (["RESULTS.md"] if results.is_file() else []) + workloads)
+    where = f"{files} {'is' if ', ' not in files else 'are'} on branch `main`, beside this card." if files else ""
+    note = (f"(`kernels benchmark {repo_id}@v{version}` cannot run them with kernels 0.17.2: it downloads the "
+            "repository as a model repository, and this is a kernel repository.)")
     if not results.is_file():
-        return f"No benchmark results were published with this version. {how}"
+        return " ".join(filter(None, ["No benchmark results were published with this version.", where,
+                                      note if workloads else ""]))
     lines = results.read_text().strip().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
@@ -131,23 +146,39 @@ def benchmark_summary(repo_root: Path, repo_id: str, version: int, *, max_lines:
     text = "\n".join(lines).strip()
     if len(lines) > max_lines:
         text = "\n".join(lines[:max_lines]).rstrip()
-        text += f"\n\n_(truncated: see `benchmarks/RESULTS.md` on branch v{version})_"
-    return f"{text}\n\nFull results: `benchmarks/RESULTS.md` on branch `v{version}`. {how}"
+        text += "\n\n_(truncated: the full results are `benchmarks/RESULTS.md` on branch `main`)_"
+    return f"{text}\n\n{where}" + (f" {note}" if workloads else "")
 
 
-def signing_markdown(variant_dirs: list[Path]) -> str:
-    signed = [v for v in variant_dirs if (v / SIGNATURE_FILENAME).is_file()]
+def signing_markdown(variant_dirs: list[Path], signed: set[str] | None = None, *, repo_id: str = "REPO_ID",
+                     version: int = 1, signer: str | None = None) -> str:
+    """The card's "Integrity" section: what this release's variants carry and who checks it.
+
+    `signed`: names of the variants published with a signature (default: those holding one in `variant_dirs`;
+    `winattn publish` signs in a staging copy and passes them); `signer`: the signing key's fingerprint.
+    """
+    signed = _signed_names(variant_dirs, signed)
+    digest = ("`metadata.json` of each variant lists the sha256 of every other file of the variant; `winattn.load` "
+              "and `winattn verify` check those digests before anything is imported (`kernels.get_kernel` 0.17.2 "
+              "checks neither digests nor signatures).")
     if not signed:
-        return "The variants of this version are not signed; rely on the pinned commit and `metadata.json`'s digest."
-    if len(signed) == len(variant_dirs):
-        scope = "Every variant is"
-    else:
-        scope = f"{len(signed)} of {len(variant_dirs)} variants are"
+        return f"The variants of this version are **not signed**: integrity rests on the pinned commit. {digest}"
+    scope = "Every variant is" if len(signed) == len(variant_dirs) else \
+        f"{len(signed)} of {len(variant_dirs)} variants ({', '.join(f'`{n}`' for n in sorted(signed))}) are"
+    by = f" by the key with fingerprint `{signer}`" if signer else ""
     return (
-        f"{scope} signed: `build/<variant>/{SIGNATURE_FILENAME}` is an OpenSSF model-signing bundle (EC P-256 key, "
-        "offline) over `metadata.json`, whose `digest` lists the sha256 of every other file. `winattn.load` verifies "
-        "it against the publisher's public key before import. (`kernels verify-signature` expects a keyless "
-        "Sigstore bundle from kernels-community's CI and reports this one as invalid; loading is unaffected.)"
+        f"{scope} **signed**{by}: `build/<variant>/{SIGNATURE_FILENAME}` is an OpenSSF model-signing bundle (EC "
+        f"P-256 key, made offline) over `metadata.json` and a statement naming `{repo_id}`, version {version} and "
+        f"the variant. {digest}\n\n"
+        "Check a signature with the publisher's public key (PEM), which only the publisher can give you:\n\n"
+        "```bash\n"
+        f"winattn verify {repo_id} --version {version} --public-key publisher.pub.pem --require-signature\n"
+        "```\n\n"
+        f"or load with `winattn.load(\"{repo_id}\", version={version}, public_keys=[\"publisher.pub.pem\"], "
+        "require_signature=True)`; both refuse a build signed for another repository, version or variant. "
+        f"`kernels verify-signature` cannot check these bundles: it accepts only Sigstore certificates issued to "
+        "Hugging Face's own CI and reports a key-based bundle as \"invalid signature bundle: expected certificate\" "
+        "(a different kind of signature, not tampering)."
     )
 
 
@@ -160,8 +191,13 @@ def render_card(
     license: str,
     variant_dirs: list[Path],
     template: Path | None = None,
+    signed: set[str] | None = None,
+    signer: str | None = None,
 ) -> str:
-    """The README.md for `main`: CARD.md (or `template`) filled from the build config and the variants."""
+    """The README.md for `main`: CARD.md (or `template`) filled from the build config and the variants.
+
+    `signed` names the variants this release signs (default: those holding a signature in `variant_dirs`), `signer`
+    is the key's fingerprint."""
     template = Path(template) if template else Path(repo_root) / CARD_TEMPLATE
     if not template.is_file():
         raise PublishError(f"card template {template} is missing")
@@ -176,8 +212,8 @@ def render_card(
             "version": str(version),
             "license": license.lower(),
             "functions": functions_markdown(functions),
-            "variants": variants_markdown(variant_dirs),
+            "variants": variants_markdown(variant_dirs, signed),
             "benchmarks": benchmark_summary(repo_root, repo_id, version),
-            "signing": signing_markdown(variant_dirs),
+            "signing": signing_markdown(variant_dirs, signed, repo_id=repo_id, version=version, signer=signer),
         },
     )

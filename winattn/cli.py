@@ -47,21 +47,25 @@ def make_parser() -> argparse.ArgumentParser:
 
 def describe_error(e: BaseException, args=None) -> str | None:
     """One line for an expected failure (what happened, where, what to do), or None for a bug."""
+    from .cli_args import cli_words, endpoint_of
+
     if isinstance(e, WinattnError):
-        return str(e).strip().replace("\n", "\n  ")
+        return cli_words(str(e).strip()).replace("\n", "\n  ")
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
         HFValidationError,
+        OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
-    from .cli_args import endpoint_of
     from .publish import describe_hub_error, hub_call_errors
 
     endpoint = endpoint_of(args)
     repo = getattr(args, "repo_id", None) or "the repository"
+    if isinstance(e, OfflineModeIsEnabled):
+        return f"the Hub at {endpoint} is not contacted in offline mode (HF_HUB_OFFLINE is set); unset HF_HUB_OFFLINE"
     if isinstance(e, HFValidationError):
         return f"{str(e).splitlines()[0]} (a Hub repo id is ORG/NAME, e.g. winattn/window-attention)"
     if isinstance(e, GatedRepoError):
@@ -72,20 +76,29 @@ def describe_error(e: BaseException, args=None) -> str | None:
     if isinstance(e, RevisionNotFoundError):
         return f"revision not found in {repo} at {endpoint} (list versions with `winattn info {repo}`)"
     if isinstance(e, HfHubHTTPError):
-        return f"the Hub at {endpoint} answered {describe_hub_error(e)}"
+        return cli_words(f"the Hub at {endpoint} answered {describe_hub_error(e)}")
     if isinstance(e, hub_call_errors()):  # connection refused, DNS, timeouts
-        return (f"cannot reach the Hub at {endpoint}: {describe_hub_error(e)}; to use kernels already in the "
-                f"local cache, set HF_HUB_OFFLINE=1")
+        return cli_words(f"cannot reach the Hub at {endpoint}: {describe_hub_error(e)}; to use kernels already in "
+                         "the local cache, set HF_HUB_OFFLINE=1")
     return None
 
 
 def main(argv=None) -> int:
+    from .cli_args import cli_log_words
+
     args = make_parser().parse_args(argv)
     try:
-        rc = args.func(args)
+        with cli_log_words():
+            rc = args.func(args)
     except KeyboardInterrupt:
         print(f"winattn {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `winattn info | head -1`: the reader left; stop quietly, as a SIGPIPE'd tool would
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing more reaches the closed pipe, not even at interpreter exit
+        return 141
     except Exception as e:  # noqa: BLE001  (mapped to one line below, or re-raised as a bug)
         message = describe_error(e, args)
         if message is None:

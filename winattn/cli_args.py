@@ -8,6 +8,7 @@ tests/docs/test_cli_convention.py over every subcommand's `--help`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 
@@ -76,3 +77,51 @@ def endpoint_of(args: argparse.Namespace | None) -> str:
     from huggingface_hub import constants
 
     return os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+
+
+# Messages shared with `winattn.load` name its keyword arguments; on the command line they read as the flags a user
+# types (`winattn verify --require-signature`), never as Python. Longest phrases first.
+_CLI_WORDS = (
+    ("require_signature=True but no trusted public keys were given",
+     "--require-signature was given but no --public-key"),
+    ("because require_signature=False", "because --require-signature was not given"),
+    ("require_signature=True", "--require-signature"),
+    ("public_keys=[...]", "--public-key KEY"),
+    ("pass revision=<commit>", "pass --revision COMMIT"),
+    ("or set HF_ENDPOINT to one", "or point --endpoint / HF_ENDPOINT at one"),
+    ("set HF_TOKEN to a token this Hub accepts", "pass --token or set HF_TOKEN to a token this Hub accepts"),
+)
+
+
+def cli_words(text: str) -> str:
+    """`text` with the Python spellings of options replaced by the command-line ones, and the loader's trust hint
+    (set `trust_remote_code`) by what it means for a command that only reports trust."""
+    from .trust import _HINT
+
+    text = text.replace(_HINT, "winattn.load refuses it unless the caller opts in to untrusted publishers.")
+    for python, cli in _CLI_WORDS:
+        text = text.replace(python, cli)
+    return text
+
+
+@contextlib.contextmanager
+def cli_log_words():
+    """While a command runs, winattn's log records (of every `winattn.*` logger) read in `cli_words`."""
+    import logging
+
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        if record.name == "winattn" or record.name.startswith("winattn."):
+            message = record.getMessage()
+            words = cli_words(message)
+            if words != message:
+                record.msg, record.args = words, None
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(previous)

@@ -2,11 +2,26 @@
 
 
 class WinattnError(Exception):
-    """Base class of winattn's errors."""
+    """Base class of winattn's errors.
+
+    Attributes:
+        cause: the exception behind it (e.g. the HTTP or connection error of a failed Hub call), or None. Kept here
+            instead of chained, so that a traceback shows winattn's one message and not the client's 80 lines of
+            chained frames; `traceback.print_exception(err.cause)` shows them.
+    """
+
+    cause: "BaseException | None" = None
 
 
 class KernelNotFoundError(WinattnError, FileNotFoundError):
-    """No variant of the kernel fits this machine, or a repo/revision/variant does not exist."""
+    """The repository, version, revision or variant does not exist (or is not visible with this token). Never
+    replaced by the reference: `winattn.load(fallback="reference")` applies to `NoVariantError` only."""
+
+
+class NoVariantError(KernelNotFoundError):
+    """The kernel exists, but no variant of it fits this machine (backend, torch, CPU, OS), or `backend=` names one
+    this machine cannot run. The message lists every variant and why it was rejected. The one failure that
+    `winattn.load(fallback="reference")` replaces with the pure-PyTorch reference (with a warning saying why)."""
 
 
 class UntrustedKernelError(WinattnError):

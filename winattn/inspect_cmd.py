@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import KernelNotFoundError
+from .errors import KernelNotFoundError, NoVariantError
 from .untrusted import shown
 from .variant import DEFAULT_REPO, DEFAULT_VERSION, LOCK_FILENAME, METADATA_FILENAME
 
@@ -52,6 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--all-variants", action="store_true",
                    help="with a REPO_ID: check every variant, not only the one this machine would load")
     p.add_argument("--no-files", dest="files_table", action="store_false", help="omit the per-file digest table")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars; print only failed checks, each variant's verdict and the summary")
     _add_backend_arg(p)
     add_hub_args(p)
     p.set_defaults(func=_checked(run_verify))
@@ -74,9 +76,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=_checked(run_info))
 
 
+def _backend_name(value: str) -> str:
+    """argparse type of --backend: a usage error (exit 2) for a name that is no backend."""
+    from .resolve import check_backend_name
+
+    try:
+        return check_backend_name(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_backend_arg(p) -> None:
-    p.add_argument("--backend", default=None, metavar="NAME",
-                   help="match variants for this backend (cpu, cuda, ...) instead of this machine's")
+    p.add_argument("--backend", default=None, metavar="NAME", type=_backend_name,
+                   help="what a machine with this backend would load instead of this one: cpu, cuda (the newest CUDA "
+                        "of the variants), cu130, rocm64, metal, ...; nothing of it is imported")
 
 
 def _checked(run):
@@ -84,6 +97,9 @@ def _checked(run):
     traceback from the Hub client."""
 
     def command(args) -> int:
+        from . import resolve
+
+        resolve.PROBE_WITHOUT_TORCH_IMPORT = True  # nothing is imported: what kernels reads from torch, from its files
         args.target = args.repo_id
         if not Path(args.target).exists() and not _REPO_ID.match(args.target):
             raise KernelNotFoundError(f"{args.target}: no such directory, and not a Hub repo id (ORG/NAME, e.g. "
@@ -108,10 +124,12 @@ def _locate(repo_id: str, args, *, vendored=None):
 
 def _trust_line(found) -> str:
     """The publisher's trust status, as `info` prints it."""
+    from .cli_args import cli_words
+
     if found.source == "offline-cache":
         return found.trust and f"trusted ({found.trust})" or "not checked (offline)"
     if found.trust_error:
-        return f"NOT trusted: {found.trust_error}"
+        return cli_words(f"NOT trusted: {found.trust_error}")
     return f"trusted ({found.trust})"
 
 
@@ -125,13 +143,19 @@ def _file_table(report) -> list:
     return sorted(((status, rel) for rel, status in report.file_status.items()), key=lambda row: row[1])
 
 
-def _print_report(title: str, report, files_table: bool) -> None:
-    """Every name printed is escaped (`winattn.untrusted.shown`): a file named with ANSI escapes or bidi overrides
-    cannot rewrite the terminal or reorder the report (check details are escaped by `winattn.verify.Check`)."""
-    print(shown(title))
+def _print_report(title: str, report, files_table: bool, quiet: bool = False) -> None:
+    """Every check (and the digest's file table); `quiet`: only failed and warned checks, and the verdict. Every name
+    printed is escaped (`winattn.untrusted.shown`): a file named with ANSI escapes or bidi overrides cannot rewrite
+    the terminal or reorder the report (check details are escaped by `winattn.verify.Check`)."""
+    from .cli_args import cli_words
+
+    if not quiet:
+        print(shown(title))
     for check in report.checks:
-        print(f"  {check.line()}")
-        if check.name == "digest" and files_table:
+        if quiet and check.status in ("pass", "skip"):
+            continue
+        print(f"  {cli_words(check.line())}")
+        if check.name == "digest" and files_table and not quiet:
             for status, rel in _file_table(report):
                 print(f"      {status:8} {shown(rel)}")
     print(f"  => {'OK' if report.ok else 'FAILED'}: {shown(report.variant)}")
@@ -144,7 +168,7 @@ def _verify_dir(path: Path, args) -> list:
                   check_abi=True, use_receipt=False)
     if (path / METADATA_FILENAME).is_file():
         report = verify_variant(path, **common)
-        _print_report(f"variant {path.name} ({path})", report, args.files_table)
+        _print_report(f"variant {path.name} ({path})", report, args.files_table, args.quiet)
         return [report]
     lock = None
     if (path / LOCK_FILENAME).is_file():
@@ -168,19 +192,21 @@ def _verify_dir(path: Path, args) -> list:
             print(f"  WARN lock: {name} is not in {LOCK_FILENAME} (winattn.load ignores it)")
             continue
         report = verify_variant(base / name, lock_entry=entry, **common)
-        _print_report(f"variant {name} ({base / name})", report, args.files_table)
+        _print_report(f"variant {name} ({base / name})", report, args.files_table, args.quiet)
         reports.append(report)
     return reports
 
 
 def _verify_repo(repo_id: str, args) -> list:
     from . import sources
+    from .cli_args import cli_words
     from .verify import verify_variant
 
     found = _locate(repo_id, args)
-    if found.source == "hub":
-        print(f"trust: WARN {found.trust_error}" if found.trust_error else f"trust: PASS {found.trust}")
-    print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
+    if found.source == "hub" and (found.trust_error or not args.quiet):
+        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust}")
+    if not args.quiet:
+        print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
     if args.all_variants:
         targets = [found.for_variant(name) for name in found.variants]
     elif isinstance(found, sources.Found):
@@ -188,20 +214,29 @@ def _verify_repo(repo_id: str, args) -> list:
     else:
         targets = []
     if not targets:
-        raise KernelNotFoundError(found.message if isinstance(found, sources.NoVariant) else f"{repo_id}: no variants")
-    reports = []
-    for target in targets:
+        if isinstance(found, sources.NoVariant):
+            raise NoVariantError(found.message)
+        raise KernelNotFoundError(f"{repo_id}: no variants")
+    fetched = []
+    for target in targets:  # every download (and its progress bars) first, then the reports
         with target.lock():
-            variant_dir = target.fetch()
+            fetched.append((target, target.fetch()))
+    sys.stdout.flush()
+    reports = []
+    for target, variant_dir in fetched:
         report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
                                 bytecode="warn", check_abi=True, use_receipt=False, lock_entry=target.lock_entry,
                                 expect=target.expect)
-        _print_report(f"variant {target.variant} ({variant_dir})", report, args.files_table)
+        _print_report(f"variant {target.variant} ({variant_dir})", report, args.files_table, args.quiet)
         reports.append(report)
     return reports
 
 
 def run_verify(args) -> int:
+    if args.quiet:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
     target = Path(args.target)
     if target.exists():
         reports = _verify_dir(target, args)
@@ -231,14 +266,14 @@ def run_info(args) -> int:
         what, trust, source = str(target), None, "directory"
         selection = resolve.select_local(base, args.backend)
         selected, accepted, rejected = selection.variant, selection.accepted, selection.rejected
-        decisions = selection.decisions
+        decisions, variants = selection.decisions, [d.variant for d in selection.decisions]
     else:
         if target.exists():
             lock = sources.read_checked_lock(target)
             found = _locate(lock["repo_id"], args, vendored=target)
         else:
             found = _locate(args.target, args)
-        source = found.source
+        source, variants = found.source, found.variants
         ids.update(repo_id=found.repo_id, version=found.version, revision=found.revision, commit=found.commit)
         if isinstance(found, sources.NoVariant):
             what = found.message.splitlines()[0]
@@ -249,7 +284,7 @@ def run_info(args) -> int:
             selected, accepted, rejected = found.variant, list(found.accepted), list(found.rejected)
             trust = _trust_line(found)
             decisions = accepted or rejected
-    system = resolve.system_description(args.backend)
+    system = resolve.system_description(args.backend, variants)
     if args.json:
         print(json.dumps({
             "target": what, **ids, "system": system, "selected": selected, "accepted": accepted,
@@ -258,11 +293,11 @@ def run_info(args) -> int:
         }, indent=2))
         return 0 if selected else 1
     print(f"{what}")
-    print(f"this machine: {system}")
+    print(f"this machine: {system}" if args.backend is None else f"a {args.backend} machine: {system}")
     if selected:
         print(f"would load: {selected}")
     else:
-        print("would load: nothing (no variant fits; winattn.load(fallback='reference') uses the reference)")
+        print("would load: nothing (no variant fits)")
     for name in accepted[1:]:
         print(f"  compatible, less preferred: {name}")
     for name, reason in rejected:

@@ -5,8 +5,9 @@
               is trusted first (`winattn.trust.check_trust`: Hub `trustedKernelPublisher`, `trust_remote_code=True`
               or an allowlist -> `UntrustedKernelError` before anything is downloaded), `version=N` / `revision=`
               is pinned to one commit for the whole load, and kernels' variant resolution picks the variant on the
-              commit's `build/` listing. None fits -> `KernelNotFoundError` listing every variant and why it was
-              rejected (or the reference with `fallback="reference"`). `winattn info` reports this same step.
+              commit's `build/` listing. None fits -> `NoVariantError` listing every variant and why it was
+              rejected (or the reference with `fallback="reference"`, the one failure that falls back). `winattn
+              info` reports this same step.
 2. verify     `winattn.fetch`: download only `build/<variant>/*` at the pinned commit under a per-variant file lock
               (`DownloadError` when the Hub fails mid-way), then `winattn.verify.verify_variant` (files, lock,
               signature and what it is signed for, metadata, digest, kernels-minver, arch, python-depends), copying
@@ -39,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from . import fetch, sources
+from . import fetch, resolve, sources
 from .errors import (
     IncompatibleKernelError,
     KernelConflictError,
-    KernelNotFoundError,
+    NoVariantError,
     StaleKernelError,
     VerificationError,
 )
@@ -138,24 +139,30 @@ def load(
             allowed in addition to trusted publishers.
         public_keys: trusted public key file(s); a variant's signature, when present, must verify with one of them.
         require_signature: refuse unsigned variants (needs `public_keys`).
-        fallback: "reference" returns the pure-PyTorch reference when no variant fits this machine (never when
-            verification fails) instead of raising `KernelNotFoundError`.
+        fallback: "reference" returns the pure-PyTorch reference, with a warning saying why, instead of raising
+            `NoVariantError`: the kernel exists but no variant fits this machine (or `backend` names one it cannot
+            run). No other failure falls back: a repository, version or revision that does not exist
+            (`KernelNotFoundError`), an unreachable Hub (`DownloadError`), files missing offline (`OfflineError`),
+            an untrusted publisher (`UntrustedKernelError`) and a failed check (`VerificationError`) always raise.
         vendored: a `winattn vendor` directory to load from with zero network access.
         lock_sha256: with `vendored`, the sha256 (hex) of its lock file as `winattn vendor` printed it: pins the lock
             from outside the directory (a writer of the directory can otherwise replace the lock with that of an
             older signed build). `revision=<commit>` pins the commit the lock names.
         endpoint / token: the Hub to use (default: HF_ENDPOINT / HF_TOKEN).
-        backend: kernels' `backend=` ("cpu" or the backend torch was built for; default: detected).
+        backend: kernels' `backend=` ("cpu" or the backend torch was built for; default: detected). Another one
+            (e.g. "cuda" on a CPU machine) is `NoVariantError`: `winattn info --backend NAME` shows what such a
+            machine would load.
 
     Returns:
         The kernel module (`attention`, `window_attention`, `reference`), with `__winattn_info__`.
 
     Raises:
-        UntrustedKernelError, KernelNotFoundError, DownloadError, OfflineError, VerificationError
-        (IncompatibleKernelError: another kernel API version; RemoteValueError: the Hub, a cache ref, a receipt or
-        the lock gave a value that is not what it must be), StaleKernelError (a build of this op namespace failed
-        to load earlier in the process), KernelConflictError (a module of this op namespace that winattn did not
-        import, or another build of it, is already in the process).
+        NoVariantError (unless `fallback="reference"`), KernelNotFoundError, UntrustedKernelError, DownloadError,
+        OfflineError, VerificationError (IncompatibleKernelError: another kernel API version; RemoteValueError: the
+        Hub, a cache ref, a receipt or the lock gave a value that is not what it must be), StaleKernelError (a build
+        of this op namespace failed to load earlier in the process), KernelConflictError (a module of this op
+        namespace that winattn did not import, or another build of it, is already in the process). All are
+        `winattn.errors.WinattnError`.
     """
     if fallback not in (None, "reference"):
         raise ValueError(f"fallback must be None or 'reference', got {fallback!r}")
@@ -175,12 +182,22 @@ def load(
     if require_signature and not keys:
         raise ValueError("require_signature=True needs public_keys=[...] (the keys signatures must verify with)")
 
+    if backend is not None:
+        resolve.backend_for(backend)  # ValueError for a name that is no backend
+    if not resolve.runs_here(backend):
+        message = (f"backend {backend!r} cannot run on this machine ({resolve.system_description()}): a load takes "
+                   f"'cpu' or the backend torch was built for (`winattn info --backend {backend}` shows what a "
+                   f"{backend} machine would load)")
+        if fallback != "reference":
+            raise NoVariantError(message)
+        logger.warning("%s\nUsing the pure-PyTorch reference implementation (fallback='reference').", message)
+        return _reference_module(None, repo_id=repo_id, version=version, revision=revision)
     found = sources.locate(repo_id, version=version, revision=revision, requested_version=requested_version,
                            backend=backend, trust_remote_code=trust_remote_code, vendored=vendored,
                            lock_sha256=lock_sha256, endpoint=endpoint, token=token)
     if isinstance(found, sources.NoVariant):
         if fallback != "reference":
-            raise KernelNotFoundError(found.message)
+            raise NoVariantError(found.message)
         logger.warning("%s\nUsing the pure-PyTorch reference implementation (fallback='reference').", found.message)
         return _reference_module(found)
     report = fetch.verify_found(found, keys, require_signature)
@@ -203,14 +220,15 @@ def _normalize_keys(public_keys) -> list:
     return keys
 
 
-def _reference_module(missing: "sources.NoVariant"):
+def _reference_module(missing: "Optional[sources.NoVariant]", **asked):
     from .reference_kernel import load_reference
 
     module = load_reference()
-    module.__winattn_info__ = LoadInfo(
-        repo_id=missing.repo_id, version=missing.version, revision=missing.revision, commit=missing.commit,
-        variant=None, variant_path=None, source="reference", rejected=missing.rejected,
-    )
+    if missing is not None:
+        asked = dict(repo_id=missing.repo_id, version=missing.version, revision=missing.revision,
+                     commit=missing.commit, rejected=missing.rejected)
+    module.__winattn_info__ = LoadInfo(**{"commit": None, **asked}, variant=None, variant_path=None,
+                                       source="reference")
     return module
 
 

@@ -1,18 +1,22 @@
 """`winattn publish`: check, optionally sign, and upload the built variants to a Hub kernel repo.
 
-Layout on the Hub (as `kernel-builder upload`, kernel-builder.md §5):
+Layout on the Hub:
 
     main:    README.md              the filled CARD.md
-    v<N>:    build/<variant>/...    every variant in the build dir, stale files of those variants deleted
              benchmarks/benchmark*.py, benchmarks/RESULTS.md
+    v<N>:    build/<variant>/...    every variant in the build dir, stale files of those variants deleted
 
-All variant and benchmark files go to `v<N>` in one `create_commit` (pinned to the branch head it was computed
-against), so a reader of the branch sees either the old or the new version, never a mix. Nothing is uploaded unless
-every variant passes `check_variant`.
+All variant files go to `v<N>` in one `create_commit` (pinned to the branch head it was computed against), so a reader
+of the branch sees either the old or the new version, never a mix. Nothing is uploaded unless every variant passes
+`check_variant`. The version branch holds nothing but `build/` (kernel-builder's `upload` also puts `benchmarks/`
+there): `kernels lock` / `kernels download` / `kernels.load_kernel(lockfile=...)` and an offline `kernels.get_kernel`
+need every file of the commit in the cache, and `kernels download` fetches only `build/` (kernels 0.17.2). The
+benchmarks go to `main` with the card, in one commit.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fnmatch
 import hashlib
@@ -151,19 +155,21 @@ def benchmark_files(repo_root: Path) -> list[Path]:
     )
 
 
+def _is_benchmark_file(path: str) -> bool:
+    return path.startswith("benchmarks/") and "/" not in path[len("benchmarks/"):] and any(
+        fnmatch.fnmatch(path[len("benchmarks/"):], pat) for pat in BENCHMARK_PATTERNS)
+
+
 def _stale_files(remote: list[str], uploads: set[str], variants: list[str], new_branch: bool) -> list[str]:
-    """Remote files to delete: stale files of uploaded variants and benchmarks; on a new branch, everything else."""
+    """Files of the version branch to delete: stale files of uploaded variants, and benchmarks (they live on main;
+    earlier publishes put them here); on a new branch, everything that is not uploaded."""
     stale = []
     for path in remote:
         if path in uploads:
             continue
         if new_branch:
-            stale.append(path)  # the branch starts as a copy of main (README.md, .gitattributes): keep it build-only
-        elif any(path.startswith(f"build/{v}/") for v in variants):
-            stale.append(path)
-        elif path.startswith("benchmarks/") and "/" not in path[len("benchmarks/"):] and any(
-            fnmatch.fnmatch(path[len("benchmarks/"):], pat) for pat in BENCHMARK_PATTERNS
-        ):
+            stale.append(path)  # the branch starts as a copy of main (README.md, benchmarks/): keep it build-only
+        elif any(path.startswith(f"build/{v}/") for v in variants) or _is_benchmark_file(path):
             stale.append(path)
     return stale
 
@@ -278,7 +284,7 @@ def publish_report(
     commit_message: str | None = None,
     progress=None,
 ) -> PublishResult:
-    """Upload every variant of `build_dir` and the benchmarks to branch `v<version>`, and the card to `main`.
+    """Upload every variant of `build_dir` to branch `v<version>`, and the card and the benchmarks to `main`.
 
     Args:
         repo_id: Hub kernel repo (`org/name`); created (repo type `kernel`) if missing.
@@ -294,7 +300,7 @@ def publish_report(
             huggingface_hub's own upload bars.
 
     Returns:
-        PublishResult. The card on `main` is updated unless a newer `v<N>` exists.
+        PublishResult. The card and the benchmarks on `main` are updated unless a newer `v<N>` exists.
 
     Raises:
         PublishError: bad build.toml, a refused variant or signature (nothing is uploaded then), or a failed Hub call.
@@ -302,6 +308,7 @@ def publish_report(
     import tempfile
 
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import OfflineModeIsEnabled
 
     from .card import dirty_variants, render_card
 
@@ -350,6 +357,8 @@ def publish_report(
             version=config.version,
             license=config.license,
             variant_dirs=variant_dirs,
+            signed=set(signatures),  # signed in the staging copy: build/ holds no signature (refused without a key)
+            signer=signer,
         )
 
         operations: list = []
@@ -367,9 +376,10 @@ def publish_report(
                 uploads.add(path_in_repo)
                 operations.append(CommitOperationAdd(path_in_repo=path_in_repo,
                                                      path_or_fileobj=signatures[vdir.name].read_bytes()))
-        for rel in benchmark_files(repo_root):
-            uploads.add(rel.as_posix())
-            operations.append(CommitOperationAdd(path_in_repo=rel.as_posix(), path_or_fileobj=str(repo_root / rel)))
+        main_operations: list = [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())]
+        benchmarks = {rel.as_posix() for rel in benchmark_files(repo_root)}
+        for rel in sorted(benchmarks):
+            main_operations.append(CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(repo_root / rel)))
 
         api = HfApi(endpoint=endpoint, token=token)
         variant_names = [v.name for v in variant_dirs]
@@ -385,6 +395,12 @@ def publish_report(
                              for b in api.list_repo_refs(repo_id, repo_type=REPO_TYPE).branches}
                 parent = heads.get(branch)
                 remote = api.list_repo_files(repo_id, revision=parent or branch, repo_type=REPO_TYPE)
+                unsigning = [v for v in variant_names if signing_key is None and not new_branch
+                             and f"build/{v}/metadata.json.sigstore" in remote]
+                if unsigning:
+                    print(f"winattn publish: warning: {branch} holds {', '.join(unsigning)} signed; this publish "
+                          "replaces them unsigned, and loads that require a signature will refuse them (pass "
+                          "--signing-key to sign)", file=sys.stderr)
                 for path in _stale_files(remote, uploads, variant_names, new_branch):
                     operations.append(CommitOperationDelete(path_in_repo=path))
                 say(f"uploading to {repo_id} {branch} at {api.endpoint} ...")
@@ -403,16 +419,22 @@ def publish_report(
                 if newer:  # a fix to an older major must not turn the card back to it
                     card_state = f"left as is: v{newer[-1]} is newer than v{config.version}"
                 else:
+                    main_files = api.list_repo_files(repo_id, revision="main", repo_type=REPO_TYPE)
+                    main_operations += [CommitOperationDelete(path_in_repo=path) for path in main_files
+                                        if _is_benchmark_file(path) and path not in benchmarks]
                     card_info = api.create_commit(
                         repo_id,
-                        [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
-                        commit_message=f"Card for {config.name} v{config.version}",
+                        main_operations,
+                        commit_message=f"Card and benchmarks for {config.name} v{config.version}",
                         repo_type=REPO_TYPE,
                         revision="main",
                     )
                     card_state = "updated" if card_info.oid != heads.get("main") else "unchanged"
         except hub_call_errors() as e:
             raise PublishError(f"upload to {repo_id} at {api.endpoint} failed: {describe_hub_error(e)}") from None
+        except OfflineModeIsEnabled:
+            raise PublishError(f"cannot publish to {repo_id} at {api.endpoint} in offline mode (HF_HUB_OFFLINE is "
+                               "set); unset HF_HUB_OFFLINE") from None
     if newer:
         print(f"winattn publish: main's card {card_state}", file=sys.stderr)
     return PublishResult(
@@ -453,6 +475,15 @@ def _run(args) -> int:
     return 0
 
 
+class _VersionFromBuildToml(argparse.Action):
+    """`winattn publish --version N` / `--revision R`: a usage error that says where the version comes from (without
+    it, argparse took N for the REPO_ID and reported "'2' is not a Hub repo id")."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is not an option of publish: it uploads to branch v<version> with the version "
+                     "build.toml names ([general] version); change it there to publish another major version")
+
+
 def register(subparsers) -> None:
     from .cli_args import add_hub_args, add_repo_id
 
@@ -461,12 +492,14 @@ def register(subparsers) -> None:
         help="check, sign and upload the built variants to a Hub kernel repository",
         description=(
             "Check every variant in the build directory (layout, digest, abi3), sign it with --signing-key, and "
-            "upload all of them with benchmarks/ to branch v<version> (version from build.toml) in one commit; the "
-            "filled CARD.md becomes README.md on main. Prints a summary: variants, signing key, commit URL. Works "
-            "from any directory inside the kernel repository."
+            "upload all of them to branch v<version> (version from build.toml) in one commit; the filled CARD.md "
+            "becomes README.md on main, with benchmarks/. Prints a summary: variants, signing key, commit URL. "
+            "Works from any directory inside the kernel repository."
         ),
     )
     add_repo_id(p, legacy_flag=True)
+    for flag in ("--version", "--revision"):  # said plainly, not misread as REPO_ID
+        p.add_argument(flag, action=_VersionFromBuildToml, nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--signing-key", type=Path, metavar="KEY",
                    help="EC P-256 private key (PEM, from `winattn keygen`) to sign every variant with; without it "
                         "the variants are uploaded unsigned, and a signature already in the build directory is "

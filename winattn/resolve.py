@@ -13,6 +13,7 @@ import logging
 import os
 import platform
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -74,6 +75,7 @@ class Selection:
 
     variant: Optional[str]
     decisions: list  # kernels.variants.VariantAccepted | VariantRejected, most preferred first
+    system: str = ""  # what the variants were matched against (`system_description`)
 
     @property
     def rejected(self) -> list:
@@ -144,18 +146,220 @@ def parse_cache_variant_dir(variant_path) -> Optional[tuple]:
     return None
 
 
-def system_description(backend: Optional[str] = None) -> str:
-    """e.g. "backend cpu, torch 2.13, x86_64-linux" (what the variants were matched against)."""
-    from kernels.backends import _select_backend
+# Backend names that need a version to be a kernels backend (`cu130`, `rocm64`, `xpu20251`, `cann82`).
+_FAMILIES = {"cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU", "cann": "CANN"}
 
+# Set by the CLI (`winattn info` / `verify` / `vendor`), which imports nothing of torch otherwise: read what kernels
+# reads from torch without importing it where that is exact (`_probe_without_torch`). `winattn.load` imports torch
+# anyway and keeps kernels' own detection.
+PROBE_WITHOUT_TORCH_IMPORT = False
+
+
+class _NoVersion:
+    """A backend family named without a version (`--backend cuda`) when no variant of it is listed: every arch
+    variant is rejected as "does not match selected backend (cuda)", noarch `cuda` variants are accepted."""
+
+    def __init__(self, name: str):
+        self.name = self.variant_str = name
+
+
+def _variant_objects(variants) -> list:
+    from kernels.variants import parse_variant
+
+    out = []
+    for v in variants:
+        if isinstance(v, str):
+            try:
+                v = parse_variant(v)
+            except ValueError:
+                continue
+        out.append(v)
+    return out
+
+
+def runs_here(backend: Optional[str]) -> bool:
+    """Can this machine's torch run variants of `backend` (None: this machine's own)? kernels' `backend=` rule:
+    "cpu" or the backend torch was built for (by name, e.g. "cuda", or its variant string, e.g. "cu130")."""
+    if backend is None:
+        return True
+    here = _this_machine().backend
+    return backend in ("cpu", here.name, here.variant_str)
+
+
+def backend_for(backend: Optional[str], variants=()):
+    """The kernels `Backend` to match variants against: this machine's for None; for a name, what a machine with
+    that backend would be, without importing anything of it (so `winattn info --backend cuda` works on a CPU box):
+
+    - a name kernels supports here ("cpu", this machine's backend) -> kernels' own;
+    - a backend variant string (`cu130`, `rocm64`, `xpu20251`, `metal`, `cpu`, ...) -> that backend and version;
+    - a family without a version (`cuda`, `rocm`, `xpu`, `cann`) -> the newest version of it among `variants` (what
+      a machine whose torch has that version or newer loads);
+
+    anything else is a ValueError naming what is accepted.
+    """
+    from kernels import backends as kb
+
+    if backend is not None:
+        check_backend_name(backend)
+    here = _this_machine().backend
+    if backend is None or backend == here.name or backend == here.variant_str:
+        return here
+    family = _FAMILIES.get(backend)
+    if family is not None:
+        versions = [v.arch.backend for v in _variant_objects(variants)
+                    if type(getattr(getattr(v, "arch", None), "backend", None)).__name__ == family]
+        if not versions:
+            return _NoVersion(backend)
+        return max(versions, key=lambda b: (b.version.major, b.version.minor))
+    return kb.parse_backend(backend)
+
+
+def check_backend_name(backend: str) -> str:
+    """`backend` if it names a backend (`backend_for`), else ValueError saying which names are."""
+    from kernels import backends as kb
+
+    if backend in _FAMILIES:
+        return backend
     try:
+        kb.parse_backend(backend)
+    except ValueError:
+        raise ValueError(f"unknown backend {backend!r}: use cpu, cuda, rocm, xpu, cann, metal, neuron, tpu, or a "
+                         "backend with its version as variant names spell it (cu130, rocm64, ...)") from None
+    return backend
+
+
+@dataclass(frozen=True)
+class _System:
+    """What kernels' `resolve_variants` matches variants against, but for a chosen backend."""
+
+    backend: object
+    cpu: str
+    os: str
+    torch_version: object
+    tvm_ffi_version: object
+    macos_version: object
+
+
+_MACHINE: Optional[_System] = None
+
+
+def _this_machine() -> _System:
+    """This machine as kernels' `resolve_variants` sees it (its backend, CPU, OS, torch and tvm-ffi versions),
+    computed once per process."""
+    global _MACHINE
+    if _MACHINE is None:
+        probed = _probe_without_torch() if PROBE_WITHOUT_TORCH_IMPORT and "torch" not in sys.modules else None
+        _MACHINE = probed or _probe_with_kernels()
+    return _MACHINE
+
+
+def _platform():
+    from packaging.version import parse
+
+    cpu, os_name, macos = platform.machine(), platform.system().lower(), None
+    if os_name == "darwin":
+        cpu = "aarch64" if cpu == "arm64" else cpu
+        release = platform.mac_ver()[0]
+        macos = parse(release) if release else None
+    elif os_name == "windows":
+        cpu = "x86_64" if cpu == "AMD64" else cpu
+    return cpu, os_name, macos
+
+
+def _major_minor(version: str):
+    from packaging.version import Version, parse
+
+    v = parse(version)
+    return Version(f"{v.major}.{v.minor}")
+
+
+def _tvm_ffi_version():
+    from kernels.compat import has_tvm_ffi
+
+    if not has_tvm_ffi:
+        return None
+    import tvm_ffi
+
+    return _major_minor(tvm_ffi.__version__)
+
+
+def _probe_with_kernels() -> _System:
+    """kernels' own detection (`kernels.backends._backend`, torch imported), as `resolve_variants` does it."""
+    from kernels.backends import _backend
+    from kernels.compat import has_torch
+
+    cpu, os_name, macos = _platform()
+    torch_version = None
+    if has_torch:
         import torch
 
-        torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    except ImportError:
-        torch_version = "none"
-    return f"backend {_select_backend(backend).variant_str}, torch {torch_version}, " \
-           f"{platform.machine()}-{platform.system().lower()}"
+        torch_version = _major_minor(torch.__version__)
+    return _System(_backend(), cpu, os_name, torch_version, _tvm_ffi_version(), macos)
+
+
+def _probe_without_torch() -> Optional[_System]:
+    """The same as `_probe_with_kernels` from torch's `version.py`, without importing torch (~5 s on the CPU box),
+    where that is exact: Linux, and no package that adds a device to torch when imported (torch_npu, torch_neuronx,
+    torch_tpu, torch_xla, or a `torch.backends` entry point). None otherwise (then torch is imported)."""
+    import ast
+    import importlib.metadata
+    import importlib.util
+
+    from kernels import backends as kb
+    from packaging.version import Version
+
+    if platform.system() != "Linux":
+        return None
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        if any(importlib.util.find_spec(name) for name in ("torch_npu", "torch_neuronx", "torch_tpu", "torch_xla")):
+            return None
+        if importlib.metadata.entry_points(group="torch.backends"):
+            return None
+        source = Path(list(spec.submodule_search_locations)[0], "version.py").read_text()
+        values = {}
+        for node in ast.parse(source).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                getattr(node, "target", None) if isinstance(node, ast.AnnAssign) else None
+            if isinstance(target, ast.Name) and node.value is not None:
+                values[target.id] = ast.literal_eval(node.value)
+        cuda, hip, xpu = values.get("cuda"), values.get("hip"), values.get("xpu")
+        if cuda is not None:
+            backend = kb.CUDA(version=Version(cuda))
+        elif hip is not None:
+            backend = kb.ROCm(version=Version(hip.split("-")[0]))
+        elif xpu is not None:
+            backend = kb.XPU(version=Version(f"{xpu[0:4]}.{xpu[5:6]}"))
+        else:
+            backend = kb.CPU()
+        torch_version = _major_minor(values["__version__"])
+    except (OSError, SyntaxError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    cpu, os_name, macos = _platform()
+    return _System(backend, cpu, os_name, torch_version, _tvm_ffi_version(), macos)
+
+
+def _torch_cxx11_abi(os_name: str):
+    from kernels.compat import has_torch
+
+    if not has_torch or os_name != "linux":
+        return None
+    import torch
+
+    return torch.compiled_with_cxx11_abi()
+
+
+def system_description(backend: Optional[str] = None, variants=()) -> str:
+    """e.g. "backend cpu, torch 2.13, x86_64-linux" (what the variants were matched against)."""
+    machine = _this_machine()
+    chosen = backend_for(backend, variants)
+    torch_version = "none" if machine.torch_version is None else str(machine.torch_version)
+    shown = chosen.variant_str
+    if backend is not None and backend != shown:
+        shown += f" (asked: {backend}" + ("; the newest of the variants" if backend in _FAMILIES else "") + ")"
+    return f"backend {shown}, torch {torch_version}, {machine.cpu}-{machine.os}"
 
 
 def check_version_args(version, revision, *, both: bool = False):
@@ -185,6 +389,8 @@ def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -
         DownloadError: the Hub cannot be reached.
         RemoteValueError: the Hub answered with something that is not a commit id.
     """
+    from huggingface_hub.errors import RevisionNotFoundError
+
     from .hub_errors import network_step
 
     check_version_args(version, revision)
@@ -216,7 +422,16 @@ def pin(api, repo_id: str, *, version: Optional[int], revision: Optional[str]) -
             if revision in (ref.name, ref.ref):
                 return Pin(repo_id, None, revision,
                            untrusted.commit_id(ref.target_commit, source=f"{source}, {untrusted.shown(ref.ref)}"))
-        info = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision)
+        try:
+            info = api.repo_info(repo_id, repo_type=REPO_TYPE, revision=revision)
+        except RevisionNotFoundError as e:
+            branches = ", ".join(sorted(untrusted.shown(b.name) for b in refs.branches)) or "none"
+            tags = ", ".join(sorted(untrusted.shown(t.name) for t in refs.tags)) or "none"
+            error = KernelNotFoundError(
+                f"revision '{untrusted.shown(revision)}' of '{repo_id}' not found (no branch, tag or commit of that "
+                f"name; a commit is named by its full 40-hex id); branches: {branches}; tags: {tags}")
+            error.cause = e
+            raise error from None
     return Pin(repo_id, None, revision,
                untrusted.commit_id(info.sha, source=f"the Hub at {api.endpoint} (revision {revision} of {repo_id})"))
 
@@ -252,19 +467,24 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
 
 
 def select(variant_names_or_variants, backend: Optional[str] = None) -> Selection:
-    """kernels' variant resolution over a list of variants (or variant names)."""
-    from kernels.variants import parse_variant, resolve_variant
+    """kernels' variant resolution over a list of variants (or variant names), for this machine or, with `backend`,
+    for a machine with that backend (`backend_for`): kernels' own rules (`_resolve_variant_for_system`), nothing
+    re-implemented."""
+    from kernels.variants import ArchVariant, Torch, _resolve_variant_for_system
 
-    variants = []
-    for v in variant_names_or_variants:
-        if isinstance(v, str):
-            try:
-                v = parse_variant(v)
-            except ValueError:
-                continue
-        variants.append(v)
-    variant, decisions = resolve_variant(variants, backend)
-    return Selection(variant.variant_str if variant is not None else None, list(decisions))
+    variants = _variant_objects(variant_names_or_variants)
+    machine = _this_machine()
+    chosen = backend_for(backend, variants)
+    # The C++ ABI only decides between `torch<NN>-cxx11/cxx98-...` variants: torch is imported only for those.
+    needs_abi = any(isinstance(v, ArchVariant) and isinstance(v.framework, Torch) and v.framework.cxx11_abi is not None
+                    for v in variants)
+    resolved, decisions = _resolve_variant_for_system(
+        variants=variants, selected_backend=chosen, cpu=machine.cpu, os=machine.os,
+        torch_version=machine.torch_version, torch_cxx11_abi=_torch_cxx11_abi(machine.os) if needs_abi else None,
+        tvm_ffi_version=machine.tvm_ffi_version, macos_version=machine.macos_version,
+    )
+    return Selection(resolved[0].variant_str if resolved else None, list(decisions),
+                     system_description(backend, variants))
 
 
 def select_hub(api, pin_: Pin, backend: Optional[str] = None) -> Selection:
@@ -287,7 +507,8 @@ def select_local(build_dir: Path, backend: Optional[str] = None) -> Selection:
 
 
 def not_found_message(what: str, selection: Selection, backend: Optional[str] = None) -> str:
+    target = "this machine" if backend is None else f"a {backend} machine"
     return (
-        f"no variant of {what} fits this machine ({system_description(backend)}):\n"
+        f"no variant of {what} fits {target} ({selection.system or system_description(backend)}):\n"
         f"{selection.trace()}"
     )

@@ -90,8 +90,8 @@ def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustD
     try:
         info = api.get_organization_overview(publisher)
     except Exception as e:  # user namespace, unknown org, HTTP error: trust cannot be established
-        if _is_transport_error(e):
-            raise  # the Hub is unreachable: the caller reports that, not a verdict on the publisher
+        if _is_transport_error(e) or getattr(getattr(e, "response", None), "status_code", None) == 401:
+            raise  # the Hub is unreachable or refuses the token: the caller reports that, not a verdict on trust
         raise UntrustedKernelError(
             f"Kernel repository '{repo_id}' could not verify publisher trust status of '{publisher}' "
             f"({type(e).__name__}: {e}). {_HINT}"

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from . import bounded_json, safe_fs, untrusted
-from .errors import KernelNotFoundError, OfflineError, VerificationError
+from .errors import KernelNotFoundError, NoVariantError, OfflineError, VerificationError
 from .hub_errors import hub_call_errors, network_step
 from .variant import LOCK_FILENAME, METADATA_FILENAME, SIGNATURE_FILENAME
 
@@ -133,7 +133,7 @@ def _select_variants(api, pin, variants: list[str] | None, all_variants: bool) -
             raise KernelNotFoundError(f"variant(s) {', '.join(unknown)} not in {where}; available: {', '.join(names)}")
         return list(dict.fromkeys(variants))
     if selection.variant is None:
-        raise KernelNotFoundError(
+        raise NoVariantError(
             f"no variant of {where} fits this machine (use --variant or --all-variants to vendor for another one):\n"
             f"{selection.trace()}"
         )
@@ -249,11 +249,18 @@ def _trust_note(repo_id: str, endpoint: str | None, token: str | None) -> str | 
 def _run(args) -> int:
     from .cli_args import resolved_repo_id, version_and_revision
 
+    from . import resolve
+
+    resolve.PROBE_WITHOUT_TORCH_IMPORT = True  # nothing is imported here (see winattn.resolve)
     repo_id = resolved_repo_id(args)
     version, revision = version_and_revision(args)
     local_dir = args.local_dir if args.local_dir is not None else args.legacy_out
     if local_dir is None:
         local_dir = Path("vendor")
+    if args.quiet:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
     out = vendor(
         repo_id,
         version=version,
@@ -265,13 +272,15 @@ def _run(args) -> int:
         token=args.token,
     )
     lock = read_lock(out)
-    for name in lock["variants"]:
-        print(out / name)
+    if not args.quiet:
+        for name in lock["variants"]:
+            print(out / name)
     print(f"{out / LOCK_FILENAME}: {lock['repo']}@{lock['commit']} (lock sha256 {lock_sha256(out)})")
     note = _trust_note(repo_id, args.endpoint, args.token)
     if note:
-        print(note, file=sys.stderr)
-    print(f"load it with: winattn.load(vendored={str(out)!r})", file=sys.stderr)
+        print(note, file=sys.stderr)  # a trust decision: shown with --quiet too
+    if not args.quiet:
+        print(f"load it with: winattn.load({repo_id!r}, vendored={str(out)!r})", file=sys.stderr)
     return 0
 
 
@@ -300,5 +309,7 @@ def register(subparsers) -> None:
                      help="variant to vendor, e.g. torch-stable-abi210-cpu-x86_64-linux (repeatable; default: the "
                           "one this machine would load)")
     sel.add_argument("--all-variants", action="store_true", help="vendor every variant of the commit")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars, print only the lock file line (and a note on an untrusted publisher)")
     add_hub_args(p)
     p.set_defaults(func=_run)

@@ -132,3 +132,36 @@ def _env(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KERNELS_"))}
     env["HF_HOME"] = str(tmp_path / "hf")
     return env
+
+
+def test_hub_serve_with_a_port_out_of_range_is_a_usage_error(tmp_path):
+    from winattn.errors import HubProtocolError
+    from winattn.hub import HubServer
+
+    r = subprocess.run([sys.executable, "-m", "winattn", "hub", "serve", "--port", "99999", "--root",
+                        str(tmp_path / "store")], capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "argument --port: '99999' is not a TCP port (0 to 65535" in r.stderr
+    with pytest.raises(HubProtocolError, match="cannot listen on 127.0.0.1:99999"):
+        HubServer(tmp_path / "store2", port=99999).start()
+
+
+def test_a_reader_that_leaves_early_stops_the_command_quietly(tmp_path, built_variant):
+    """`winattn verify DIR | head -1`: the pipe closes before the report is written; no BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "winattn", "verify", str(built_variant)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(tmp_path))
+    proc.stdout.close()  # the reader is gone before the command prints anything
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err.decode() and "BrokenPipe" not in err.decode(), err.decode()
+    assert proc.returncode == 141
+
+
+def test_publish_says_where_its_version_comes_from(capsys):
+    """publish takes no --version / --revision (build.toml names the version): said plainly, not misread as a
+    REPO_ID ("'2' is not a Hub repo id")."""
+    for argv in (["publish", "--version", "2"], ["publish", "--revision", "v2"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "not a Hub repo id" not in err, err
+        assert f"{argv[1]} is not an option of publish" in err and "build.toml" in err

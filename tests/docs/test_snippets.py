@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ DOCS = documents(REPO_ROOT)
 TOKEN = "docs-snippets-token"
 BLOCK_TIMEOUT = 300
 READY_TIMEOUT = 60
+README_PORT = 8000  # the port the README's walkthrough names; its blocks run on a free port instead
 
 
 def _gpus() -> int:
@@ -97,12 +100,40 @@ def _read_env(path: Path) -> dict:
     return out
 
 
-def _start_background(code: str, ws: Path, env: dict) -> subprocess.Popen:
-    """Start a server block; return once it prints its ready line ("Press Ctrl-C"), as a reader would wait."""
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def on_port(code: str, port: int) -> str:
+    """`code` with the README's literal port (`--port 8000`, `127.0.0.1:8000`) replaced by `port`, so that the
+    walkthrough runs on a machine where something already listens on 8000."""
+    return re.sub(rf"(--port |127\.0\.0\.1:){README_PORT}\b", rf"\g<1>{port}", code)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a background block's process group (one already gone is fine)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def start_background(code: str, ws: Path, env: dict) -> subprocess.Popen:
+    """Start a server block; return once it prints its ready line ("Press Ctrl-C"), as a reader would wait. A block
+    that exits or never gets ready fails with its own output (e.g. the server's "address already in use")."""
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", code], cwd=ws, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
     seen, deadline = [], time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -111,11 +142,51 @@ def _start_background(code: str, ws: Path, env: dict) -> subprocess.Popen:
             continue
         if "Press Ctrl-C" in seen[-1]:
             return proc
-    os.killpg(proc.pid, signal.SIGKILL)
-    time.sleep(0.2)
+    exited = proc.poll()
+    _stop(proc)
+    reader.join(timeout=5)
     while not lines.empty():
         seen.append(lines.get())
-    raise AssertionError("background block never became ready:\n" + "".join(seen))
+    why = f"exited with code {exited}" if exited is not None else f"was not ready after {READY_TIMEOUT} s"
+    raise AssertionError(f"background block {why}:\n--- block ---\n{code}--- output ---\n" + "".join(seen))
+
+
+def run_blocks(snippets, ws: Path, env: dict, tmp_path: Path, *, port: int | None = None) -> tuple[list, list]:
+    """Run `snippets` in order in `ws` as a reader pasting them would (exports carry over, background blocks serve
+    until the end); `port` replaces the README's literal port. Returns (ran, skipped) ids."""
+    state = tmp_path / "env.bin"
+    background: list[subprocess.Popen] = []
+    ran, skipped = [], []
+    try:
+        for s in snippets:
+            needs = {"gpu": 1, "multi-gpu": 2}.get(s.mark, 0)
+            if s.mark == "skip" or _gpus() < needs:
+                skipped.append(f"{s.id} ({s.reason or s.mark})")
+                continue
+            code = on_port(s.code, port) if port is not None else s.code
+            if s.mark == "background":
+                background.append(start_background(code, ws, env))
+                ran.append(s.id)
+                continue
+            if s.lang == "bash":
+                cmd = ["bash", "-euo", "pipefail", "-c", f"{code}\nenv -0 > {state}\n"]
+            else:
+                script = tmp_path / f"snippet_{s.line}.py"
+                script.write_text(code)
+                cmd = [shutil.which("python", path=env["PATH"]) or sys.executable, str(script)]
+            t0 = time.monotonic()
+            r = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+            assert r.returncode == 0, (
+                f"{s.id} ({s.lang}) failed with exit {r.returncode} after {time.monotonic() - t0:.1f} s:\n"
+                f"--- block ---\n{code}--- stdout ---\n{r.stdout[-4000:]}--- stderr ---\n{r.stderr[-4000:]}"
+            )
+            if s.lang == "bash":
+                env = _read_env(state)
+            ran.append(s.id)
+    finally:
+        for proc in background:
+            _stop(proc)
+    return ran, skipped
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
@@ -129,41 +200,67 @@ def test_document_snippets_run_as_written(doc, tmp_path, request):
         env.update(HF_ENDPOINT=url, HF_TOKEN=TOKEN)
         if setup == "published+key":
             shutil.copy(public_key, ws / "signing-key.pub.pem")
-    state = tmp_path / "env.bin"
-    background: list[subprocess.Popen] = []
-    ran, skipped = [], []
-    try:
-        for s in snippets:
-            needs = {"gpu": 1, "multi-gpu": 2}.get(s.mark, 0)
-            if s.mark == "skip" or _gpus() < needs:
-                skipped.append(f"{s.id} ({s.reason or s.mark})")
-                continue
-            if s.mark == "background":
-                background.append(_start_background(s.code, ws, env))
-                ran.append(s.id)
-                continue
-            if s.lang == "bash":
-                cmd = ["bash", "-euo", "pipefail", "-c", f"{s.code}\nenv -0 > {state}\n"]
-            else:
-                script = tmp_path / f"snippet_{s.line}.py"
-                script.write_text(s.code)
-                cmd = [shutil.which("python", path=env["PATH"]) or sys.executable, str(script)]
-            t0 = time.monotonic()
-            r = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
-            assert r.returncode == 0, (
-                f"{s.id} ({s.lang}) failed with exit {r.returncode} after {time.monotonic() - t0:.1f} s:\n"
-                f"--- block ---\n{s.code}--- stdout ---\n{r.stdout[-4000:]}--- stderr ---\n{r.stderr[-4000:]}"
-            )
-            if s.lang == "bash":
-                env = _read_env(state)
-            ran.append(s.id)
-    finally:
-        for proc in background:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    ran, skipped = run_blocks(snippets, ws, env, tmp_path, port=free_port())
     print(f"{doc.name}: ran {len(ran)}: {', '.join(ran)}; skipped {len(skipped)}: {'; '.join(skipped)}")
     if not ran:
         pytest.skip(f"every block of {doc.name} is marked: {'; '.join(skipped)}")
+
+
+def test_the_readme_walkthrough_runs_on_a_free_port():
+    """The README names port 8000; the test runs its server and clients on a free one (something may listen on 8000)."""
+    blocks = [s.code for s in extract(REPO_ROOT / "README.md", REPO_ROOT) if str(README_PORT) in s.code]
+    assert len(blocks) >= 2  # the server and the clients' HF_ENDPOINT
+    for code in blocks:
+        moved = on_port(code, 54321)
+        assert str(README_PORT) not in moved and "54321" in moved
+
+
+def test_a_background_block_that_fails_shows_its_own_output(tmp_path):
+    """A server block that exits (e.g. its port is taken) fails the test with the server's message, not with an
+    error of the test's own teardown."""
+    code = ("echo 'winattn hub serve: error: cannot listen on 127.0.0.1:8000: [Errno 98] Address already in use'\n"
+            "exit 1\n")
+    with pytest.raises(AssertionError, match=r"(?s)exited with code 1.*Address already in use"):
+        start_background(code, tmp_path, dict(os.environ))
+
+
+def test_hub_card_snippets_run_as_written(published, tmp_path):
+    """The card `winattn publish` put on main, read from the Hub as a user would, says what the release carries
+    (signed, by which key) and every code block of it runs as written, on a machine that holds nothing but the
+    publisher's public key (`publisher.pub.pem`, as the card names it)."""
+    from huggingface_hub import hf_hub_download
+
+    from winattn.signing import public_key_fingerprint
+
+    url, public_key = published
+    card_dir = tmp_path / "card"
+    card = Path(hf_hub_download("winattn/window-attention", "README.md", repo_type="kernel", revision="main",
+                                endpoint=url, local_dir=card_dir))
+    text = card.read_text()
+    integrity = text.split("## Integrity\n", 1)[1].split("\n## ", 1)[0].strip()
+    variants = text.split("## Variants", 1)[1].split("\n## ", 1)[0]
+    assert integrity.startswith("Every variant is **signed** by the key with fingerprint "
+                                f"`sha256:{public_key_fingerprint(public_key)}`")
+    assert "kernels verify-signature` cannot check these bundles" in integrity
+    assert "| yes |" in variants and "| no |" not in variants
+    ws = tmp_path / "user"
+    ws.mkdir()
+    shutil.copy(public_key, ws / "publisher.pub.pem")
+    env = _base_env(ws, tmp_path / "home")
+    env.update(HF_ENDPOINT=url, PYTHONPATH=str(REPO_ROOT),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]]))
+    snippets = extract(card, card_dir)
+    ran, skipped = run_blocks(snippets, ws, env, tmp_path)
+    assert len(ran) == len(snippets) >= 5 and not skipped
+    assert (ws / "vendor" / "window-attention.lock").is_file()
+
+
+def test_what_the_readme_walkthrough_writes_is_git_ignored():
+    """token.txt and the private key must never be committed by a later `git add -A`."""
+    written = ["token.txt", "signing-key.pem", "signing-key.pub.pem", "hub-store/", "vendor/", "downloaded/"]
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert all(name.rstrip("/") in readme for name in written)
+    r = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *written],
+                       cwd=REPO_ROOT, capture_output=True, text=True)
+    not_ignored = [line.split("\t")[-1] for line in r.stdout.splitlines() if line.startswith("::")]
+    assert not not_ignored, f"not ignored: {not_ignored}"

@@ -252,6 +252,26 @@ def test_writes_need_a_token(api, anon, tmp_path, monkeypatch):
         with pytest.raises(HfHubHTTPError) as exc:
             HfApi(endpoint=ro.url, token=TOKEN).create_repo("acme/ro")
         assert exc.value.response.status_code == 401
+        with pytest.raises(HfHubHTTPError) as exc:
+            HfApi(endpoint=ro.url, token=False).create_repo("acme/ro")
+        assert exc.value.response.status_code == 401
+
+
+def test_an_invalid_token_is_refused_for_public_reads_too(api, anon):
+    """As the Hub answers: a token it does not know is 401 whatever the request, never silently read as anonymous
+    (a mistyped HF_TOKEN would otherwise only show up at the first write)."""
+    _v1_repo(api)
+    wrong = HfApi(endpoint=api.endpoint, token="wrong-token")
+    for call in (lambda c: c.repo_info("acme/relu", repo_type="kernel"),
+                 lambda c: c.list_repo_refs("acme/relu", repo_type="kernel"),
+                 lambda c: c.get_organization_overview(TRUSTED),
+                 lambda c: c.hf_hub_download("acme/relu", "build/torch-cpu/__init__.py", repo_type="kernel",
+                                             revision="v1")):
+        with pytest.raises(HfHubHTTPError) as exc:
+            call(wrong)
+        assert exc.value.response.status_code == 401
+        assert "Invalid credentials in Authorization header" in str(exc.value)
+        call(anon)  # public: fine without a token
 
 
 def test_delete_repo(api):

@@ -210,6 +210,28 @@ def test_missing_version_fails_at_selection(wd, ad):
     assert "window_attn_v7" in "".join(getattr(e.value, "__notes__", []))
 
 
+def test_hub_down_fails_at_selection_once_with_a_short_traceback(wd, ad, caplog):
+    """The loader's message reaches the caller once (raised, not also logged), without the client's chained frames,
+    with a note naming the backend."""
+    import logging
+    import socket
+    import traceback
+
+    from winattn.errors import DownloadError
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    wd.register("window_attn_down", endpoint=down)
+    model, _ = _models.flux()
+    with caplog.at_level(logging.INFO), pytest.raises(DownloadError) as e:
+        model.set_attention_backend("window_attn_down")
+    assert "Connection refused" not in caplog.text
+    shown = "".join(traceback.format_exception(e.value))
+    assert shown.count("Connection refused") == 1 and len(shown.splitlines()) <= 30, shown
+    assert "window_attn_down" in "".join(e.value.__notes__) and "--endpoint" not in shown
+
+
 def test_no_variant_for_this_machine_fails_at_selection_with_the_reasons(wd, ad, hub_repo):
     from winattn.errors import KernelNotFoundError
 

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import pickle
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from fastvideo.forward_context import set_forward_context  # noqa: E402
 from fastvideo.platforms import AttentionBackendEnum as E  # noqa: E402
 
 SDPA_QUALNAME = "fastvideo.attention.backends.sdpa.SDPABackend"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -311,3 +313,32 @@ def test_spawned_worker_registers_through_the_import_hook(wf, monkeypatch, tmp_p
     assert result["impl"] == "winattn.integrations.fastvideo.WindowAttnHubImpl"
     assert result["source"] == ["winattn/window-attention", "hub"]
     assert result["max_err"] < 1e-5
+
+
+def test_worker_recipe_of_the_docs_registers_in_a_fresh_process(tmp_path):
+    """docs/integrations.md's recipe for processes that never call register() (torchrun ranks), run as the snippet
+    test runs a shell block, then a fresh Python process that imports FastVideo: it must have WINDOW_ATTN_HUB. The
+    directory `$(...)` captures must be only the boot directory (FastVideo logs to stdout when imported)."""
+    import subprocess
+    import sys
+
+    from docs.snippets import extract
+
+    doc = REPO_ROOT / "docs" / "integrations.md"
+    block = next(s for s in extract(doc, REPO_ROOT) if "export WINATTN_FASTVIDEO_AUTOREGISTER" in s.code)
+    assert block.lang == "bash" and block.mark is None  # run by tests/docs/test_snippets.py too
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WINATTN_", "FASTVIDEO_", "PYTEST"))}
+    env.update(PYTHONPATH=str(REPO_ROOT), PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]))
+    check = ("import os, sys\n"
+             "from fastvideo.platforms import AttentionBackendEnum as E\n"
+             "assert 'WINDOW_ATTN_HUB' in E.__members__, os.environ['PYTHONPATH']\n"
+             "print('registered', E.WINDOW_ATTN_HUB.value)\n")
+    recipe = "\n".join(line for line in block.code.splitlines() if line.startswith("export "))  # its own check: below
+    script = f"{recipe}\npython -c \"$CHECK\"\nprintf '%s' \"$PYTHONPATH\" > {tmp_path / 'pythonpath'}\n"
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=dict(env, CHECK=check),
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    assert f"registered {0x57_41_48}" in r.stdout
+    from winattn.integrations._fastvideo_hook import boot_dir
+
+    assert (tmp_path / "pythonpath").read_text().split(os.pathsep) == [boot_dir(), str(REPO_ROOT)]

@@ -357,3 +357,63 @@ def test_fallback_does_not_hide_tampering(hub, hf_cache, make_build):
     push(hub, REPO, {build.path_in_repo("extra.py"): b"x = 1\n"})
     with pytest.raises(VerificationError, match="Unknown file: extra.py"):
         winattn.load(REPO, endpoint=hub.url, fallback="reference")
+
+
+def _closed_port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_hub_down_is_one_short_error_with_its_cause_kept(hf_cache):
+    """An unreachable Hub: a `DownloadError` whose traceback is winattn's own frames and one message (not 90 lines of
+    chained client frames), the client's exception kept as `.cause`, and advice a Python caller can follow (no CLI
+    flags)."""
+    import traceback
+
+    with pytest.raises(DownloadError) as e:
+        winattn.load(REPO, endpoint=_closed_port())
+    err = e.value
+    shown = "".join(traceback.format_exception(err))
+    assert err.__cause__ is None and err.__suppress_context__
+    assert len(shown.splitlines()) <= 25, shown
+    assert type(err.cause).__name__ == "ConnectError" and "Connection refused" in str(err)
+    assert "--endpoint" not in shown and "--token" not in shown and "HF_ENDPOINT" in str(err)
+
+
+def test_fallback_replaces_only_no_variant(hub, hf_cache, make_build, cuda_only_repo, offline, caplog):
+    """`fallback="reference"` applies to `NoVariantError` (the kernel exists, no variant fits this machine) and to
+    nothing else; each other failure has its own class, none of them a `NoVariantError`."""
+    from winattn.errors import NoVariantError, OfflineError
+
+    repo, _ = cuda_only_repo
+    with pytest.raises(NoVariantError):
+        winattn.load(repo, endpoint=hub.url)
+    assert winattn.load(repo, endpoint=hub.url, fallback="reference").__winattn_info__.source == "reference"
+    publish_build(hub, make_build())
+    failures = [
+        (dict(repo_id=REPO, version=7), KernelNotFoundError, "version 7 of"),           # no such version
+        (dict(repo_id="winattn/nope"), KernelNotFoundError, "winattn/nope not found"),  # no such repository
+        (dict(repo_id=REPO, revision="nosuch"), KernelNotFoundError, "revision 'nosuch'"),
+        (dict(repo_id=REPO, endpoint=_closed_port()), DownloadError, "Connection refused"),  # Hub down
+    ]
+    for kwargs, cls, text in failures:
+        kwargs.setdefault("endpoint", hub.url)
+        with pytest.raises(cls, match=text) as e:
+            winattn.load(**kwargs, fallback="reference")
+        assert not isinstance(e.value, NoVariantError), kwargs
+    offline()
+    with pytest.raises(OfflineError):
+        winattn.load("winattn/never-loaded", fallback="reference")
+
+
+def test_a_token_the_hub_does_not_know_is_reported_not_ignored(hub, hf_cache, make_build):
+    """The embedded Hub answers 401 to an unknown token, as the Hub does: the load says so (and not that the
+    publisher is untrusted)."""
+    publish_build(hub, make_build())
+    with pytest.raises(DownloadError, match=r"HTTP 401: Invalid credentials in Authorization header \(set HF_TOKEN "
+                                            r"to a token this Hub accepts") as e:
+        winattn.load(REPO, endpoint=hub.url, token="hf_not_a_token_of_this_hub")
+    assert "retry" not in str(e.value) and e.value.cause.response.status_code == 401

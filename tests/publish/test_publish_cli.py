@@ -95,11 +95,13 @@ def test_vendor_defaults_to_version_1_and_notes_that_vendoring_is_the_trust_deci
     assert main(["vendor", "--endpoint", hub.url]) == 0  # REPO_ID, version 1 and vendor/ are the defaults
     err = capsys.readouterr().err
     assert json.loads((tmp_path / "vendor" / "window-attention.lock").read_text())["revision"] == "v1"
-    assert "not a trusted kernel publisher" not in err and "winattn.load(vendored='vendor')" in err
+    assert "not a trusted kernel publisher" not in err
+    assert "winattn.load('winattn/window-attention', vendored='vendor')" in err
 
     assert main(["vendor", "evil/window-attention", "--local-dir", "evil", "--endpoint", hub.url]) == 0
     err = capsys.readouterr().err
     assert "note: evil is not a trusted kernel publisher" in err and "by vendoring it you decided to trust it" in err
+    assert "winattn.load('evil/window-attention', vendored='evil')" in err
 
 
 def test_info_json_carries_ids_and_the_full_commit(hub, api, build_copy, src_root, capsys):

@@ -44,14 +44,12 @@ def test_publish_creates_repo_branch_and_card_in_one_commit(hub, api, build_copy
     commits = api.list_repo_commits(REPO, repo_type="kernel", revision="v1")
     assert commits[0].commit_id == sha
     before = set(api.list_repo_files(REPO, repo_type="kernel", revision=commits[1].commit_id))
-    expected = sorted(
-        [f"build/{variant.name}/{p.name}" for p in variant.iterdir() if p.is_file()]
-        + ["benchmarks/RESULTS.md", "benchmarks/benchmark.py"]
-    )
-    assert _files(api, "v1") == expected  # README/.gitattributes of main are not carried onto the version branch
+    expected = sorted(f"build/{variant.name}/{p.name}" for p in variant.iterdir() if p.is_file())
+    assert _files(api, "v1") == expected  # only build/: README and benchmarks of main are not carried onto it
     assert not before & set(expected)  # every variant file arrived in that one commit
 
-    assert _files(api, "main") == ["README.md"]
+    assert _files(api, "main") == ["README.md", "benchmarks/RESULTS.md", "benchmarks/benchmark.py"]
+    assert len(api.list_repo_commits(REPO, repo_type="kernel", revision="main")) == 2  # card + benchmarks: one commit
     readme = (hub_file := api.hf_hub_download(REPO, "README.md", repo_type="kernel", revision="main"))
     text = open(readme).read()
     front = yaml.safe_load(text.split("---\n")[1])
@@ -59,7 +57,21 @@ def test_publish_creates_repo_branch_and_card_in_one_commit(hub, api, build_copy
     assert f'get_kernel("{REPO}", version=1)' in text and f"`{variant.name}`" in text
     assert "- `attention`:" in text and "- `window_attention`:" in text
     assert "| swin | 1.0 |" in text and "{{" not in text
+    assert "`benchmarks/RESULTS.md`, `benchmarks/benchmark.py` are on branch `main`" in text
     del hub_file
+
+
+def test_benchmarks_an_earlier_publish_put_on_the_version_branch_move_to_main(hub, api, build_copy, src_root):
+    """Releases published before the benchmarks moved to main: the next publish leaves v1 with build/ only."""
+    from huggingface_hub import CommitOperationAdd
+
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    api.create_commit(REPO, [CommitOperationAdd(path_in_repo="benchmarks/benchmark.py", path_or_fileobj=b"# old\n")],
+                      commit_message="as an older winattn publish did", repo_type="kernel", revision="v1")
+    (src_root / "benchmarks" / "benchmark.py").write_text("# benchmark\n")
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    assert all(f.startswith("build/") for f in _files(api, "v1"))
+    assert "benchmarks/benchmark.py" in _files(api, "main")
 
 
 def test_second_publish_deletes_stale_files_and_keeps_other_variants(
@@ -160,3 +172,15 @@ def test_publishing_an_older_major_leaves_the_card_of_the_newer_one(hub, api, bu
     assert api.list_repo_commits(REPO, repo_type="kernel", revision="v1")[0].commit_id == sha
     assert api.list_repo_commits(REPO, repo_type="kernel", revision="main")[0].commit_id == card_commit
     assert "v2 is newer than v1" in capsys.readouterr().err
+
+
+def test_an_unsigned_publish_over_a_signed_version_warns(hub, api, build_copy, src_root, keypair, capsys):
+    variant = next(build_copy.iterdir()).name
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root, signing_key=keypair[0])
+    assert "holds" not in capsys.readouterr().err
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    err = capsys.readouterr().err
+    assert f"warning: v1 holds {variant} signed; this publish replaces them unsigned" in err
+    assert f"build/{variant}/metadata.json.sigstore" not in _files(api, "v1")
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    assert "holds" not in capsys.readouterr().err  # unsigned over unsigned: nothing to say

@@ -8,7 +8,7 @@ import pytest
 from winattn.cli import main
 from winattn.errors import KernelNotFoundError, OfflineError, VerificationError
 from winattn.publish import publish
-from winattn.vendor import LOCK_FILENAME, read_lock, vendor
+from winattn.vendor import LOCK_FILENAME, lock_sha256, read_lock, vendor
 
 from .conftest import REPO, TOKEN
 
@@ -102,3 +102,25 @@ def test_variant_not_matching_its_digest_is_not_vendored(hub, api, make_variant,
     with pytest.raises(VerificationError, match="variant torch-cpu of .*digest mismatch.*helpers.py"):
         vendor(REPO, version=1, out_dir=out, endpoint=hub.url)
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_vendor_of_another_repository_prints_a_load_line_that_loads_it(hub, build_copy, src_root, tmp_path, capsys):
+    """The printed load line names the repository (without it, winattn.load asks for winattn/window-attention and the
+    lock refuses); --quiet prints only the lock line."""
+    import winattn
+
+    other = "winattn/other-kernel"
+    publish(other, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    out = tmp_path / "v"
+    assert main(["vendor", other, "--local-dir", str(out), "--endpoint", hub.url]) == 0
+    captured = capsys.readouterr()
+    hint = captured.err.strip().splitlines()[-1]
+    assert hint == f"load it with: winattn.load({other!r}, vendored={str(out)!r})"
+    module = eval(hint.split(": ", 1)[1], {"winattn": winattn})  # as printed
+    assert module.__winattn_info__.source == "vendored" and module.__winattn_info__.repo_id == other
+
+    assert main(["vendor", other, "--local-dir", str(out), "--endpoint", hub.url, "--quiet"]) == 0
+    captured = capsys.readouterr()
+    lock_line = f"{out / LOCK_FILENAME}: {other}@{read_lock(out)['commit']} (lock sha256 {lock_sha256(out)})"
+    assert captured.out.splitlines() == [lock_line]
+    assert captured.err == ""

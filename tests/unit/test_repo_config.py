@@ -66,3 +66,16 @@ def test_readme_card_front_matter_and_quickstart():
 
 def test_ci_runs_make_test():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_make_setup_says_what_it_installs_before_it_does(tmp_path):
+    """`make setup` runs for minutes: it first says what it installs, how big and how long, then each step."""
+    r = subprocess.run(["make", "-n", "setup", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    said = [line.split("echo ", 1)[1].strip("\"' ") for line in r.stdout.splitlines() if line.startswith("echo ")]
+    assert said[0].startswith("make setup: creating") and "GB installed" in said[0] and "minutes" in said[0]
+    steps = [line for line in said if re.match(r"\[\d/5\]", line)]
+    assert len(steps) == 5 and "torch 2.13.0" in steps[0]
+    first_pip = r.stdout.index("pip install")
+    assert r.stdout.index("make setup: creating") < r.stdout.index("[1/5]") < first_pip

@@ -25,7 +25,8 @@ def register(subparsers) -> None:
         help="serve a Hub-compatible API over a local store directory",
         description="Serve the Hub HTTP API used by huggingface_hub and kernels over a local store directory. "
         "Reads of public repos are anonymous; writes and private repos need one of the --token values "
-        "(without any, the server is read-only).",
+        "(without any, the server is read-only). A request with a token the server does not know is refused "
+        "(401), as the Hub does.",
     )
     serve.add_argument(
         "--root",
@@ -34,7 +35,7 @@ def register(subparsers) -> None:
         help=f"store directory (default: $WINATTN_HUB_ROOT or {DEFAULT_ROOT})",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1; there is no TLS)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default: 8000; 0 picks a free one)")
     serve.add_argument(
         "--token", action="append", default=[], metavar="T", help="accepted bearer token for writes (repeatable)"
     )
@@ -57,6 +58,17 @@ def register(subparsers) -> None:
     )
     serve.add_argument("--quiet", action="store_true", help="do not log each request")
     serve.set_defaults(func=serve_command)
+
+
+def _port(value: str) -> int:
+    """argparse type of --port: 0..65535 (a usage error otherwise, not a traceback from bind)."""
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (0 to 65535; 0 picks a free one)")
+    return port
 
 
 def create_token_file(path: Path) -> Path | None:

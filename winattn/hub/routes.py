@@ -28,8 +28,9 @@ Request values (repo type, namespace, name, revision, path) are validated by sto
 them to the file system; invalid ones, NUL and control characters included, are 400 BadRequest on every route.
 Commit bodies are read as a stream (ndjson.py): bounded memory whatever the file sizes.
 
-Auth: reads of public repos need no token (an unknown token is ignored there: clients send stored tokens implicitly);
-private repos and every write need a configured token. Any configured token may write to any namespace.
+Auth: reads of public repos need no token; private repos and every write need a configured token. Any configured
+token may write to any namespace. A request that presents an unknown token is refused (401 "Invalid credentials in
+Authorization header") whatever it asks for, as the Hub does: a wrong HF_TOKEN is reported, not silently ignored.
 """
 
 from __future__ import annotations
@@ -194,6 +195,9 @@ class HubApp:
 
     def handle(self, req: Request) -> Response:
         try:
+            if self._identify(req)[1]:
+                raise HubError(401, "Unauthorized", _INVALID_CREDENTIALS + (
+                    "" if self.tokens else " (this server has no tokens: it is read-only, and reads need none)"))
             s = req.segments
             if s and s[0] == "api":
                 return self._api(req, s[1:])

@@ -416,7 +416,7 @@ class HubServer:
         cls = _HTTPServerV6 if ":" in self.host else _HTTPServer
         try:
             self._httpd = cls((self.host, self.port), app)
-        except OSError as e:
+        except (OSError, OverflowError) as e:  # OverflowError: a port outside 0..65535
             self._store.close()
             self._store = None
             raise HubProtocolError(f"cannot listen on {self.host}:{self.port}: {e}") from e

@@ -89,6 +89,32 @@ def install_post_import_hook(names, callback) -> PostImportFinder:
 FASTVIDEO_AUTOREGISTER_ENV = "WINATTN_FASTVIDEO_AUTOREGISTER"
 
 
+def boot_dir() -> str:
+    """Directory whose `sitecustomize` auto-registers the backend in child processes (put it on PYTHONPATH)."""
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "_fastvideo_boot")
+
+
+def main(argv=None) -> int:
+    """`python -m winattn.integrations.fastvideo --boot-dir`: print the boot directory and nothing else.
+
+    Runs before FastVideo is imported (FastVideo prints log lines on stdout at import, which a shell's
+    `$(...)` would capture into PYTHONPATH).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m winattn.integrations.fastvideo",
+        description="Print the directory to prepend to PYTHONPATH so that processes which never call register() "
+        "(torchrun ranks, FastVideo's spawned workers) register WINDOW_ATTN_HUB when they import FastVideo; "
+        f"set {FASTVIDEO_AUTOREGISTER_ENV}=1 (or the JSON settings) beside it. FastVideo is not imported.",
+    )
+    parser.add_argument("--boot-dir", action="store_true", required=True,
+                        help="print the boot directory (for PYTHONPATH) and exit")
+    parser.parse_args(argv)
+    print(boot_dir())
+    return 0
+
+
 def fastvideo_autoregister_requested() -> bool:
     value = os.environ.get(FASTVIDEO_AUTOREGISTER_ENV, "").strip()
     return bool(value) and value.lower() not in ("0", "false", "no", "off")

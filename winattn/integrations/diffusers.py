@@ -201,12 +201,11 @@ def _select(backend: _Backend):
             if disabled:
                 message += (" DIFFUSERS_DISABLE_REMOTE_CODE is set and overrides DIFFUSERS_TRUST_REMOTE_KERNELS: unset "
                             "it to allow remote kernels.")
-            logger.error(message)
-            # The loader's own hint names `trust_remote_code=`, which register() does not take: keep its reason only.
+            # Raised, not also logged: the caller sees the message once. The loader's own hint names
+            # `trust_remote_code=`, which register() does not take: keep its reason only.
             reason = str(e).split(" Set trust_remote_code=True")[0]
             raise UntrustedKernelError(f"{message}\nLoader: {reason}") from e
-        except Exception as e:
-            logger.error(f"An error occurred while fetching kernel {what} for attention backend '{backend.value}': {e}")
+        except Exception as e:  # raised with a note, not also logged (diffusers' own *_hub backends log it twice)
             e.add_note(f"while selecting the diffusers attention backend '{backend.value}' ({backend.repo_id})")
             raise
         if not callable(getattr(module, "attention", None)):

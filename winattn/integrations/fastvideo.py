@@ -26,11 +26,17 @@ the keys; 3-D [B, Sq, Sk]; 4-D).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m winattn.integrations.fastvideo --boot-dir`, before FastVideo is imported
+    import sys as _sys
+
+    from winattn.integrations._fastvideo_hook import main as _main
+
+    _sys.exit(_main())
+
 import json
 import logging
 import os
 import threading
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -38,7 +44,7 @@ from fastvideo.attention.backends.abstract import (AttentionBackend, AttentionIm
                                                    AttentionMetadataBuilder)
 
 from . import check_head_dim, head_dim_problem, kernel_device_type, kernel_dtypes, kernel_mask_args, load_kernel
-from ._fastvideo_hook import FASTVIDEO_AUTOREGISTER_ENV, fastvideo_autoregister_requested
+from ._fastvideo_hook import FASTVIDEO_AUTOREGISTER_ENV, boot_dir, fastvideo_autoregister_requested
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +69,6 @@ class _State:
 
 
 _STATE = _State()
-
-
-def boot_dir() -> str:
-    """Directory whose `sitecustomize` auto-registers the backend in child processes (put it on PYTHONPATH)."""
-    return str(Path(__file__).resolve().parent / "_fastvideo_boot")
 
 
 # ----------------------------------------------------------------------------------------------------------------
