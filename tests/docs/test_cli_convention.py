@@ -11,6 +11,7 @@ import argparse
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,39 @@ def test_publish_says_where_its_version_comes_from(capsys):
         err = capsys.readouterr().err
         assert e.value.code == 2 and "not a Hub repo id" not in err, err
         assert f"{argv[1]} is not an option of publish" in err and "build.toml" in err
+
+
+_DOC_COMMAND = re.compile(r"\bwinattn ((?:hub )?[a-z]+)\b([^`#\n]*)")
+
+
+def _doc_command_flags(text: str):
+    """(subcommand, flag) for each `--flag` written after `winattn SUBCOMMAND` on one line of `text` (up to a
+    backtick or a shell comment)."""
+    for m in _DOC_COMMAND.finditer(text):
+        if m.group(1) not in SUBCOMMANDS:
+            continue
+        for token in m.group(2).split():
+            flag = token.strip("[](),.;").split("=")[0]
+            if flag.startswith("--"):
+                yield m.group(1), flag
+
+
+def test_the_docs_and_the_card_use_only_flags_help_shows():
+    """Every `winattn COMMAND --flag` the README, docs/ and the Hub card (CARD.md) write exists and is one `--help`
+    shows: hidden spellings kept for old scripts (`vendor --out`, `--repo`) are not taught (the card used them)."""
+    from docs.snippets import documents
+
+    root = Path(__file__).resolve().parents[2]
+    wrong = []
+    for doc in [*documents(root), root / "CARD.md"]:
+        for name, flag in _doc_command_flags(doc.read_text()):
+            shown = {s for a in SUBCOMMANDS[name]._actions if a.help is not argparse.SUPPRESS for s in a.option_strings}
+            if flag not in shown:
+                wrong.append(f"{doc.name}: winattn {name} {flag}")
+    assert not wrong, wrong
+
+
+def test_hidden_flags_are_found_in_a_doc_line():
+    """The scan above sees a hidden flag where a doc would write it (so that its passing means something)."""
+    line = "winattn vendor {{repo_id}} --out vendor/ --repo=a/b   # --local-dir in a comment is not read"
+    assert list(_doc_command_flags(line)) == [("vendor", "--out"), ("vendor", "--repo")]
