@@ -186,6 +186,24 @@ def test_verify_quiet_prints_the_verdicts_only(hub, hf_cache, make_build, keys, 
     assert out[1:] == [f"  => FAILED: {build.variant}", f"0 of 1 variant(s) verified; FAILED: {build.variant}"]
 
 
+def test_verify_downloads_every_variant_before_the_first_report(hub, hf_cache, make_build, capsys, monkeypatch):
+    """`verify REPO --all-variants`: the downloads (whose progress bars go to stderr) all come before the first report
+    line, so that bars and reports do not interleave on a terminal."""
+    from winattn import inspect_cmd, sources
+
+    build = make_build()
+    cuda = "torch-stable-abi210-cu126-x86_64-linux"
+    files = {k.replace(build.variant, cuda): v for k, v in variant_files(build).items()}
+    push(hub, REPO, {**files, **variant_files(build)})
+    events = []
+    fetch, report = sources.Found.fetch, inspect_cmd._print_report
+    monkeypatch.setattr(sources.Found, "fetch", lambda self: events.append("fetch") or fetch(self))
+    monkeypatch.setattr(inspect_cmd, "_print_report", lambda *a, **k: events.append("report") or report(*a, **k))
+    main(["verify", REPO, "--endpoint", hub.url, "--all-variants"])
+    assert events == ["fetch", "fetch", "report", "report"]
+    assert "of 2 variant(s) verified" in capsys.readouterr().out
+
+
 def test_a_bad_or_short_revision_is_one_line_naming_what_exists(hub, hf_cache, make_build, capsys):
     """As `--version 7` does ("not found (no branch v7); available versions: v1"), not the client's 4-line
     "404 Client Error ... Revision Not Found for url ..."."""
