@@ -6,7 +6,7 @@ Workloads (bf16, the shapes of issue "Hopper forward v3"): no bias S=16k at D = 
 Flux 1024 px (B=1, S=4608, H=24, D=128), QwenImage-style key padding (B=2, S=4352, H=24, D=128, the second item
 padded after 4000 keys), Wan video (B=1, S=32760, H=12, D=128), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), and the same Qwen / dense
 shapes without their mask / bias (and with a key-padding mask that pads nothing) for the cost of each term.
-Implementations: ours (v3), ours_v2 (WINATTN_FORCE_KERNEL=fwd_v2), ours_v1 (=v1) from the same binary; peers cuDNN
+Implementations: ours (v3) and ours_v1 (WINATTN_FORCE_KERNEL=v1) from the same binary; peers cuDNN
 SDPA (with the same mask / bias), SDPA flash (no mask), FlexAttention (bias as score_mod). Each of ours is first
 checked against an fp32 SDPA reference on the same inputs (max abs error printed), then timed: CUDA events after
 warm-up, median of --reps (bench_cuda.cuda_time).
@@ -28,7 +28,7 @@ from bench_cuda import cuda_time, load_kernel, warm_up_gpu  # noqa: E402
 
 BF16 = torch.bfloat16
 PROFILE = False  # --profile: no timing, one call of ours per workload inside a profiler range (ncu)
-OURS = {"ours": {}, "ours_v2": {"WINATTN_FORCE_KERNEL": "fwd_v2"}, "ours_v1": {"WINATTN_FORCE_KERNEL": "v1"}}
+OURS = {"ours": {}, "ours_v1": {"WINATTN_FORCE_KERNEL": "v1"}}
 # --ab: v3 with one of its choices undone (the raw path on the narrow tile; one CTA per tile instead of persistent)
 OURS_AB = {"ours_narrow": {"WINATTN_FORCE_KERNEL": "fwd_v3_narrow"},
            "ours_nonpersist": {"WINATTN_FORCE_KERNEL": "fwd_v3_per_tile"}}
@@ -160,7 +160,7 @@ def main():
     ap.add_argument("--only", nargs="*", default=None, help="subset: " + " ".join(workloads()))
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--ab", action="store_true", help="also v3 with its tile / persistence choices undone")
-    ap.add_argument("--skip-old", action="store_true", help="skip ours_v2 / ours_v1")
+    ap.add_argument("--skip-old", action="store_true", help="skip ours_v1")
     ap.add_argument("--profile", action="store_true",
                     help="no timing: one call of ours per workload in a profiler range, for "
                          "`ncu --profile-from-start off` (scripts/gpu_profile.sh)")

@@ -43,7 +43,6 @@ __host__ __device__ constexpr int kernel_head_dim(int d) {
 enum class FwdKernel : int {
   kAuto = 0,
   kV1,       // fwd_kernel.h: mma.sync, every architecture, every call
-  kV2,       // sm90/fwd_kernel_sm90.h: Hopper, head dims 32..128, no additive term (kept for A/B; empty key sets)
   kV3,       // sm90/fwd_pipelined_sm90.h: Hopper, TMA + warp specialization, every head dim and term
   kWindows,  // sm90/fwd_windows_sm90.h: Hopper, many short windows per CTA (D = 32: <= 256 keys, D = 64: <= 64)
 };
@@ -57,7 +56,6 @@ enum class BwdKernel : int {
 inline const char* name_of(FwdKernel k) {
   switch (k) {
     case FwdKernel::kV1: return "fwd_v1";
-    case FwdKernel::kV2: return "fwd_v2";
     case FwdKernel::kV3: return "fwd_v3";
     case FwdKernel::kWindows: return "fwd_windows";
     default: return "auto";
@@ -89,7 +87,7 @@ struct Forced {
   bool bwd_two_stages = false, bwd_no_pair = false;
 };
 constexpr const char* kForceNames =
-    "v1, fwd_v1, fwd_v2, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
+    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
     "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -104,7 +102,9 @@ inline Forced parse_forced(const std::string& spec) {
     if (n.empty()) continue;
     if (n == "v1") f.fwd = FwdKernel::kV1, f.bwd = BwdKernel::kV1;
     else if (n == "fwd_v1") f.fwd = FwdKernel::kV1;
-    else if (n == "fwd_v2") f.fwd = FwdKernel::kV2;
+    else if (n == "fwd_v2")  // (the v2 forward ran only empty key sets without a term; v1 runs them now)
+      throw std::invalid_argument("WINATTN_FORCE_KERNEL: fwd_v2 was retired with the v2 forward; fwd_v1 runs what "
+                                  "it ran (docs/knobs.md)");
     else if (n == "fwd_v3") f.fwd = FwdKernel::kV3;
     else if (n == "fwd_v3_narrow") f.fwd = FwdKernel::kV3, f.v3_tile = 1;
     else if (n == "fwd_v3_wide") f.fwd = FwdKernel::kV3, f.v3_tile = 2;
@@ -422,23 +422,6 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
   }
 }
 
-// The v2 general Hopper forward: head dims 32..128, faster than v1 only without an additive term (H200 bf16: no
-// bias D=128 S=16k 7.09 vs 9.79 ms; with one it lost, dense bias D=64 2.12 vs 1.71 ms).
-inline std::string try_fwd_v2(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev) {
-  if (!dev.sm90a) return "not Hopper / no sm_90a code";
-  if (c.dk > 128) return "head dim > 128";
-  if (user.bias.ptr || fp.rel_table) return "an additive term";
-  c.kernel = FwdKernel::kV2;
-  c.p = user;
-  switch (c.dk) {
-    case 32: c.block_m = sm90::FwdTraitsSm90For<32>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<32>::type::kBlockN; break;
-    case 64: c.block_m = sm90::FwdTraitsSm90For<64>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<64>::type::kBlockN; break;
-    case 96: c.block_m = sm90::FwdTraitsSm90For<96>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<96>::type::kBlockN; break;
-    default: c.block_m = sm90::FwdTraitsSm90For<128>::type::kBlockM, c.block_n = sm90::FwdTraitsSm90For<128>::type::kBlockN; break;
-  }
-  return "";
-}
-
 inline void fwd_v1(FwdChoice& c, const FwdParams& fp, const KParams& user) {
   c.kernel = FwdKernel::kV1;
   c.p = user;
@@ -462,7 +445,6 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
   };
   switch (force.fwd) {
     case FwdKernel::kV1: fwd_v1(c, fp, user); c.why = "forced"; return c;
-    case FwdKernel::kV2: forced(try_fwd_v2(c, fp, user, dev)); c.why = "forced"; return c;
     case FwdKernel::kV3: forced(try_fwd_v3(c, fp, user, dev, force)); c.why = "forced"; return c;
     case FwdKernel::kWindows: forced(try_fwd_windows(c, fp, user, dev)); c.why = "forced"; return c;
     default: break;
@@ -477,13 +459,10 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
     c.why = "v3";
     return c;
   }
-  // 3. Empty key sets on Hopper without a term: v2 (v3 cannot map them); 4. v1 everywhere else.
-  if (user.Sk == 0 && try_fwd_v2(c, fp, user, dev).empty()) {
-    c.why = "empty key set";
-    return c;
-  }
+  // 3. v1 everywhere else: other architectures, and on Hopper the empty key sets (v3 cannot map them; out = 0,
+  // lse = -inf: nothing to be fast at, so the v2 forward that ran them without a term was retired, issue 31).
   fwd_v1(c, fp, user);
-  c.why = dev.sm90a ? "v1 (empty key set with a term)" : "not Hopper";
+  c.why = dev.sm90a ? "v1 (empty key set)" : "not Hopper";
   return c;
 }
 

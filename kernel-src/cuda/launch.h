@@ -21,11 +21,6 @@ int fwd_blocks_per_sm(int dtype, int smem);
 template <int D>
 int bwd_blocks_per_sm(int dtype, int smem, int cfg);
 
-// Hopper forward v2 (sm90/fwd_kernel_sm90.h) for head dims 32, 64, 96, 128 (the kernel choice says when).
-template <int D>
-int fwd_sm90_blocks_per_sm(int dtype, int smem);
-template <int D>
-void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream);
 // Hopper forward v3 (sm90/fwd_pipelined_sm90.h, TMA + warp specialization), every head dim of kernel_head_dim():
 // `terms` / `wide` / `persistent` / `stage_bytes` as kernel_choice.h's FwdChoice says. fwd_pipelined_sm90_ready:
 // whether this binary holds sm_90a code (built with 9.0a) on this device, i.e. whether any sm90 kernel can run.

@@ -64,7 +64,7 @@ const DeviceCaps& device_caps() {
 // The A/B switches WINATTN_FORCE_KERNEL replaced: set, they would be ignored, so they are refused (docs/knobs.md).
 constexpr const char* kRetiredKnobs[][2] = {
     {"WINATTN_SM90", "WINATTN_FORCE_KERNEL=v1 (for WINATTN_SM90=0)"},
-    {"WINATTN_FWD_V2", "WINATTN_FORCE_KERNEL=fwd_v2"},
+    {"WINATTN_FWD_V2", "nothing (the v2 forward was retired; WINATTN_FORCE_KERNEL=fwd_v1 runs what it ran)"},
     {"WINATTN_BWD_V3", "WINATTN_FORCE_KERNEL=bwd_v1 (for WINATTN_BWD_V3=0)"},
     {"WINATTN_SM90_WINDOWS", "WINATTN_FORCE_KERNEL=fwd_v3,bwd_v3 (for WINATTN_SM90_WINDOWS=0)"},
     {"WINATTN_V3_NARROW", "WINATTN_FORCE_KERNEL=fwd_v3_narrow / fwd_v3_wide"},
@@ -99,14 +99,6 @@ TileConfig tile_config(int dk) {
     default: return tile_config_for<256>();
   }
 }
-template <int D>
-TileConfig sm90_fwd_tiles(TileConfig tc) {
-  using Tr = typename sm90::FwdTraitsSm90For<D>::type;
-  tc.fwd_bm = Tr::kBlockM;
-  tc.fwd_bn = Tr::kBlockN;
-  tc.fwd_smem = Tr::kSmemBytes;
-  return tc;
-}
 template <typename F>
 void dispatch_hdim(int dk, F&& f) {
   switch (dk) {
@@ -117,15 +109,6 @@ void dispatch_hdim(int dk, F&& f) {
     case 160: f(std::integral_constant<int, 160>{}); break;
     case 192: f(std::integral_constant<int, 192>{}); break;
     default: f(std::integral_constant<int, 256>{}); break;
-  }
-}
-template <typename F>
-void dispatch_sm90_hdim(int dk, F&& f) {  // the v2 forward's head dims
-  switch (dk) {
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    case 96: f(std::integral_constant<int, 96>{}); break;
-    default: f(std::integral_constant<int, 128>{}); break;
   }
 }
 template <typename F>
@@ -256,10 +239,8 @@ FwdPlan plan_fwd(const FwdParams& fp) {
     }
     default: break;
   }
-  // v1 / v2: the per-head-dim tile, the additive tile staged where it fits (WINATTN_BIAS_STAGES caps it)
-  const bool v2 = pl.c.kernel == FwdKernel::kV2;
-  TileConfig tc = tile_config(pl.c.dk);
-  if (v2) dispatch_sm90_hdim(pl.c.dk, [&](auto d) { tc = sm90_fwd_tiles<decltype(d)::value>(tc); });
+  // v1: the per-head-dim tile, the additive tile staged where it fits (WINATTN_BIAS_STAGES caps it)
+  const TileConfig tc = tile_config(pl.c.dk);
   const int mblocks = ceil_div(p.Sq, tc.fwd_bm), nblocks = ceil_div(p.Sk, tc.fwd_bn);
   pl.smem = tc.fwd_smem;
   if (p.bias.ptr) {
@@ -273,10 +254,7 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   int G = 1;
   if (mblocks == 1 && nblocks == 1 && p.B > 1) {
     int occ = 1;
-    if (v2)
-      dispatch_sm90_hdim(pl.c.dk, [&](auto d) { occ = fwd_sm90_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
-    else
-      dispatch_hdim(pl.c.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
+    dispatch_hdim(pl.c.dk, [&](auto d) { occ = fwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem); });
     G = waves_g(int64_t(p.B) * p.H, int64_t(dev.sms) * std::max(occ, 1), 32);
     G = env_int("WINATTN_FWD_G", G);
     G = std::max(1, std::min(G, p.B));
@@ -557,9 +535,6 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
       dispatch_window_tiles(pl.c.dk, pl.c.window_bn, [&](auto d, auto n) {
         run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);
       });
-      break;
-    case FwdKernel::kV2:
-      dispatch_sm90_hdim(pl.c.dk, [&](auto d) { run_fwd_sm90<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
       break;
     default:
       dispatch_hdim(pl.c.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });

@@ -304,7 +304,7 @@ def test_wide_window_terms(kernel, N, terms):
     run_case(kernel, inp, {})
 
 
-# ---- the general sm90 forward (Hopper, no additive term: sm90/fwd_kernel_sm90.h) with every other score term ----
+# ---- the general Hopper forward (v3, sm90/fwd_pipelined_sm90.h) with every score term but an additive one --------
 @pytest.mark.parametrize("D", [64, 96, 128])
 @pytest.mark.parametrize("terms", ["bool_mask", "key_padding", "causal_window", "gqa"])
 def test_sm90_general_terms(kernel, D, terms):

@@ -3,8 +3,8 @@
 On compute capability 9.0 every non-window forward runs v3, so the whole GPU suite checks it; these cases aim at
 what is new: the TMA pipeline against short sequences (fewer key blocks than stages, S = tile + 1), ragged head
 dims (TMA zero-fills the columns past D), every broadcast of the additive term, fp32 bias with bf16 inputs, D = 256,
-GQA 32 / 8, causal and sliding windows with Sq != Sk (tiles with no visible key), fully masked rows, and the v2 /
-v1 kernels still selectable from the same binary. Forward only (the backward is checked by the other files).
+GQA 32 / 8, causal and sliding windows with Sq != Sk (tiles with no visible key), fully masked rows, and the v1
+kernel still selectable from the same binary (the v2 forward was retired: forcing it is an error). Forward only (the backward is checked by the other files).
 """
 
 import pytest
@@ -101,9 +101,10 @@ def test_negative_scale(kernel):
     fwd(kernel, qkv(1, 200, 200, 2, 64), scale=-0.3)
 
 
-@pytest.mark.parametrize("env", [{"WINATTN_FORCE_KERNEL": "fwd_v2"}, {"WINATTN_FORCE_KERNEL": "v1"}])
-def test_older_kernels_still_selectable(kernel, env, monkeypatch):
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+def test_v1_still_selectable_and_v2_retired(kernel, monkeypatch):
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "v1")
     inp = qkv(2, 300, 300, 2, 128)
     fwd(kernel, inp, causal=True)
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v2")
+    with pytest.raises(Exception, match="fwd_v2 was retired with the v2 forward; fwd_v1 runs what it ran"):
+        kernel.attention(inp["q"], inp["k"], inp["v"])

@@ -100,9 +100,6 @@ std::string describe_fwd(const FwdChoice& c) {
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;
-  } else if (c.kernel == FwdKernel::kV2) {
-    std::snprintf(buf, sizeof buf, " %dx%d", c.block_m, c.block_n);
-    s += buf;
   } else {
     s += " d" + std::to_string(c.dk);
   }

@@ -52,13 +52,15 @@ def test_choice_matches_golden(table_exe):
 
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
-    for name in ["v1", "fwd_v1", "fwd_v2", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_persistent",
+    for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "bwd_v1", "bwd_v3", "bwd_v3_two_stages", "bwd_v3_no_pair",
                  "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
     r = run_table(table_exe, "--force", "fwd_v9", "flux")
     assert "error: WINATTN_FORCE_KERNEL: unknown kernel 'fwd_v9'" in r.stdout
+    r = run_table(table_exe, "--force", "fwd_v2", "flux")  # retired: says what runs instead
+    assert "error: WINATTN_FORCE_KERNEL: fwd_v2 was retired with the v2 forward; fwd_v1 runs what it ran" in r.stdout
 
 
 def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):

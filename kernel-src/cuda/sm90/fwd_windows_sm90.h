@@ -1,9 +1,9 @@
 // Hopper forward for window mode (sm_90a): many short sequences (Swin windows, N <= BN <= 256 keys), one head and
 // one 64-query tile per CTA, G windows per CTA, one warpgroup.
 //
-// The general sm90 forward (fwd_kernel_sm90.h) spends most of a Swin step on integer work (Nsight, Swin W7: 452 M
-// instructions for 65 536 window-heads, ALU the busiest pipe, 49% issue slots at 3 warps per scheduler), not on the
-// MMA. This kernel removes the per-step overhead that window mode does not need:
+// The general sm90 forward of the time (v2, retired since) spent most of a Swin step on integer work (Nsight, Swin
+// W7: 452 M instructions for 65 536 window-heads, ALU the busiest pipe, 49% issue slots at 3 warps per scheduler),
+// not on the MMA. This kernel removes the per-step overhead that window mode does not need:
 //   * the additive term is the same for every window of the CTA (the planner groups windows by b % period, Pg =
 //     period), so it is staged once and converted once into a table in accumulator-fragment order (fp32, scaled by
 //     log2(e); past 160 keys the fp16 term), with -inf in the columns past Sk: applying bias + sequence-end mask is

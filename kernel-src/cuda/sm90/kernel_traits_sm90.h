@@ -6,28 +6,6 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-template <int kHeadDim_, int kBlockN_, int kNWarpgroups_, int kQStages_>
-struct FwdTraitsSm90 {
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kQStages = kQStages_;
-  static constexpr int kBlockM = 64 * kNWarpgroups_, kNWarps = 4 * kNWarpgroups_, kNThreads = 32 * kNWarps;
-  static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
-  // 1 KB of slack to align the dynamic shared memory base to 1024 bytes (tile_sm90.h)
-  // + the key-padding bytes of the K/V stages (2 x kBlockN)
-  static constexpr int kSmemBytes = 1024 + kQStages * kQBytes + 4 * kKVBytes + 2 * kBlockN;
-  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "sm90 tiles are whole 32-column blocks, k16 steps");
-  static_assert(kBlockN <= 128, "key-padding bits of a key block fit one 32-bit word per thread");
-  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
-};
-
-// Head dims with an sm90 forward (others run the v1 kernel on Hopper too): D = 32 for Swin windows (one 64-row
-// warpgroup per CTA, many windows per CTA), D = 64 .. 128 for long sequences (2 warpgroups, 128 x 128 tiles).
-template <int D> struct FwdTraitsSm90For;
-template <> struct FwdTraitsSm90For<32> { using type = FwdTraitsSm90<32, 64, 1, 2>; };
-template <> struct FwdTraitsSm90For<64> { using type = FwdTraitsSm90<64, 128, 2, 1>; };
-template <> struct FwdTraitsSm90For<96> { using type = FwdTraitsSm90<96, 128, 2, 1>; };
-template <> struct FwdTraitsSm90For<128> { using type = FwdTraitsSm90<128, 128, 2, 1>; };
-
 // Pipelined forward v3 (fwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 query rows,
 // Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the bias stages, sized at launch).
 // Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).

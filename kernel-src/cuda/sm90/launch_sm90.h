@@ -7,7 +7,6 @@
 
 #include "../host_env.h"
 #include "../launch_template.h"
-#include "fwd_kernel_sm90.h"
 #include "fwd_pipelined_sm90.h"
 #include "tensor_map_sm90.h"
 #include "fwd_windows_sm90.h"
@@ -19,14 +18,6 @@ namespace cuda {
 
 // One kernel family per head dim: its traits, its fp16 / bf16 instantiations and the name errors report.
 using KernelFn = void (*)(KParams);
-template <int D>
-struct FwdSm90 {
-  using Tr = typename sm90::FwdTraitsSm90For<D>::type;
-  static KernelFn pick(int dtype) {
-    return dtype == 0 ? sm90::fwd_kernel_sm90<Tr, __half> : sm90::fwd_kernel_sm90<Tr, __nv_bfloat16>;
-  }
-  static constexpr const char* kName = "window_attention fwd (sm90)";
-};
 template <int D, int BN>
 struct FwdWindowsSm90 {  // (its own parameter struct: the TMA maps)
   using Tr = typename sm90::FwdWindowTraitsSm90For<D, BN>::type;
@@ -67,14 +58,6 @@ void launch_family(const KParams& p, int dtype, int64_t grid, int smem, cudaStre
   launch_kernel(K::pick(dtype), grid, K::Tr::kNThreads, smem, stream, p, K::kName);
 }
 
-template <int D>
-int fwd_sm90_blocks_per_sm(int dtype, int smem) {
-  return family_blocks_per_sm<FwdSm90<D>>(dtype, smem);
-}
-template <int D>
-void run_fwd_sm90(const KParams& p, int dtype, int64_t grid, int smem, cudaStream_t stream) {
-  launch_family<FwdSm90<D>>(p, dtype, grid, smem, stream);
-}
 template <int D, int BN>
 int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, const KParams& p) {
   using K = FwdWindowsSm90<D, BN>;
@@ -273,10 +256,6 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, b
 #define WINATTN_INSTANTIATE_FWD_WINDOWS_SM90(D, BN)                                                  \
   template int fwd_windows_sm90_blocks_per_sm<D, BN>(int, int, const KParams&);                      \
   template void run_fwd_windows_sm90<D, BN>(const KParams&, int, int64_t, int, cudaStream_t);
-
-#define WINATTN_INSTANTIATE_FWD_SM90(D)                                                              \
-  template int fwd_sm90_blocks_per_sm<D>(int, int);                                                  \
-  template void run_fwd_sm90<D>(const KParams&, int, int64_t, int, cudaStream_t);
 
 }  // namespace cuda
 }  // namespace winattn
