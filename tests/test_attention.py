@@ -355,6 +355,19 @@ def test_fully_masked_rows(kernel, device, how):
     assert torch.isfinite(bias.grad).all()
 
 
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_empty_key_set(kernel, device, with_bias):
+    """Sk = 0: every row sees no key (out 0, lse -inf, q gets a zero gradient), with or without a term. On Hopper
+    the v1 forward runs it (v3 cannot map an empty tensor; the v2 forward that ran it without a term is retired)."""
+    dtype = _low_precision(device)
+    q, k, v = _qkv(2, 20, 0, 3, 3, 64, dtype, device)
+    bias = _rand(1, 3, 20, 0, dtype=dtype, device=device) if with_bias else None
+    out, lse = kernel.attention(q, k, v, bias=bias, return_lse=True)
+    assert out.shape == q.shape and (out == 0).all() and (lse == float("-inf")).all()
+    out.sum().backward()
+    assert (q.grad == 0).all()
+
+
 def test_everything_masked(kernel, device):
     dtype = _low_precision(device)
     q, k, v = _qkv(1, 16, 16, 2, 2, 16, dtype, device)
