@@ -45,7 +45,7 @@ class BuildConfig:
 def read_build_config(repo_root: Path) -> BuildConfig:
     """Validate `build.toml` with kernels' own parser (`kernels._rust.Build.open`), then read it (tomllib, or tomlkit
     on Python 3.10: `winattn._build.config.load_toml`)."""
-    from kernels._rust import Build
+    from ._kernels_private import Build
 
     path = Path(repo_root) / "build.toml"
     if not path.is_file():
@@ -84,7 +84,7 @@ def check_variant(
     """Refuse a variant that kernels could not load or that does not match its metadata.
 
     Checks: `__init__.py` and `_ops.py` exist; exactly one `*.abi3.so`; `metadata.json` parses with
-    `kernels._rust.Metadata` (and matches the build's name/version when given); it has a digest and the files match it
+    `kernels.Metadata` (and matches the build's name/version when given); it has a digest and the files match it
     (`winattn.variant.check_digest`); the `.so` uses only the Python 3.9 limited API (`kernel_abi_check`); with
     `check_signature`, an existing `metadata.json.sigstore` was made for this metadata.json (not stale; the signature
     itself is verified by loaders, which hold the public keys).
@@ -92,7 +92,7 @@ def check_variant(
     Raises:
         PublishError: naming the variant and the first failed check.
     """
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     vdir = Path(variant_dir)
     variant = vdir.name

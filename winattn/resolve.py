@@ -284,9 +284,10 @@ def _tvm_ffi_version():
 
 
 def _probe_with_kernels() -> _System:
-    """kernels' own detection (`kernels.backends._backend`, torch imported), as `resolve_variants` does it."""
-    from kernels.backends import _backend
+    """kernels' own detection (`_kernels_private.detect_backend`, torch imported), as `resolve_variants` does it."""
     from kernels.compat import has_torch
+
+    from ._kernels_private import detect_backend
 
     cpu, os_name, macos = _platform()
     torch_version = None
@@ -294,7 +295,7 @@ def _probe_with_kernels() -> _System:
         import torch
 
         torch_version = _major_minor(torch.__version__)
-    return _System(_backend(), cpu, os_name, torch_version, _tvm_ffi_version(), macos)
+    return _System(detect_backend(), cpu, os_name, torch_version, _tvm_ffi_version(), macos)
 
 
 def _probe_without_torch() -> Optional[_System]:
@@ -440,14 +441,14 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
     """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers. The revision
     is checked before it becomes a path under `refs/`, the ref file is read without following a link, and what it
     holds must be a commit id (`RemoteValueError`: anyone who can write the cache writes these files)."""
-    from kernels._versions import _get_available_versions_from_cache
+    from ._kernels_private import available_versions_from_cache
 
     check_version_args(version, revision)
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
     refs = repo_cache_folder(repo_id) / "refs"
     if version is not None:
-        versions = _get_available_versions_from_cache(repo_id)
+        versions = available_versions_from_cache(repo_id)
         if version not in versions:
             raise OfflineError(
                 f"version {version} of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
@@ -468,9 +469,11 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
 
 def select(variant_names_or_variants, backend: Optional[str] = None) -> Selection:
     """kernels' variant resolution over a list of variants (or variant names), for this machine or, with `backend`,
-    for a machine with that backend (`backend_for`): kernels' own rules (`_resolve_variant_for_system`), nothing
+    for a machine with that backend (`backend_for`): kernels' own rules (`_kernels_private.resolve_variant_for_system`), nothing
     re-implemented."""
-    from kernels.variants import ArchVariant, Torch, _resolve_variant_for_system
+    from kernels.variants import ArchVariant, Torch
+
+    from ._kernels_private import resolve_variant_for_system
 
     variants = _variant_objects(variant_names_or_variants)
     machine = _this_machine()
@@ -478,7 +481,7 @@ def select(variant_names_or_variants, backend: Optional[str] = None) -> Selectio
     # The C++ ABI only decides between `torch<NN>-cxx11/cxx98-...` variants: torch is imported only for those.
     needs_abi = any(isinstance(v, ArchVariant) and isinstance(v.framework, Torch) and v.framework.cxx11_abi is not None
                     for v in variants)
-    resolved, decisions = _resolve_variant_for_system(
+    resolved, decisions = resolve_variant_for_system(
         variants=variants, selected_backend=chosen, cpu=machine.cpu, os=machine.os,
         torch_version=machine.torch_version, torch_cxx11_abi=_torch_cxx11_abi(machine.os) if needs_abi else None,
         tvm_ffi_version=machine.tvm_ffi_version, macos_version=machine.macos_version,

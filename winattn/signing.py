@@ -89,7 +89,7 @@ def statement_for(variant_dir: Path, metadata_bytes: bytes, *, repo_id: str | No
     `version` defaults to metadata.json's; `variant` to the directory name. `repo_id=None` makes a statement for no
     repository, which every winattn load refuses (loads always know the repository they asked for).
     """
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     metadata = Metadata.from_bytes(metadata_bytes)
     if version is not None and version != metadata.version:
@@ -210,7 +210,7 @@ def check_binding(statement: dict | None, *, variant: str, metadata_bytes: bytes
         VerificationError: naming the binding that does not hold ("signed for repository ...", "signed for version
             ...", "signed as variant ...") or a signature that binds nothing.
     """
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     def refuse(cause: str, detail: str):
         raise VerificationError(f"variant {variant}: {cause}: {detail}", checks=[("signature", False, detail)])

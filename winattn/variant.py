@@ -80,7 +80,7 @@ def variant_files(variant_dir: Path) -> list:
 def compute_digest(variant_dir: Path) -> dict:
     """`{"algorithm": "sha256", "files": {rel: base64 sha256}}` of every file but metadata.json, its signature and
     bytecode: kernels' own hashing (`Digest.hash_variant`), so `kernels` and winattn agree on what a build is."""
-    from kernels._rust import Digest, DigestAlgorithm
+    from ._kernels_private import Digest, DigestAlgorithm
 
     digest = Digest.hash_variant(DigestAlgorithm.SHA256, str(variant_dir))
     return {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))}

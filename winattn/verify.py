@@ -13,7 +13,7 @@
                statement names this variant and the repository / version asked for (`winattn.signing`), checked on
                the raw bytes before metadata.json is parsed. When it (or the lock) fails, no other file is read:
                the digest is skipped.
-4. `metadata`  metadata.json parses (`kernels._rust.Metadata`).
+4. `metadata`  metadata.json parses (`kernels.Metadata`).
 5. `digest`    the listing equals metadata.json's `digest` (no missing, no extra file: checked on names and lstat
                sizes before anything is read), then every file is hashed, streamed in 1 MiB chunks, and compared.
                With `copy_to`, each file is copied into that private directory while it is hashed: the copy holds
@@ -574,7 +574,7 @@ def _check_validator(name: str, validator, metadata, variant: str):
 
 
 def _check_arch(metadata, variant: str):
-    from kernels._rust import Backend
+    from ._kernels_private import Backend
     from kernels.validate import ArchValidator
 
     backend = metadata.backend.backend_type
@@ -650,7 +650,7 @@ def digest_violations(variant_path: Path, metadata=None, *, follow_file_links: b
         return [f"{METADATA_FILENAME} is missing"]
     if listing.problems:
         return listing.problems
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     try:
         metadata = metadata or Metadata.from_bytes(_read_small(listing.metadata, MAX_METADATA_BYTES))
@@ -765,7 +765,7 @@ def verify_variant(
     )
     checks.append(sig_check)
 
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     try:
         metadata = Metadata.from_bytes(metadata_bytes)

@@ -77,3 +77,61 @@ def test_build_toml_is_read_without_tomllib():
                f"print(read_build_config(Path({str(REPO_ROOT)!r})).name)")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "window-attention"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# kernels' private API has one door (`winattn/_kernels_private.py`, issue 31)
+
+KERNELS_DOOR = WINATTN / "_kernels_private.py"
+
+
+def _private_kernels_uses(path: Path) -> list:
+    """`line: what` for each import of a private part of kernels (`kernels._x`, `from kernels.y import _z`), each
+    private attribute read through a name bound to a kernels module, and each touch of `_loaded_kernels`."""
+    tree = ast.parse(path.read_text(), str(path))
+    kernels_names, uses = set(), []
+
+    def is_private(dotted: str) -> bool:
+        return any(part.startswith("_") and not part.startswith("__") for part in dotted.split("."))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "kernels":
+                    kernels_names.add(alias.asname or "kernels")
+                    if is_private(alias.name):
+                        uses.append(f"{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "kernels":
+            for alias in node.names:
+                kernels_names.add(alias.asname or alias.name)
+                if is_private(f"{node.module}.{alias.name}"):
+                    uses.append(f"{node.lineno}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "_loaded_kernels" or \
+                isinstance(node, ast.Name) and node.id == "_loaded_kernels":
+            uses.append(f"{node.lineno}: _loaded_kernels")
+        elif isinstance(node, ast.Attribute) and is_private(node.attr) and isinstance(node.value, ast.Name) \
+                and node.value.id in kernels_names:
+            uses.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return uses
+
+
+def _package_sources():
+    return sorted(WINATTN.rglob("*.py")) + sorted((REPO_ROOT / "torch-ext" / "window_attention").rglob("*.py"))
+
+
+def test_only_the_kernels_door_uses_kernels_private_api():
+    offenders = {str(p.relative_to(REPO_ROOT)): uses for p in _package_sources()
+                 if p != KERNELS_DOOR and (uses := _private_kernels_uses(p))}
+    assert offenders == {}, f"use winattn/_kernels_private.py instead: {offenders}"
+
+
+def test_the_private_use_check_sees_what_it_guards():
+    """The check finds the door's own private imports (so it is not vacuous), and the door resolves each of them
+    against the installed kernels (an upgrade that renames one fails here, by name)."""
+    uses = " ".join(_private_kernels_uses(KERNELS_DOOR))
+    for name in ("kernels._versions", "_backend", "_resolve_variant_for_system", "_loaded_kernels", "_rust"):
+        assert name in uses, name
+    from winattn import _kernels_private
+
+    assert all(value is not None for value in _kernels_private.resolve_all().values())
