@@ -48,9 +48,9 @@ _IMPORTED: dict = {}  # op-namespace id -> (module, private copy, digest files) 
 
 
 def _imports_root() -> Path:
-    from .verify import _user_cache_dir
+    from .cache_layout import winattn_cache_dir
 
-    return _user_cache_dir() / "imports"
+    return winattn_cache_dir() / "imports"
 
 
 def _check_private(path: Path) -> None:

@@ -10,7 +10,6 @@ the caller's `HfApi` (endpoint, token), and that a `version` is pinned to its co
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import re
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import safe_fs, untrusted
+from .cache_layout import cache_dir, repo_cache_folder
 from .errors import KernelNotFoundError, OfflineError
 from .variant import DEFAULT_VERSION, REPO_TYPE
 
@@ -111,39 +111,6 @@ def _winattn_version() -> str:
         return version("winattn")
     except PackageNotFoundError:
         return "0+unknown"
-
-
-def cache_dir() -> str:
-    """The cache kernels downloads into: `KERNELS_CACHE`, else `HF_HUB_CACHE` (read now, not at import)."""
-    from huggingface_hub import constants
-
-    return os.environ.get("KERNELS_CACHE") or constants.HF_HUB_CACHE
-
-
-def repo_cache_folder(repo_id: str) -> Path:
-    from huggingface_hub.file_download import repo_folder_name
-
-    return Path(cache_dir()) / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
-
-
-def cache_build_dir(repo_id: str, commit: str) -> Path:
-    """`<repo cache>/snapshots/<commit>/build`: where `snapshot_download` puts a commit's variants (the one place
-    that spells it)."""
-    return repo_cache_folder(repo_id) / "snapshots" / commit / "build"
-
-
-def cache_variant_dir(repo_id: str, commit: str, variant: str) -> Path:
-    return cache_build_dir(repo_id, commit) / variant
-
-
-def parse_cache_variant_dir(variant_path) -> Optional[tuple]:
-    """(repo cache folder, commit) when `variant_path` is a cache snapshot's `build/<variant>` (`cache_build_dir`'s
-    shape, in any cache), else None."""
-    p = Path(os.path.abspath(variant_path))
-    parents = p.parents
-    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
-        return parents[3], parents[1].name
-    return None
 
 
 # Backend names that need a version to be a kernels backend (`cu130`, `rocm64`, `xpu20251`, `cann82`).

@@ -36,13 +36,13 @@ import hashlib
 from pathlib import Path
 
 from . import bounded_json
+from .digest import check_digest  # the one digest check (also importable from here, as before)
 from .errors import VerificationError
 from .variant import METADATA_FILENAME, SIGNATURE_FILENAME
-from .variant import check_digest  # the one digest check (also importable from here, as before)
 
 STATEMENT_KEY = "winattn"  # the predicate field holding the statement
 STATEMENT_FORMAT = 1
-MAX_BUNDLE_BYTES = 4 << 20  # as winattn.verify.MAX_SIGNATURE_BYTES: a key bundle is a few KiB
+MAX_BUNDLE_BYTES = 4 << 20  # as winattn.file_reader.MAX_SIGNATURE_BYTES: a key bundle is a few KiB
 
 
 def generate_keypair(private_key_path: Path, public_key_path: Path) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import resolve, safe_fs, untrusted
+from . import cache_layout, resolve, safe_fs, untrusted
 from .errors import OfflineError, UntrustedKernelError, VerificationError
 from .hub_errors import network_step
 from .variant import LOCK_FILENAME, METADATA_FILENAME
@@ -210,7 +210,7 @@ class HubSource:
         def make(name):
             return Found(
                 "hub", repo_id, request.version, pin.revision, pin.commit, name,
-                resolve.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
+                cache_layout.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
                 rejected=tuple(selection.rejected), accepted=tuple(selection.accepted), trust=trust,
                 trust_error=trust_error, origin=origin,
                 expect={"repo_id": repo_id, "version": request.expected_version},
@@ -242,10 +242,10 @@ class OfflineCacheSource:
             return None
         repo_id = request.repo_id
         pin = resolve.pin_offline(repo_id, version=request.version, revision=request.revision)
-        build_dir = resolve.cache_build_dir(repo_id, pin.commit)
+        build_dir = cache_layout.cache_build_dir(repo_id, pin.commit)
         if not build_dir.is_dir():
             raise OfflineError(
-                f"{pin.describe()} is not in the local cache ({resolve.cache_dir()}) and the Hub is in offline mode "
+                f"{pin.describe()} is not in the local cache ({cache_layout.cache_dir()}) and the Hub is in offline mode "
                 "(HF_HUB_OFFLINE)"
             )
         where = " (local cache, offline)"
@@ -417,14 +417,14 @@ def _variant_lock(repo_id: str, commit: str, variant: str):
     link (a link planted there would otherwise be created or touched through)."""
     from filelock import FileLock
 
-    folder = resolve.repo_cache_folder(repo_id)
-    locks = Path(resolve.cache_dir()) / ".locks" / folder.name
+    folder = cache_layout.repo_cache_folder(repo_id)
+    locks = Path(cache_layout.cache_dir()) / ".locks" / folder.name
     name = f"winattn-{untrusted.commit_id(commit, source='the pinned commit')}-" \
            f"{untrusted.name(variant, source='the variant name')}.lock"
     lock_path = locks / name
     try:
         locks.mkdir(parents=True, exist_ok=True)
-        untrusted.contained(resolve.cache_dir(), locks, source="the cache's lock directory")
+        untrusted.contained(cache_layout.cache_dir(), locks, source="the cache's lock directory")
         safe_fs.touch_lock(lock_path)
     except (OSError, VerificationError) as e:  # read-only cache (offline use), or a link out: nothing written there
         logger.debug("no lock for %s: %s", lock_path, e)
@@ -436,7 +436,7 @@ def _download(api, pin, variant: str, *, force: bool) -> Path:
     """Download the variant into the cache: listed, checked and guarded (`winattn.download`)."""
     from .download import download
 
-    snapshot = download(api, pin, [variant], cache_dir=resolve.cache_dir(), force=force)
+    snapshot = download(api, pin, [variant], cache_dir=cache_layout.cache_dir(), force=force)
     return snapshot / "build" / variant
 
 
@@ -452,7 +452,7 @@ def _write_ref(pin) -> None:
     """Record `refs/<revision>` -> commit in the cache (what `hf_hub_download(revision=<branch>)` writes), so that an
     offline load (kernels' or ours) can resolve `version=N` to the commit verified here. Written atomically, through a
     fresh temporary file, never through a link (`safe_fs.write_atomic`), and only under `refs/`."""
-    refs = resolve.repo_cache_folder(pin.repo_id) / "refs"
+    refs = cache_layout.repo_cache_folder(pin.repo_id) / "refs"
     ref = refs / untrusted.ref_name(pin.revision, source="the revision")
     try:
         ref.parent.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,7 @@ def install_variant(
 
     from kernels import Metadata
 
-    from ..variant import check_digest, compute_digest
+    from ..digest import check_digest, compute_digest
 
     # The same hashing the loader checks against: every file but metadata.json(.sigstore) and bytecode.
     metadata = dict(metadata, digest=compute_digest(variant_dir))
