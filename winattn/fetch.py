@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import sources
 from .errors import UntrustedKernelError, VerificationError
+from .trust import TrustKind, recorded_kind
 
 logger = logging.getLogger("winattn")
 
@@ -72,10 +73,10 @@ def trust_reason(found: "sources.Found", report) -> str:
     """Why the publisher is trusted. Offline without an opt-in: only because an earlier online verification of
     this same cache entry found a trusted publisher (the receipt's origin); an earlier opt-in is never remembered."""
     if found.trust is not None:
-        return found.trust
+        return found.trust.reason
     earlier = report.origin or {}
     if earlier.get("repo_id") != found.repo_id or earlier.get("commit") != found.commit \
-            or not sources._publisher_verdict(earlier.get("trust")):
+            or recorded_kind(earlier.get("trust")) is not TrustKind.PUBLISHER:
         from .importer import discard
 
         discard(report.copy_path)

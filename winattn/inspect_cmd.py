@@ -127,10 +127,10 @@ def _trust_line(found) -> str:
     from .cli_args import cli_words
 
     if found.source == "offline-cache":
-        return found.trust and f"trusted ({found.trust})" or "not checked (offline)"
+        return found.trust and f"trusted ({found.trust.reason})" or "not checked (offline)"
     if found.trust_error:
         return cli_words(f"NOT trusted: {found.trust_error}")
-    return f"trusted ({found.trust})"
+    return f"trusted ({found.trust.reason})"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def _verify_repo(repo_id: str, args) -> list:
 
     found = _locate(repo_id, args)
     if found.source == "hub" and (found.trust_error or not args.quiet):
-        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust}")
+        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust.reason}")
     if not args.quiet:
         print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
     if args.all_variants:

@@ -23,6 +23,7 @@ from typing import Any, Optional
 from . import cache_layout, resolve, safe_fs, untrusted
 from .errors import OfflineError, UntrustedKernelError, VerificationError
 from .hub_errors import network_step
+from .trust import TrustDecision, TrustKind, check_trust, explicit_trust, vendored_trust
 from .variant import LOCK_FILENAME, METADATA_FILENAME
 
 logger = logging.getLogger("winattn")
@@ -72,8 +73,8 @@ class Found:
         what: a description for messages ("<repo> v1 (commit abc…)"), `where` a suffix (" (local cache, offline)").
         rejected: [(variant, reason)] of every other variant.
         accepted: the compatible variants, most preferred first (the chosen one first).
-        trust: why the publisher is trusted, or None when it is decided after verification (offline, from the
-            receipt's origin) or could not be established (`trust_error`).
+        trust: why the publisher is trusted (`winattn.trust.TrustDecision`), or None when it is decided after
+            verification (offline, from the receipt's origin) or could not be established (`trust_error`).
         trust_error: why the publisher is not trusted (only with `enforce_trust=False`).
         lock_entry: the vendor lock's entry for the variant.
         origin: what a successful verification records in the receipt (publisher verdicts only).
@@ -91,7 +92,7 @@ class Found:
     what: str
     rejected: tuple = ()
     accepted: tuple = ()
-    trust: Optional[str] = None
+    trust: Optional[TrustDecision] = None
     trust_error: Optional[str] = None
     where: str = ""
     lock_entry: Optional[dict] = None
@@ -169,10 +170,6 @@ def _names(selection) -> tuple:
 # Sources
 
 
-def _publisher_verdict(reason) -> bool:
-    return isinstance(reason, str) and reason.startswith("trusted publisher ")
-
-
 @dataclass
 class HubSource:
     """The Hub: trust (before anything is downloaded), pin the revision to a commit, select on its `build/` listing."""
@@ -189,13 +186,11 @@ class HubSource:
             return self._locate(api, request)
 
     def _locate(self, api, request: Request):
-        from .trust import check_trust
-
         repo_id = request.repo_id
         trust = trust_error = None
         with network_step(f"checking publisher trust of '{repo_id}'", repo_id=repo_id, endpoint=api.endpoint):
             try:
-                trust = check_trust(repo_id, request.trust_remote_code, api=api).reason
+                trust = check_trust(repo_id, request.trust_remote_code, api=api)
             except UntrustedKernelError as e:
                 if request.enforce_trust:
                     raise UntrustedKernelError(f"{e} (refused {repo_id} {request.asked} before downloading "
@@ -205,7 +200,8 @@ class HubSource:
         with network_step(f"listing the variants of {pin.describe()}", repo_id=repo_id, endpoint=api.endpoint):
             selection = resolve.select_hub(api, pin, request.backend)
         # Only a publisher verdict is recorded for offline loads; an opt-in is the caller's, for this call only.
-        origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust} if _publisher_verdict(trust) else None
+        origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason} \
+            if trust is not None and trust.kind is TrustKind.PUBLISHER else None
 
         def make(name):
             return Found(
@@ -236,8 +232,6 @@ class OfflineCacheSource:
     def locate(self, request: Request):
         from huggingface_hub import constants
 
-        from .trust import explicit_trust
-
         if not constants.is_offline_mode():
             return None
         repo_id = request.repo_id
@@ -256,7 +250,7 @@ class OfflineCacheSource:
             return Found(
                 "offline-cache", repo_id, request.version, pin.revision, pin.commit, name, build_dir / name,
                 pin.describe(), where=where, rejected=tuple(selection.rejected), accepted=tuple(selection.accepted),
-                trust=trust.reason if trust is not None else None,
+                trust=trust,
                 # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not
                 # recorded
                 origin=None, expect={"repo_id": repo_id, "version": request.expected_version},
@@ -308,7 +302,7 @@ class VendoredSource:
         def make(name):
             return Found(
                 "vendored", request.repo_id, lock["version"], revision, lock["commit"], name, directory / name, what,
-                rejected=tuple(rejected), accepted=tuple(accepted), trust="vendored (lock file)",
+                rejected=tuple(rejected), accepted=tuple(accepted), trust=vendored_trust(request.repo_id),
                 # a variant the lock does not list gets an entry no file can match: it never verifies
                 lock_entry=lock["variants"].get(name, {"metadata_sha256": None, "signature_sha256": None}),
                 origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
