@@ -204,7 +204,8 @@ def _verify_repo(repo_id: str, args) -> list:
 
     found = _locate(repo_id, args)
     if found.source == "hub" and (found.trust_error or not args.quiet):
-        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust.reason}")
+        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error
+              else f"trust: PASS {found.trust.reason}")
     if not args.quiet:
         print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
     if args.all_variants:

@@ -436,8 +436,8 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
 
 def select(variant_names_or_variants, backend: Optional[str] = None) -> Selection:
     """kernels' variant resolution over a list of variants (or variant names), for this machine or, with `backend`,
-    for a machine with that backend (`backend_for`): kernels' own rules (`_kernels_private.resolve_variant_for_system`), nothing
-    re-implemented."""
+    for a machine with that backend (`backend_for`): kernels' own rules
+    (`_kernels_private.resolve_variant_for_system`), nothing re-implemented."""
     from kernels.variants import ArchVariant, Torch
 
     from ._kernels_private import resolve_variant_for_system

@@ -239,8 +239,8 @@ class OfflineCacheSource:
         build_dir = cache_layout.cache_build_dir(repo_id, pin.commit)
         if not build_dir.is_dir():
             raise OfflineError(
-                f"{pin.describe()} is not in the local cache ({cache_layout.cache_dir()}) and the Hub is in offline mode "
-                "(HF_HUB_OFFLINE)"
+                f"{pin.describe()} is not in the local cache ({cache_layout.cache_dir()}) and the Hub is in offline "
+                "mode (HF_HUB_OFFLINE)"
             )
         where = " (local cache, offline)"
         selection = resolve.select_local(build_dir, request.backend)
