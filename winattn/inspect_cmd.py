@@ -198,7 +198,7 @@ def _verify_dir(path: Path, args) -> list:
 
 
 def _verify_repo(repo_id: str, args) -> list:
-    from . import sources
+    from . import fetch, sources
     from .cli_args import cli_words
     from .verify import verify_variant
 
@@ -220,8 +220,8 @@ def _verify_repo(repo_id: str, args) -> list:
         raise KernelNotFoundError(f"{repo_id}: no variants")
     fetched = []
     for target in targets:  # every download (and its progress bars) first, then the reports
-        with target.lock():
-            fetched.append((target, target.fetch()))
+        with fetch.variant_lock(target):
+            fetched.append((target, fetch.install(target)))
     sys.stdout.flush()
     reports = []
     for target, variant_dir in fetched:
