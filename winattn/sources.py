@@ -386,5 +386,5 @@ def normalize_lock(raw: dict) -> dict:
             "commit": raw.get("commit"), "variants": variants}
 
 
-__all__ = ["Request", "Remote", "Found", "NoVariant", "HubSource", "OfflineCacheSource", "VendoredSource", "Chain", "chain",
-           "locate", "read_vendor_lock", "normalize_lock"]
+__all__ = ["Request", "Remote", "Found", "NoVariant", "HubSource", "OfflineCacheSource", "VendoredSource", "Chain",
+           "chain", "locate", "read_vendor_lock", "normalize_lock"]
