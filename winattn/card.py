@@ -87,7 +87,7 @@ def functions_markdown(functions: list[tuple[str, str]]) -> str:
 
 def variants_markdown(variant_dirs: list[Path], signed: set[str] | None = None) -> str:
     """The variants table. `signed`: names of the variants published with a signature (default: those holding one)."""
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     signed = _signed_names(variant_dirs, signed)
     rows = ["| Variant | Backend | Architectures | Signed |", "|---|---|---|---|"]
@@ -115,7 +115,7 @@ def _signed_names(variant_dirs: list[Path], signed: set[str] | None) -> set[str]
 
 def dirty_variants(variant_dirs: list[Path]) -> list[str]:
     """Names of the variants whose metadata.json provenance says they were built from a dirty tree."""
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     out = []
     for vdir in sorted(variant_dirs, key=lambda p: p.name):

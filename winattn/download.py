@@ -32,7 +32,7 @@ def list_variant(api, pin, variant: str) -> dict:
     size checked (`RemoteValueError`), the total within the variant size limit (`VerificationError`)."""
     from huggingface_hub.hf_api import RepoFile
 
-    from .verify import max_variant_bytes
+    from .file_reader import max_variant_bytes
 
     untrusted.name(variant, source=f"the variant listing of {pin.describe()}")
     where = f"build/{variant}"

@@ -36,6 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from ._kernels_private import forget_loaded_kernels, register_loaded_kernel
 from .errors import StaleKernelError, WinattnError
 from .safe_fs import remove_tree, walk
 
@@ -47,9 +48,9 @@ _IMPORTED: dict = {}  # op-namespace id -> (module, private copy, digest files) 
 
 
 def _imports_root() -> Path:
-    from .verify import _user_cache_dir
+    from .cache_layout import winattn_cache_dir
 
-    return _user_cache_dir() / "imports"
+    return winattn_cache_dir() / "imports"
 
 
 def _check_private(path: Path) -> None:
@@ -218,11 +219,7 @@ def forget(module_id: str, copy: Optional[Path], why: str) -> None:
     if module_id in _IMPORTED and (copy is None or Path(_IMPORTED[module_id][1]) == Path(copy)):
         del _IMPORTED[module_id]
     try:
-        from kernels import importer as kernels_importer
-
-        for path, loaded in list(kernels_importer._loaded_kernels.items()):
-            if loaded.metadata.id == module_id and (copy is None or Path(path) == Path(copy)):
-                kernels_importer._loaded_kernels.pop(path, None)
+        forget_loaded_kernels(module_id, copy)
     except ImportError:
         pass
     _REFUSED[module_id] = why
@@ -239,11 +236,8 @@ def stale_message(module_id: str) -> str:
 def register_loaded(copy: Path, metadata, module) -> None:
     """Record the import as this importer's own (`imported`) and in kernels' registry (`kernels.get_loaded_kernels()`),
     as `get_local_kernel` would."""
-    from kernels import importer as kernels_importer
-
     _IMPORTED[metadata.id] = (module, Path(copy), dict(metadata.digest.files))
-    kernels_importer._loaded_kernels[Path(copy)] = kernels_importer.LoadedKernel(
-        metadata=metadata, module=module, repo_info=None)
+    register_loaded_kernel(copy, metadata, module)
 
 
 def imported(module_id: str) -> Optional[tuple]:

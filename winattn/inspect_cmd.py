@@ -127,10 +127,10 @@ def _trust_line(found) -> str:
     from .cli_args import cli_words
 
     if found.source == "offline-cache":
-        return found.trust and f"trusted ({found.trust})" or "not checked (offline)"
+        return found.trust and f"trusted ({found.trust.reason})" or "not checked (offline)"
     if found.trust_error:
         return cli_words(f"NOT trusted: {found.trust_error}")
-    return f"trusted ({found.trust})"
+    return f"trusted ({found.trust.reason})"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -198,13 +198,14 @@ def _verify_dir(path: Path, args) -> list:
 
 
 def _verify_repo(repo_id: str, args) -> list:
-    from . import sources
+    from . import fetch, sources
     from .cli_args import cli_words
     from .verify import verify_variant
 
     found = _locate(repo_id, args)
     if found.source == "hub" and (found.trust_error or not args.quiet):
-        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error else f"trust: PASS {found.trust}")
+        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error
+              else f"trust: PASS {found.trust.reason}")
     if not args.quiet:
         print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
     if args.all_variants:
@@ -219,8 +220,8 @@ def _verify_repo(repo_id: str, args) -> list:
         raise KernelNotFoundError(f"{repo_id}: no variants")
     fetched = []
     for target in targets:  # every download (and its progress bars) first, then the reports
-        with target.lock():
-            fetched.append((target, target.fetch()))
+        with fetch.variant_lock(target):
+            fetched.append((target, fetch.install(target)))
     sys.stdout.flush()
     reports = []
     for target, variant_dir in fetched:

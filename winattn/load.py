@@ -321,7 +321,7 @@ def _import_verified(variant_dir: Path, report, info: LoadInfo):
 
 
 def _device_for(metadata) -> str:
-    from kernels._rust import Backend
+    from ._kernels_private import Backend
 
     return {
         Backend.CPU: "cpu", Backend.CUDA: "cuda", Backend.ROCm: "cuda", Backend.Metal: "mps", Backend.XPU: "xpu",

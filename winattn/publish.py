@@ -29,7 +29,8 @@ from ._build.config import load_toml
 from .errors import PublishError
 from .hub_errors import describe_hub_error, hub_call_errors  # noqa: F401  (also importable from here, as before)
 from .variant import ABI3_TARGET as PYTHON_ABI
-from .variant import DEFAULT_REPO, METADATA_FILENAME, REPO_TYPE, abi3_violations, check_digest, list_variants
+from .digest import check_digest
+from .variant import DEFAULT_REPO, METADATA_FILENAME, REPO_TYPE, abi3_violations, list_variants
 from .variant import variant_files  # noqa: F401  (publish's file list is the variant's)
 BENCHMARK_PATTERNS = ("benchmark*.py", "RESULTS.md")
 
@@ -45,7 +46,7 @@ class BuildConfig:
 def read_build_config(repo_root: Path) -> BuildConfig:
     """Validate `build.toml` with kernels' own parser (`kernels._rust.Build.open`), then read it (tomllib, or tomlkit
     on Python 3.10: `winattn._build.config.load_toml`)."""
-    from kernels._rust import Build
+    from ._kernels_private import Build
 
     path = Path(repo_root) / "build.toml"
     if not path.is_file():
@@ -84,15 +85,15 @@ def check_variant(
     """Refuse a variant that kernels could not load or that does not match its metadata.
 
     Checks: `__init__.py` and `_ops.py` exist; exactly one `*.abi3.so`; `metadata.json` parses with
-    `kernels._rust.Metadata` (and matches the build's name/version when given); it has a digest and the files match it
-    (`winattn.variant.check_digest`); the `.so` uses only the Python 3.9 limited API (`kernel_abi_check`); with
+    `kernels.Metadata` (and matches the build's name/version when given); it has a digest and the files match it
+    (`winattn.digest.check_digest`); the `.so` uses only the Python 3.9 limited API (`kernel_abi_check`); with
     `check_signature`, an existing `metadata.json.sigstore` was made for this metadata.json (not stale; the signature
     itself is verified by loaders, which hold the public keys).
 
     Raises:
         PublishError: naming the variant and the first failed check.
     """
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     vdir = Path(variant_dir)
     variant = vdir.name

@@ -10,7 +10,6 @@ the caller's `HfApi` (endpoint, token), and that a `version` is pinned to its co
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import re
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import safe_fs, untrusted
+from .cache_layout import cache_dir, repo_cache_folder
 from .errors import KernelNotFoundError, OfflineError
 from .variant import DEFAULT_VERSION, REPO_TYPE
 
@@ -111,39 +111,6 @@ def _winattn_version() -> str:
         return version("winattn")
     except PackageNotFoundError:
         return "0+unknown"
-
-
-def cache_dir() -> str:
-    """The cache kernels downloads into: `KERNELS_CACHE`, else `HF_HUB_CACHE` (read now, not at import)."""
-    from huggingface_hub import constants
-
-    return os.environ.get("KERNELS_CACHE") or constants.HF_HUB_CACHE
-
-
-def repo_cache_folder(repo_id: str) -> Path:
-    from huggingface_hub.file_download import repo_folder_name
-
-    return Path(cache_dir()) / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
-
-
-def cache_build_dir(repo_id: str, commit: str) -> Path:
-    """`<repo cache>/snapshots/<commit>/build`: where `snapshot_download` puts a commit's variants (the one place
-    that spells it)."""
-    return repo_cache_folder(repo_id) / "snapshots" / commit / "build"
-
-
-def cache_variant_dir(repo_id: str, commit: str, variant: str) -> Path:
-    return cache_build_dir(repo_id, commit) / variant
-
-
-def parse_cache_variant_dir(variant_path) -> Optional[tuple]:
-    """(repo cache folder, commit) when `variant_path` is a cache snapshot's `build/<variant>` (`cache_build_dir`'s
-    shape, in any cache), else None."""
-    p = Path(os.path.abspath(variant_path))
-    parents = p.parents
-    if len(parents) >= 4 and parents[0].name == "build" and parents[2].name == "snapshots":
-        return parents[3], parents[1].name
-    return None
 
 
 # Backend names that need a version to be a kernels backend (`cu130`, `rocm64`, `xpu20251`, `cann82`).
@@ -284,9 +251,10 @@ def _tvm_ffi_version():
 
 
 def _probe_with_kernels() -> _System:
-    """kernels' own detection (`kernels.backends._backend`, torch imported), as `resolve_variants` does it."""
-    from kernels.backends import _backend
+    """kernels' own detection (`_kernels_private.detect_backend`, torch imported), as `resolve_variants` does it."""
     from kernels.compat import has_torch
+
+    from ._kernels_private import detect_backend
 
     cpu, os_name, macos = _platform()
     torch_version = None
@@ -294,7 +262,7 @@ def _probe_with_kernels() -> _System:
         import torch
 
         torch_version = _major_minor(torch.__version__)
-    return _System(_backend(), cpu, os_name, torch_version, _tvm_ffi_version(), macos)
+    return _System(detect_backend(), cpu, os_name, torch_version, _tvm_ffi_version(), macos)
 
 
 def _probe_without_torch() -> Optional[_System]:
@@ -440,14 +408,14 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
     """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers. The revision
     is checked before it becomes a path under `refs/`, the ref file is read without following a link, and what it
     holds must be a commit id (`RemoteValueError`: anyone who can write the cache writes these files)."""
-    from kernels._versions import _get_available_versions_from_cache
+    from ._kernels_private import available_versions_from_cache
 
     check_version_args(version, revision)
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
     refs = repo_cache_folder(repo_id) / "refs"
     if version is not None:
-        versions = _get_available_versions_from_cache(repo_id)
+        versions = available_versions_from_cache(repo_id)
         if version not in versions:
             raise OfflineError(
                 f"version {version} of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
@@ -468,9 +436,11 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
 
 def select(variant_names_or_variants, backend: Optional[str] = None) -> Selection:
     """kernels' variant resolution over a list of variants (or variant names), for this machine or, with `backend`,
-    for a machine with that backend (`backend_for`): kernels' own rules (`_resolve_variant_for_system`), nothing
-    re-implemented."""
-    from kernels.variants import ArchVariant, Torch, _resolve_variant_for_system
+    for a machine with that backend (`backend_for`): kernels' own rules
+    (`_kernels_private.resolve_variant_for_system`), nothing re-implemented."""
+    from kernels.variants import ArchVariant, Torch
+
+    from ._kernels_private import resolve_variant_for_system
 
     variants = _variant_objects(variant_names_or_variants)
     machine = _this_machine()
@@ -478,7 +448,7 @@ def select(variant_names_or_variants, backend: Optional[str] = None) -> Selectio
     # The C++ ABI only decides between `torch<NN>-cxx11/cxx98-...` variants: torch is imported only for those.
     needs_abi = any(isinstance(v, ArchVariant) and isinstance(v.framework, Torch) and v.framework.cxx11_abi is not None
                     for v in variants)
-    resolved, decisions = _resolve_variant_for_system(
+    resolved, decisions = resolve_variant_for_system(
         variants=variants, selected_backend=chosen, cpu=machine.cpu, os=machine.os,
         torch_version=machine.torch_version, torch_cxx11_abi=_torch_cxx11_abi(machine.os) if needs_abi else None,
         tvm_ffi_version=machine.tvm_ffi_version, macos_version=machine.macos_version,

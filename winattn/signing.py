@@ -36,13 +36,13 @@ import hashlib
 from pathlib import Path
 
 from . import bounded_json
+from .digest import check_digest  # the one digest check (also importable from here, as before)
 from .errors import VerificationError
 from .variant import METADATA_FILENAME, SIGNATURE_FILENAME
-from .variant import check_digest  # the one digest check (also importable from here, as before)
 
 STATEMENT_KEY = "winattn"  # the predicate field holding the statement
 STATEMENT_FORMAT = 1
-MAX_BUNDLE_BYTES = 4 << 20  # as winattn.verify.MAX_SIGNATURE_BYTES: a key bundle is a few KiB
+MAX_BUNDLE_BYTES = 4 << 20  # as winattn.file_reader.MAX_SIGNATURE_BYTES: a key bundle is a few KiB
 
 
 def generate_keypair(private_key_path: Path, public_key_path: Path) -> None:
@@ -89,7 +89,7 @@ def statement_for(variant_dir: Path, metadata_bytes: bytes, *, repo_id: str | No
     `version` defaults to metadata.json's; `variant` to the directory name. `repo_id=None` makes a statement for no
     repository, which every winattn load refuses (loads always know the repository they asked for).
     """
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     metadata = Metadata.from_bytes(metadata_bytes)
     if version is not None and version != metadata.version:
@@ -210,7 +210,7 @@ def check_binding(statement: dict | None, *, variant: str, metadata_bytes: bytes
         VerificationError: naming the binding that does not hold ("signed for repository ...", "signed for version
             ...", "signed as variant ...") or a signature that binds nothing.
     """
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     def refuse(cause: str, detail: str):
         raise VerificationError(f"variant {variant}: {cause}: {detail}", checks=[("signature", False, detail)])

@@ -3,27 +3,29 @@
 Each source answers `locate(request)` the way `kernels`' resolvers do (style.md §4):
 
 - a `Found`: the variant this machine would load, pinned to a commit, with where its files are (or will be, once
-  `fetch`ed) and what its verification must hold it to (lock entry, signed statement, receipt origin);
+  `winattn.fetch.install`ed from its `remote`) and what its verification must hold it to (lock entry, signed
+  statement, receipt origin);
 - a `NoVariant`: the source is the right one, but no variant of it fits this machine (with kernels' reasons);
 - None: not mine (the vendored source without a directory, the offline cache while online), try the next.
 
 `chain(...)` composes them in that order. `winattn.load`, `winattn info`, `winattn verify REPO` and `winattn vendor`
-all locate through it, so what `info` reports is what `load` imports. Nothing here verifies or imports: a `Found` is a
-candidate; `winattn.load` verifies it once (a Hub copy once more after a repairable failure, `Found.refetch`).
+all locate through it, so what `info` reports is what `load` imports. Nothing here fetches, verifies or imports: a
+`Found` is a candidate; `winattn.fetch` installs and verifies it once (a Hub copy once more after a repairable
+failure).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import resolve, safe_fs, untrusted
+from . import cache_layout, resolve, untrusted
 from .errors import OfflineError, UntrustedKernelError, VerificationError
 from .hub_errors import network_step
-from .variant import LOCK_FILENAME, METADATA_FILENAME
+from .trust import TrustDecision, TrustKind, check_trust, explicit_trust, vendored_trust
+from .variant import LOCK_FILENAME
 
 logger = logging.getLogger("winattn")
 
@@ -62,6 +64,14 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Remote:
+    """Where a Hub variant is fetched from (`winattn.fetch.install`): the load's `HfApi` and the pinned commit."""
+
+    api: Any
+    pin: resolve.Pin
+
+
+@dataclass(frozen=True)
 class Found:
     """A variant located by a source (not yet verified).
 
@@ -72,13 +82,14 @@ class Found:
         what: a description for messages ("<repo> v1 (commit abc…)"), `where` a suffix (" (local cache, offline)").
         rejected: [(variant, reason)] of every other variant.
         accepted: the compatible variants, most preferred first (the chosen one first).
-        trust: why the publisher is trusted, or None when it is decided after verification (offline, from the
-            receipt's origin) or could not be established (`trust_error`).
+        trust: why the publisher is trusted (`winattn.trust.TrustDecision`), or None when it is decided after
+            verification (offline, from the receipt's origin) or could not be established (`trust_error`).
         trust_error: why the publisher is not trusted (only with `enforce_trust=False`).
         lock_entry: the vendor lock's entry for the variant.
         origin: what a successful verification records in the receipt (publisher verdicts only).
         expect: what the signed statement must name (`winattn.verify.verify_variant(expect=...)`).
         variants: every variant name of the listing (compatible or not).
+        remote: for a Hub variant, where `winattn.fetch` downloads it from (None: its files are local).
     """
 
     source: str
@@ -91,14 +102,14 @@ class Found:
     what: str
     rejected: tuple = ()
     accepted: tuple = ()
-    trust: Optional[str] = None
+    trust: Optional[TrustDecision] = None
     trust_error: Optional[str] = None
     where: str = ""
     lock_entry: Optional[dict] = None
     origin: Optional[dict] = None
     expect: dict = field(default_factory=dict)
     variants: tuple = ()
-    _hub: Any = field(default=None, repr=False, compare=False)  # (api, pin) of a Hub variant
+    remote: Optional[Remote] = field(default=None, repr=False, compare=False)
     _make: Any = field(default=None, repr=False, compare=False)
 
     def for_variant(self, name: str) -> "Found":
@@ -108,32 +119,6 @@ class Found:
     @property
     def label(self) -> str:
         return f"{self.what}, variant {self.variant}{self.where}"
-
-    def lock(self):
-        """A per-variant file lock around fetch + verify (concurrent processes share one download)."""
-        if self.source == "vendored" or self.commit is None:
-            return contextlib.nullcontext()
-        return _variant_lock(self.repo_id, self.commit, self.variant)
-
-    def fetch(self) -> Path:
-        """The variant's directory, downloaded into the cache first when it is a Hub variant not cached yet."""
-        if self._hub is not None and not (self.variant_dir / METADATA_FILENAME).is_file():
-            return _download(*self._hub, self.variant, force=False)
-        return self.variant_dir
-
-    @property
-    def can_refetch(self) -> bool:
-        return self._hub is not None
-
-    def refetch(self) -> Path:
-        """Remove the cached copy and download it again (Hub variants only: a corrupted cache heals)."""
-        _remove_snapshot_variant(self.variant_dir)  # snapshot links only; blobs are re-fetched by force
-        return _download(*self._hub, self.variant, force=True)
-
-    def after_verification(self) -> None:
-        """Record `refs/<revision>` -> commit in the cache once a Hub variant verified (offline loads resolve it)."""
-        if self._hub is not None and self.revision != self.commit:
-            _write_ref(self._hub[1])
 
 
 @dataclass(frozen=True)
@@ -169,10 +154,6 @@ def _names(selection) -> tuple:
 # Sources
 
 
-def _publisher_verdict(reason) -> bool:
-    return isinstance(reason, str) and reason.startswith("trusted publisher ")
-
-
 @dataclass
 class HubSource:
     """The Hub: trust (before anything is downloaded), pin the revision to a commit, select on its `build/` listing."""
@@ -189,13 +170,11 @@ class HubSource:
             return self._locate(api, request)
 
     def _locate(self, api, request: Request):
-        from .trust import check_trust
-
         repo_id = request.repo_id
         trust = trust_error = None
         with network_step(f"checking publisher trust of '{repo_id}'", repo_id=repo_id, endpoint=api.endpoint):
             try:
-                trust = check_trust(repo_id, request.trust_remote_code, api=api).reason
+                trust = check_trust(repo_id, request.trust_remote_code, api=api)
             except UntrustedKernelError as e:
                 if request.enforce_trust:
                     raise UntrustedKernelError(f"{e} (refused {repo_id} {request.asked} before downloading "
@@ -205,16 +184,17 @@ class HubSource:
         with network_step(f"listing the variants of {pin.describe()}", repo_id=repo_id, endpoint=api.endpoint):
             selection = resolve.select_hub(api, pin, request.backend)
         # Only a publisher verdict is recorded for offline loads; an opt-in is the caller's, for this call only.
-        origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust} if _publisher_verdict(trust) else None
+        origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason} \
+            if trust is not None and trust.kind is TrustKind.PUBLISHER else None
 
         def make(name):
             return Found(
                 "hub", repo_id, request.version, pin.revision, pin.commit, name,
-                resolve.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
+                cache_layout.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
                 rejected=tuple(selection.rejected), accepted=tuple(selection.accepted), trust=trust,
                 trust_error=trust_error, origin=origin,
                 expect={"repo_id": repo_id, "version": request.expected_version},
-                variants=_names(selection), _hub=(api, pin), _make=make,
+                variants=_names(selection), remote=Remote(api, pin), _make=make,
             )
 
         for name in _names(selection):  # names from the Hub: each becomes a directory of the cache
@@ -236,17 +216,15 @@ class OfflineCacheSource:
     def locate(self, request: Request):
         from huggingface_hub import constants
 
-        from .trust import explicit_trust
-
         if not constants.is_offline_mode():
             return None
         repo_id = request.repo_id
         pin = resolve.pin_offline(repo_id, version=request.version, revision=request.revision)
-        build_dir = resolve.cache_build_dir(repo_id, pin.commit)
+        build_dir = cache_layout.cache_build_dir(repo_id, pin.commit)
         if not build_dir.is_dir():
             raise OfflineError(
-                f"{pin.describe()} is not in the local cache ({resolve.cache_dir()}) and the Hub is in offline mode "
-                "(HF_HUB_OFFLINE)"
+                f"{pin.describe()} is not in the local cache ({cache_layout.cache_dir()}) and the Hub is in offline "
+                "mode (HF_HUB_OFFLINE)"
             )
         where = " (local cache, offline)"
         selection = resolve.select_local(build_dir, request.backend)
@@ -256,7 +234,7 @@ class OfflineCacheSource:
             return Found(
                 "offline-cache", repo_id, request.version, pin.revision, pin.commit, name, build_dir / name,
                 pin.describe(), where=where, rejected=tuple(selection.rejected), accepted=tuple(selection.accepted),
-                trust=trust.reason if trust is not None else None,
+                trust=trust,
                 # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not
                 # recorded
                 origin=None, expect={"repo_id": repo_id, "version": request.expected_version},
@@ -308,7 +286,7 @@ class VendoredSource:
         def make(name):
             return Found(
                 "vendored", request.repo_id, lock["version"], revision, lock["commit"], name, directory / name, what,
-                rejected=tuple(rejected), accepted=tuple(accepted), trust="vendored (lock file)",
+                rejected=tuple(rejected), accepted=tuple(accepted), trust=vendored_trust(request.repo_id),
                 # a variant the lock does not list gets an entry no file can match: it never verifies
                 lock_entry=lock["variants"].get(name, {"metadata_sha256": None, "signature_sha256": None}),
                 origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
@@ -408,60 +386,5 @@ def normalize_lock(raw: dict) -> dict:
             "commit": raw.get("commit"), "variants": variants}
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The Hub cache
-
-
-def _variant_lock(repo_id: str, commit: str, variant: str):
-    """A file lock in the cache's `.locks/`, named after a checked commit and variant, created without following a
-    link (a link planted there would otherwise be created or touched through)."""
-    from filelock import FileLock
-
-    folder = resolve.repo_cache_folder(repo_id)
-    locks = Path(resolve.cache_dir()) / ".locks" / folder.name
-    name = f"winattn-{untrusted.commit_id(commit, source='the pinned commit')}-" \
-           f"{untrusted.name(variant, source='the variant name')}.lock"
-    lock_path = locks / name
-    try:
-        locks.mkdir(parents=True, exist_ok=True)
-        untrusted.contained(resolve.cache_dir(), locks, source="the cache's lock directory")
-        safe_fs.touch_lock(lock_path)
-    except (OSError, VerificationError) as e:  # read-only cache (offline use), or a link out: nothing written there
-        logger.debug("no lock for %s: %s", lock_path, e)
-        return contextlib.nullcontext()
-    return FileLock(str(lock_path))
-
-
-def _download(api, pin, variant: str, *, force: bool) -> Path:
-    """Download the variant into the cache: listed, checked and guarded (`winattn.download`)."""
-    from .download import download
-
-    snapshot = download(api, pin, [variant], cache_dir=resolve.cache_dir(), force=force)
-    return snapshot / "build" / variant
-
-
-def _remove_snapshot_variant(variant_dir: Path) -> None:
-    """Remove a cached variant directory without following anything in it (links, FIFOs and all), iteratively."""
-    try:
-        safe_fs.remove_tree(variant_dir)
-    except OSError as e:
-        logger.warning("cannot remove %s before downloading it again: %s", variant_dir, e)
-
-
-def _write_ref(pin) -> None:
-    """Record `refs/<revision>` -> commit in the cache (what `hf_hub_download(revision=<branch>)` writes), so that an
-    offline load (kernels' or ours) can resolve `version=N` to the commit verified here. Written atomically, through a
-    fresh temporary file, never through a link (`safe_fs.write_atomic`), and only under `refs/`."""
-    refs = resolve.repo_cache_folder(pin.repo_id) / "refs"
-    ref = refs / untrusted.ref_name(pin.revision, source="the revision")
-    try:
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        # the directory written into must resolve under refs/; the ref itself is replaced, a link there included
-        untrusted.contained(refs, ref.parent, source=f"the ref {pin.revision}")
-        safe_fs.write_atomic(ref, untrusted.commit_id(pin.commit, source="the pinned commit").encode())
-    except (OSError, VerificationError) as e:
-        logger.debug("cannot write %s: %s", ref, e)
-
-
-__all__ = ["Request", "Found", "NoVariant", "HubSource", "OfflineCacheSource", "VendoredSource", "Chain", "chain",
-           "locate", "read_vendor_lock", "normalize_lock"]
+__all__ = ["Request", "Remote", "Found", "NoVariant", "HubSource", "OfflineCacheSource", "VendoredSource", "Chain",
+           "chain", "locate", "read_vendor_lock", "normalize_lock"]

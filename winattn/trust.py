@@ -7,14 +7,16 @@
 
 kernels' own function always talks to the default endpoint and signals refusal with a plain ValueError; this one
 takes the caller's `HfApi` (endpoint, token) and raises `UntrustedKernelError`. The decision is returned as data so
-that it can be reported and stored in the verified-receipt of the variant (offline loads rely on it).
+that it can be reported and stored in the verified-receipt of the variant (offline loads rely on it). Code decides on
+the decision's `kind`; its `reason` is the text users see (and the receipt records).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 from .errors import UntrustedKernelError
 
@@ -28,17 +30,47 @@ _HINT = (
 )
 
 
+class TrustKind(enum.Enum):
+    """What a repository is trusted by."""
+
+    PUBLISHER = "publisher"  # the Hub marks its organization `trustedKernelPublisher`
+    OPT_IN = "opt-in"  # trust_remote_code=True
+    ALLOWLIST = "allowlist"  # listed in trust_remote_code
+    VENDORED = "vendored"  # a vendored copy: vendoring it was the decision, its lock file pins what was decided on
+
+
+_PUBLISHER_REASON = "trusted publisher "
+_RECORDED = {"trust_remote_code": TrustKind.OPT_IN, "allowlist": TrustKind.ALLOWLIST, "vendored": TrustKind.VENDORED,
+             "vendored (lock file)": TrustKind.VENDORED}
+
+
 @dataclass(frozen=True)
 class TrustDecision:
     """Why a repository was allowed.
 
     Attributes:
         repo_id: the repository.
-        reason: "trust_remote_code", "allowlist", "trusted publisher <org>", or "offline: <earlier reason>".
+        kind: what it is trusted by.
+        reason: the text shown and recorded: "trust_remote_code", "allowlist", "trusted publisher <org>",
+            "vendored (lock file)".
     """
 
     repo_id: str
+    kind: TrustKind
     reason: str
+
+
+def vendored_trust(repo_id: str) -> TrustDecision:
+    """A vendored copy is trusted by being vendored (`winattn.load(vendored=...)` does no trust check)."""
+    return TrustDecision(repo_id, TrustKind.VENDORED, "vendored (lock file)")
+
+
+def recorded_kind(reason) -> Optional[TrustKind]:
+    """The kind of a decision recorded as its `reason` (a verified-receipt's origin, which may have been rewritten by
+    anyone who can write the cache), or None when it is no reason this module writes."""
+    if isinstance(reason, str) and reason.startswith(_PUBLISHER_REASON):
+        return TrustKind.PUBLISHER
+    return _RECORDED.get(reason) if isinstance(reason, str) else None
 
 
 def normalize(trust_remote_code: TrustSetting) -> bool | list[str]:
@@ -69,9 +101,9 @@ def explicit_trust(repo_id: str, trust_remote_code: TrustSetting) -> TrustDecisi
     """The decision when the caller opted in for this repository (no network needed), else None."""
     setting = normalize(trust_remote_code)
     if setting is True:
-        return TrustDecision(repo_id, "trust_remote_code")
+        return TrustDecision(repo_id, TrustKind.OPT_IN, "trust_remote_code")
     if isinstance(setting, list) and repo_id in setting:
-        return TrustDecision(repo_id, "allowlist")
+        return TrustDecision(repo_id, TrustKind.ALLOWLIST, "allowlist")
     return None
 
 
@@ -97,7 +129,7 @@ def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustD
             f"({type(e).__name__}: {e}). {_HINT}"
         ) from e
     if getattr(info, "trustedKernelPublisher", False) is True:
-        return TrustDecision(repo_id, f"trusted publisher {publisher}")
+        return TrustDecision(repo_id, TrustKind.PUBLISHER, f"{_PUBLISHER_REASON}{publisher}")
     raise UntrustedKernelError(
         f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {_HINT}"
     )

@@ -1,4 +1,4 @@
-"""What a kernel variant is, in one place: its names, the files it is made of, its digest and its ABI.
+"""What a kernel variant is, in one place: its names, the files it is made of and its ABI.
 
 Everything that builds, publishes, vendors, verifies or loads a variant asks this module, so a rule has one home:
 
@@ -7,12 +7,12 @@ Everything that builds, publishes, vendors, verifies or loads a variant asks thi
   downloads leave them out, the verifier refuses or purges them);
 - listing: which directories of a build dir are variants (`list_variants`) and which files a variant consists of
   (`variant_files`);
-- the digest: `compute_digest` writes what `check_digest` checks. Checking is the loader's streaming hasher
-  (`winattn.verify`: no link followed, every file read once in 1 MiB chunks) for every caller, so the publisher, the
-  signer and the vendor refuse exactly what a load would refuse;
+- the digest lives in `winattn.digest` (`compute_digest` writes what `check_digest` checks), which reads files through
+  `winattn.file_reader`; both import this module, never the other way round;
 - the abi3 rule: shared objects use only the Python 3.9 stable ABI (`abi3_violations`).
 
-It imports nothing heavy at import time (kernels, kernel-abi-check are imported inside the functions).
+It imports nothing of winattn, and nothing heavy at import time (kernels, kernel-abi-check are imported inside
+the functions).
 """
 
 from __future__ import annotations
@@ -31,14 +31,6 @@ ABI3_TARGET = "3.9"  # the stable ABI of torch's stable-ABI variants (kernel-bui
 KERNEL_API_VERSION = 1
 # Bytecode as glob patterns for `snapshot_download(ignore_patterns=...)`, the same patterns kernels' resolver uses.
 BYTECODE_IGNORE_PATTERNS = ["*.pyc", "**/__pycache__/**"]
-
-
-class DigestMismatch(ValueError):
-    """A variant's files do not match its metadata.json `digest`; `violations` names each file."""
-
-    def __init__(self, message: str, violations: list):
-        super().__init__(message)
-        self.violations = violations
 
 
 def is_bytecode(rel: str) -> bool:
@@ -75,33 +67,6 @@ def variant_files(variant_dir: Path) -> list:
             continue
         out.append(rel)
     return out
-
-
-def compute_digest(variant_dir: Path) -> dict:
-    """`{"algorithm": "sha256", "files": {rel: base64 sha256}}` of every file but metadata.json, its signature and
-    bytecode: kernels' own hashing (`Digest.hash_variant`), so `kernels` and winattn agree on what a build is."""
-    from kernels._rust import Digest, DigestAlgorithm
-
-    digest = Digest.hash_variant(DigestAlgorithm.SHA256, str(variant_dir))
-    return {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))}
-
-
-def check_digest(variant_dir: Path, *, follow_file_links: bool = True) -> None:
-    """Check the variant's files against metadata.json's `digest`, the way a load checks them.
-
-    `follow_file_links` (default, for the publisher's and signer's own files, e.g. an HF-cache-like copy whose files
-    are links into blobs/) reads a link to a regular file as that file, as kernels' hashing does; loads never do.
-
-    Raises:
-        DigestMismatch (a ValueError): metadata.json is missing or invalid, has no digest, the variant holds entries
-            the digest cannot cover (links, FIFOs, stray bytecode is ignored), or a file is missing, extra or
-            different; the message starts with "digest mismatch: " and names every file.
-    """
-    from .verify import digest_violations
-
-    violations = digest_violations(Path(variant_dir), follow_file_links=follow_file_links)
-    if violations:
-        raise DigestMismatch("digest mismatch: " + "; ".join(violations), violations)
 
 
 def abi3_violations(so_path: Path, target: str = ABI3_TARGET) -> list:

@@ -170,7 +170,7 @@ def vendor(
     from . import resolve
     from .download import download
     from .hub_guard import guarded
-    from .variant import check_digest
+    from .digest import check_digest
 
     resolve.check_version_args(version, revision)
     if variants and all_variants:

@@ -13,7 +13,7 @@
                statement names this variant and the repository / version asked for (`winattn.signing`), checked on
                the raw bytes before metadata.json is parsed. When it (or the lock) fails, no other file is read:
                the digest is skipped.
-4. `metadata`  metadata.json parses (`kernels._rust.Metadata`).
+4. `metadata`  metadata.json parses (`kernels.Metadata`).
 5. `digest`    the listing equals metadata.json's `digest` (no missing, no extra file: checked on names and lstat
                sizes before anything is read), then every file is hashed, streamed in 1 MiB chunks, and compared.
                With `copy_to`, each file is copied into that private directory while it is hashed: the copy holds
@@ -21,6 +21,9 @@
                verification (or during it) cannot be imported.
 6. `kernels-minver`, `arch` (CUDA/ROCm device vs `backend.archs`), `python-depends`: kernels' own validators.
 7. `abi3`      (optional, CLI) the shared objects only use the Python 3.9 stable ABI (`kernel_abi_check`).
+
+This module makes the decisions; files are read only through `winattn.file_reader` (listing, bounded reads, streamed
+hashing, private copies), the digest is compared by `winattn.digest`, and receipts are kept by `winattn.receipts`.
 
 Verified receipts: hashing a variant (the .so dominates) on every `winattn verify` is avoided by a JSON receipt written
 after a fully successful verification, keyed by the variant path. It holds the sha256 of metadata.json and, for each
@@ -38,32 +41,22 @@ anyone without that access.
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import hashlib
-import json
 import logging
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
-from . import bounded_json, safe_fs
-from .resolve import parse_cache_variant_dir
-from .errors import RemoteValueError
-from .untrusted import contained, shown
-from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations, is_bytecode
+from . import digest, file_reader
+from .file_reader import MAX_METADATA_BYTES, MAX_SIGNATURE_BYTES, FileChanged, Listing
+from .receipts import invalidate_receipt, read_receipt, receipt_matches, write_receipt
+from .untrusted import shown
+from .variant import ABI3_TARGET, METADATA_FILENAME, SIGNATURE_FILENAME, abi3_violations
 
 logger = logging.getLogger(__name__)
-
-RECEIPT_FORMAT = 1
-CHUNK_BYTES = 1 << 20  # hashing is streamed: at most this much of a file is in memory at once
-MAX_METADATA_BYTES = 16 << 20
-MAX_SIGNATURE_BYTES = 4 << 20
-MAX_RECEIPT_BYTES = 16 << 20
-DEFAULT_MAX_VARIANT_BYTES = 16 << 30  # $WINATTN_MAX_VARIANT_BYTES: refuse bigger variants before reading them
 
 
 class Check(tuple):
@@ -158,301 +151,6 @@ class VerificationReport:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Files
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A file of the variant as listed, before anything is read.
-
-    Attributes:
-        rel: POSIX path relative to the variant.
-        path: what is opened: the file itself, or the blob an HF cache snapshot link points to.
-        size: its size (lstat) at listing time.
-        stat_key: (size, mtime_ns, ctime_ns, inode, device) at listing time, for the verified-receipt.
-    """
-
-    rel: str
-    path: str
-    size: int
-    stat_key: tuple
-
-
-@dataclass
-class Listing:
-    """`scan_variant`'s result: regular files (metadata.json and its signature apart), stray bytecode, and every
-    entry that the digest cannot cover (links, FIFOs, devices, sockets), as one line each."""
-
-    files: dict = field(default_factory=dict)
-    bytecode: list = field(default_factory=list)
-    problems: list = field(default_factory=list)
-    metadata: Optional[Entry] = None
-    signature: Optional[Entry] = None
-
-
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), f"a special file (mode {mode:o})")
-
-
-def _key(st: os.stat_result) -> tuple:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-
-
-def _blobs_dir(variant_path: Path) -> Optional[str]:
-    """`<repo cache>/blobs` when `variant_path` is an HF cache snapshot's `build/<variant>`, else None."""
-    snapshot = parse_cache_variant_dir(variant_path)
-    return os.path.realpath(snapshot[0] / "blobs") if snapshot is not None else None
-
-
-def scan_variant(variant_path: Path, *, follow_file_links: bool = False) -> Listing:
-    """List a variant without following any link and without reading any file.
-
-    Regular files become `Entry`s; in an HF cache snapshot a link to a regular file directly in the repository's
-    `blobs/` is a file too (its blob is what is read). Anything else is a problem line: the digest only covers regular
-    files, and an import that followed a link to a directory (kernels' variant lookup does) would run files nobody
-    hashed. `__pycache__/` and `*.pyc` (of any kind) are stray bytecode. `follow_file_links` (tooling on the
-    publisher's own files, never a load) takes any link to a regular file as that file, as kernels' hashing does.
-    """
-    listing = Listing()
-    root = Path(variant_path)
-    blobs = _blobs_dir(root)
-
-    def add(full: str, rel: str, st: os.stat_result) -> Optional[Entry]:
-        if stat.S_ISREG(st.st_mode):
-            return Entry(rel, full, st.st_size, _key(st))
-        if stat.S_ISLNK(st.st_mode):
-            target = os.path.realpath(full)
-            if follow_file_links or (blobs is not None and os.path.dirname(target) == blobs):
-                try:
-                    tst = os.lstat(target)
-                except OSError:
-                    tst = None
-                if tst is not None and stat.S_ISREG(tst.st_mode):
-                    return Entry(rel, target, tst.st_size, _key(tst))
-            what = "a directory" if os.path.isdir(full) else "a file" if os.path.isfile(full) else "nothing readable"
-            listing.problems.append(f"{rel}: symbolic link to {os.readlink(full)!r} ({what}): links are not covered "
-                                    "by the digest")
-            return None
-        listing.problems.append(f"{rel}: {_kind(st.st_mode)}, not a regular file (not covered by the digest)")
-        return None
-
-    def sorted_entries(directory: str) -> list:
-        with os.scandir(directory) as it:
-            return sorted(it, key=lambda e: e.name)
-
-    # Depth-first in name order, as a stack of (entries left, relative prefix, inside bytecode) instead of recursion:
-    # a tree 1,100 levels deep exhausted the interpreter's recursion limit (RecursionError) in the old walk.
-    stack = [(iter(sorted_entries(str(root))), "", False)]
-    while stack:
-        entries, prefix, in_bytecode = stack[-1]
-        e = next(entries, None)
-        if e is None:
-            stack.pop()
-            continue
-        rel = prefix + e.name
-        st = e.stat(follow_symlinks=False)
-        bytecode = in_bytecode or is_bytecode(rel)
-        if stat.S_ISDIR(st.st_mode):
-            stack.append((iter(sorted_entries(e.path)), rel + "/", bytecode))
-        elif bytecode:
-            listing.bytecode.append(rel)
-        elif prefix == "" and e.name in (METADATA_FILENAME, SIGNATURE_FILENAME):
-            entry = add(e.path, rel, st)
-            if e.name == METADATA_FILENAME:
-                listing.metadata = entry
-            else:
-                listing.signature = entry
-        else:
-            entry = add(e.path, rel, st)
-            if entry is not None:
-                listing.files[rel] = entry
-    return listing
-
-
-def list_files(variant_path: Path) -> tuple[list, list]:
-    """(files, bytecode) of the variant as sorted POSIX relative paths, without metadata.json and its signature
-    (`scan_variant`; entries that are not regular files are in neither list)."""
-    listing = scan_variant(Path(variant_path))
-    return sorted(listing.files), sorted(listing.bytecode)
-
-
-def purge_bytecode(variant_path: Path, bytecode: Iterable[str]) -> list:
-    """Remove stray bytecode (it is never part of a published variant); return what could not be removed.
-    Links are removed, never followed."""
-    left = []
-    dirs = set()
-    for rel in bytecode:
-        p = variant_path / rel
-        try:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:
-            left.append(rel)
-        parts = rel.split("/")
-        if "__pycache__" in parts:
-            dirs.add(variant_path.joinpath(*parts[: parts.index("__pycache__") + 1]))
-    for d in sorted(dirs, reverse=True):
-        if d.is_symlink():
-            d.unlink(missing_ok=True)
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-    return left
-
-
-def max_variant_bytes() -> int:
-    """The size limit of a variant ($WINATTN_MAX_VARIANT_BYTES, default 16 GiB), checked before hashing."""
-    raw = os.environ.get("WINATTN_MAX_VARIANT_BYTES")
-    if not raw:
-        return DEFAULT_MAX_VARIANT_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"WINATTN_MAX_VARIANT_BYTES must be an integer number of bytes, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"WINATTN_MAX_VARIANT_BYTES must be positive, got {value}")
-    return value
-
-
-class _Changed(Exception):
-    """A file stopped being the regular file of the listing while it was read."""
-
-
-def _open_regular(entry: Entry) -> int:
-    """Open the listed file without following a link (O_NOFOLLOW), without blocking on a FIFO swapped in since the
-    listing (O_NONBLOCK), and check that it is still a regular file."""
-    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _Changed(f"{entry.rel} is no longer a regular file")
-    return fd
-
-
-def _read_small(entry: Entry, limit: int) -> bytes:
-    if entry.size > limit:
-        raise _Changed(f"{entry.rel} is {entry.size} bytes, more than the {limit} a {entry.rel} may have")
-    fd = _open_regular(entry)
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise _Changed(f"{entry.rel} grew past {limit} bytes while it was read")
-    return data
-
-
-def _hash_file(entry: Entry, algorithm: str, copy_fd: Optional[int]) -> str:
-    """base64 digest of the file (kernels' format), streamed; the bytes hashed are written to `copy_fd` as read."""
-    h = hashlib.new(algorithm)
-    seen = 0
-    fd = _open_regular(entry)
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        while True:
-            chunk = f.read(CHUNK_BYTES)
-            if not chunk:
-                break
-            seen += len(chunk)
-            if seen > entry.size:
-                raise _Changed(f"{entry.rel} grew past its listed {entry.size} bytes while it was hashed")
-            h.update(chunk)
-            if copy_fd is not None:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(copy_fd, view):]
-    return base64.b64encode(h.digest()).decode()
-
-
-def _private_file(copy_to: Path, rel: str) -> int:
-    """Create `copy_to/rel` (and its directories, mode 0700) for writing; never follows or reuses an entry."""
-    parts = rel.split("/")
-    d = copy_to
-    for part in parts[:-1]:
-        d = d / part
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            if d.is_symlink() or not d.is_dir():
-                raise
-    return os.open(d / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Receipts
-
-
-def _user_cache_dir() -> Path:
-    if os.environ.get("WINATTN_CACHE"):
-        return Path(os.environ["WINATTN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "winattn"
-
-
-def receipt_path(variant_path: Path) -> Path:
-    """Where the verified-receipt of `variant_path` lives (see the module docstring)."""
-    return _receipt_place(variant_path)[1]
-
-
-def _receipt_place(variant_path: Path) -> tuple:
-    """(the directory receipts of `variant_path` must stay under once resolved, the receipt's path)."""
-    p = Path(os.path.abspath(variant_path))
-    snapshot = parse_cache_variant_dir(p)
-    if snapshot is not None:
-        repo_folder, commit = snapshot
-        return repo_folder, repo_folder / ".winattn" / "receipts" / commit / f"{p.name}.json"
-    key = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:40]
-    return _user_cache_dir(), _user_cache_dir() / "receipts" / f"{key}.json"
-
-
-def _read_receipt(variant_path: Path) -> Optional[dict]:
-    """The receipt of `variant_path`, or None when there is none or it is not one winattn wrote: it lives in a
-    directory others may write, so it is read without following a link, bounded in size and depth, and a bad one is
-    ignored (the variant is hashed), never an error that blocks the load."""
-    try:
-        data = bounded_json.loads(safe_fs.read_small(receipt_path(variant_path), MAX_RECEIPT_BYTES),
-                                  max_bytes=MAX_RECEIPT_BYTES, what="verified-receipt")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != RECEIPT_FORMAT:
-        return None
-    if data.get("variant_path") != os.path.realpath(variant_path):
-        return None
-    return data
-
-
-def _write_receipt(variant_path: Path, data: dict) -> None:
-    """Written atomically through a fresh temporary file, never through a link (`safe_fs.write_atomic`), in a
-    directory that resolves under the cache it belongs to."""
-    root, path = _receipt_place(variant_path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        contained(root, path.parent, source="the verified-receipt's directory")  # no link out of the cache
-        safe_fs.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
-    except (OSError, RemoteValueError) as e:  # read-only cache: verification still works, without the shortcut
-        logger.debug("cannot write verified-receipt %s: %s", path, e)
-
-
-def invalidate_receipt(variant_path: Path) -> None:
-    try:
-        receipt_path(variant_path).unlink()
-    except OSError:
-        pass
-
-
-def _receipt_matches(receipt: dict, listing: Listing, metadata_sha256: str) -> bool:
-    if receipt.get("metadata_sha256") != metadata_sha256:
-        return False
-    recorded = receipt.get("files") or {}
-    if sorted(recorded) != sorted(listing.files):
-        return False
-    return all(list(listing.files[rel].stat_key) == list(recorded[rel]) for rel in listing.files)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 # Individual checks
 
 
@@ -516,53 +214,29 @@ def _check_lock(lock_entry: dict, metadata_sha256: str, signature_sha256: Option
 
 def _check_digest(metadata, listing: Listing, receipt: Optional[dict], metadata_sha256: str,
                   copy_to: Optional[Path]):
-    """(Check, receipt_hit, {rel: "ok" | "MISMATCH" | "MISSING" | "EXTRA" | "UNREAD"}, violations). Names and sizes first: a file the digest does not list is never read, and nothing is
-    read when the listed files add up to more than the size limit. Then every listed file is hashed in chunks, and
+    """(Check, receipt_hit, {rel: "ok" | "MISMATCH" | "MISSING" | "EXTRA" | "UNREAD"}, violations). Names and sizes
+    first (`digest.compare_names`); an unchanged receipt answers without reading; else every listed file is hashed and
     copied into `copy_to` while hashed (no copy once a violation is known: it could not be imported anyway)."""
-    expected = metadata.digest
-    if expected is None:
-        return _fail("digest", "metadata.json has no `digest`: the variant's files cannot be checked"), False, {}, []
-    algorithm = str(expected.algorithm).lower()
-    if algorithm not in hashlib.algorithms_guaranteed:
-        return _fail("digest", f"unsupported digest algorithm {algorithm!r}"), False, {}, []
-    want = dict(expected.files)
-    have = {rel: e for rel, e in listing.files.items() if rel in want}
-    n = len(want)
-    statuses = {rel: "MISSING" for rel in want if rel not in have}
-    statuses.update({rel: "EXTRA" for rel in listing.files if rel not in want})
-    statuses.update({rel: "UNREAD" for rel in have})
-    violations = [f"Missing file: {rel}" for rel in sorted(set(want) - set(have))]
-    violations += [f"Unknown file: {rel} (not read)" for rel in sorted(set(listing.files) - set(want))]
-    total, limit = sum(e.size for e in have.values()), max_variant_bytes()
-    if total > limit:
-        return _fail("digest", f"the variant's files add up to {total} bytes, more than the limit of {limit} "
-                     "(WINATTN_MAX_VARIANT_BYTES); refused before reading any file"), False, statuses, []
-    if violations:
+    comparison = digest.compare_names(metadata, listing)
+    if comparison.refusal is not None:
+        return _fail("digest", comparison.refusal), False, comparison.statuses, []
+    n, algorithm = len(comparison.expected), comparison.algorithm
+    if comparison.violations:
         copy_to = None
-    if not violations and copy_to is None and receipt is not None and _receipt_matches(receipt, listing,
-                                                                                        metadata_sha256):
+    if not comparison.violations and copy_to is None and receipt is not None \
+            and receipt_matches(receipt, listing, metadata_sha256):
         since = receipt.get("verified_at")
         return (_pass("digest", f"{n} files match ({algorithm}, unchanged since verified {since})"), True,
-                dict.fromkeys(want, "ok"), [])
-    for rel in sorted(have):
-        out = None
-        try:
-            if copy_to is not None:
-                out = _private_file(copy_to, rel)
-            got = _hash_file(have[rel], algorithm, out)
-        except (OSError, _Changed) as e:
-            return _fail("digest", f"cannot hash {rel}: {e}"), False, statuses, []
-        finally:
-            if out is not None:
-                os.close(out)
-        statuses[rel] = "ok" if got == want[rel] else "MISMATCH"
-        if got != want[rel]:
-            violations.append(f"File hash mismatch for {rel}: expected: {want[rel]}, got: {got}")
+                dict.fromkeys(comparison.expected, "ok"), [])
+    digest.compare_contents(comparison, listing, copy_to)
+    if comparison.refusal is not None:
+        return _fail("digest", comparison.refusal), False, comparison.statuses, []
+    violations = comparison.violations
     if violations:
-        return (_fail("digest", f"{len(violations)} violation(s): " + "; ".join(violations)), False, statuses,
-                violations)
+        return (_fail("digest", f"{len(violations)} violation(s): " + "; ".join(violations)), False,
+                comparison.statuses, violations)
     return (_pass("digest", f"{n} files match ({algorithm})" + (", copied while hashed" if copy_to else "")), False,
-            statuses, [])
+            comparison.statuses, [])
 
 
 def _check_validator(name: str, validator, metadata, variant: str):
@@ -574,7 +248,7 @@ def _check_validator(name: str, validator, metadata, variant: str):
 
 
 def _check_arch(metadata, variant: str):
-    from kernels._rust import Backend
+    from ._kernels_private import Backend
     from kernels.validate import ArchValidator
 
     backend = metadata.backend.backend_type
@@ -636,32 +310,6 @@ def _check_abi3(variant_path: Path, files: list):
     return _pass("abi3", f"{', '.join(objects)} use only the Python {ABI3_TARGET} stable ABI")
 
 
-def digest_violations(variant_path: Path, metadata=None, *, follow_file_links: bool = False) -> list:
-    """Every way the variant's files differ from its metadata.json `digest` ([] when they match), checked with the
-    same listing and streaming hasher as a load (no receipt, no copy): `winattn.variant.check_digest` for the
-    publisher, the signer and the vendor. Stray bytecode is ignored (it is never uploaded or imported).
-    `metadata` (a parsed `kernels` Metadata) checks the files against that digest instead of the directory's own;
-    `follow_file_links` as `scan_variant`."""
-    try:
-        listing = scan_variant(Path(variant_path), follow_file_links=follow_file_links)
-    except OSError as e:
-        return [f"cannot list {variant_path}: {e}"]
-    if metadata is None and listing.metadata is None:
-        return [f"{METADATA_FILENAME} is missing"]
-    if listing.problems:
-        return listing.problems
-    from kernels._rust import Metadata
-
-    try:
-        metadata = metadata or Metadata.from_bytes(_read_small(listing.metadata, MAX_METADATA_BYTES))
-    except (OSError, _Changed, ValueError) as e:
-        return [f"{METADATA_FILENAME} cannot be read: {e}"]
-    if metadata.digest is None:
-        return [f"{METADATA_FILENAME} has no `digest`, so it does not cover the variant's files"]
-    check, _, _, violations = _check_digest(metadata, listing, None, "", None)
-    return [] if check.passed else violations or [check.detail]
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -715,7 +363,7 @@ def verify_variant(
         checks.append(_fail("files", f"{variant_path} is not a directory"))
         return report
     try:
-        listing = scan_variant(variant_path)
+        listing = file_reader.scan_variant(variant_path)
     except OSError as e:
         checks.append(_fail("files", f"cannot list {variant_path}: {e}"))
         return report
@@ -727,7 +375,7 @@ def verify_variant(
     stray = listing.bytecode
     notes = []
     if stray and bytecode == "purge":
-        left = purge_bytecode(variant_path, stray)
+        left = file_reader.purge_bytecode(variant_path, stray)
         if left:
             listing.problems.append(f"cannot remove stray bytecode not covered by the digest: {', '.join(left)}")
         else:
@@ -747,9 +395,9 @@ def verify_variant(
         checks.append(_pass("files", "; ".join([f"{len(listing.files)} files besides metadata.json"] + notes)))
 
     try:
-        metadata_bytes = _read_small(listing.metadata, MAX_METADATA_BYTES)
-        signature_bytes = _read_small(listing.signature, MAX_SIGNATURE_BYTES) if listing.signature else b""
-    except (OSError, _Changed) as e:
+        metadata_bytes = file_reader.read_entry(listing.metadata, MAX_METADATA_BYTES)
+        signature_bytes = file_reader.read_entry(listing.signature, MAX_SIGNATURE_BYTES) if listing.signature else b""
+    except (OSError, FileChanged) as e:
         checks.append(_fail("files", f"cannot read {METADATA_FILENAME} / {SIGNATURE_FILENAME}: {e}"))
         return report
     has_signature = listing.signature is not None
@@ -765,7 +413,7 @@ def verify_variant(
     )
     checks.append(sig_check)
 
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
     try:
         metadata = Metadata.from_bytes(metadata_bytes)
@@ -776,7 +424,7 @@ def verify_variant(
     checks.append(_pass("metadata", f"{metadata.name} v{metadata.version}, id {metadata.id}, "
                         f"backend {str(metadata.backend.backend_type).lower()}"))
 
-    receipt = _read_receipt(variant_path) if use_receipt else None
+    receipt = read_receipt(variant_path) if use_receipt else None
     if receipt is not None and receipt.get("metadata_sha256") != report.metadata_sha256:
         receipt = None
     # The lock and the signature vouch for metadata.json, which lists every other file: when they do not hold, no
@@ -806,7 +454,7 @@ def verify_variant(
             for name, data in ((METADATA_FILENAME, metadata_bytes), (SIGNATURE_FILENAME, signature_bytes)):
                 if name == SIGNATURE_FILENAME and not has_signature:
                     continue
-                fd = _private_file(Path(copy_to), name)
+                fd = file_reader.private_file(Path(copy_to), name)
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
         except OSError as e:
@@ -818,16 +466,12 @@ def verify_variant(
     report.origin = origin or previous_origin
     if use_receipt and report.ok and not stray:
         if not report.receipt_hit or (origin and origin != previous_origin):
-            _write_receipt(variant_path, {
-                "format": RECEIPT_FORMAT,
-                "variant_path": os.path.realpath(variant_path),
-                "metadata_sha256": report.metadata_sha256,
-                "signature_sha256": report.signature_sha256,
-                "files": {rel: list(e.stat_key) for rel, e in listing.files.items()},
-                "verified_at": (receipt or {}).get("verified_at") if report.receipt_hit
+            write_receipt(
+                variant_path, listing, metadata_sha256=report.metadata_sha256,
+                signature_sha256=report.signature_sha256, origin=report.origin,
+                verified_at=(receipt or {}).get("verified_at") if report.receipt_hit
                 else _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "origin": report.origin,
-            })
+            )
     elif use_receipt and not report.ok:
         failed = {c.name for c in report.failures}
         if failed & {"digest", "files", "metadata"}:

@@ -189,15 +189,15 @@ def test_verify_quiet_prints_the_verdicts_only(hub, hf_cache, make_build, keys, 
 def test_verify_downloads_every_variant_before_the_first_report(hub, hf_cache, make_build, capsys, monkeypatch):
     """`verify REPO --all-variants`: the downloads (whose progress bars go to stderr) all come before the first report
     line, so that bars and reports do not interleave on a terminal."""
-    from winattn import inspect_cmd, sources
+    from winattn import fetch, inspect_cmd
 
     build = make_build()
     cuda = "torch-stable-abi210-cu126-x86_64-linux"
     files = {k.replace(build.variant, cuda): v for k, v in variant_files(build).items()}
     push(hub, REPO, {**files, **variant_files(build)})
     events = []
-    fetch, report = sources.Found.fetch, inspect_cmd._print_report
-    monkeypatch.setattr(sources.Found, "fetch", lambda self: events.append("fetch") or fetch(self))
+    install, report = fetch.install, inspect_cmd._print_report
+    monkeypatch.setattr(fetch, "install", lambda found: events.append("fetch") or install(found))
     monkeypatch.setattr(inspect_cmd, "_print_report", lambda *a, **k: events.append("report") or report(*a, **k))
     main(["verify", REPO, "--endpoint", hub.url, "--all-variants"])
     assert events == ["fetch", "fetch", "report", "report"]

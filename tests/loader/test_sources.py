@@ -11,7 +11,8 @@ import pytest
 
 import winattn
 from winattn.cli import main
-from winattn.variant import LOCK_FILENAME, compute_digest
+from winattn.digest import compute_digest
+from winattn.variant import LOCK_FILENAME
 
 from .conftest import REPO, publish_build, run_child
 

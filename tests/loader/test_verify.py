@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from winattn.verify import list_files, receipt_path, verify_variant
+from winattn.file_reader import list_files
+from winattn.receipts import receipt_path
+from winattn.verify import verify_variant
 
 from .conftest import REPO_ROOT
 

@@ -193,13 +193,13 @@ def test_fifo_as_metadata_json_is_refused_without_blocking(make_build):
 
 
 def test_extra_file_fails_and_is_never_read(make_build, monkeypatch):
-    import winattn.verify as verify
+    import winattn.file_reader as file_reader
 
     b = make_build()
     (b.variant_dir / "sitecustomize.py").write_text("print('owned')\n")
     read = []
-    real = verify._hash_file
-    monkeypatch.setattr(verify, "_hash_file", lambda entry, *a: read.append(entry.rel) or real(entry, *a))
+    real = file_reader.hash_entry
+    monkeypatch.setattr(file_reader, "hash_entry", lambda entry, *a: read.append(entry.rel) or real(entry, *a))
     report = _verify(b.variant_dir)
     assert not report.ok and "Unknown file: sitecustomize.py (not read)" in report.check("digest").detail
     assert "sitecustomize.py" not in read and read  # the listed files were hashed, the extra one never opened

@@ -62,20 +62,21 @@ def test_file_rewritten_right_after_verification_is_not_imported(hub, hf_cache, 
 
 def test_file_changed_while_it_is_hashed_cannot_reach_the_copy(make_build, tmp_path, monkeypatch):
     """A file that grows while it is read is refused; what the copy holds is only ever what was hashed."""
+    import winattn.file_reader as file_reader
     import winattn.verify as verify
 
     b = make_build()
     target = b.variant_dir / "layers.py"
-    real_open = verify._open_regular
+    real_open = file_reader.open_regular
 
     def open_then_grow(entry):
         fd = real_open(entry)
         if entry.rel == "layers.py":
             with open(target, "ab") as f:
-                f.write(b"x" * (2 * verify.CHUNK_BYTES))
+                f.write(b"x" * (2 * file_reader.CHUNK_BYTES))
         return fd
 
-    monkeypatch.setattr(verify, "_open_regular", open_then_grow)
+    monkeypatch.setattr(file_reader, "open_regular", open_then_grow)
     copy = tmp_path / "copy"
     copy.mkdir()
     report = verify.verify_variant(b.variant_dir, copy_to=copy, use_receipt=False)

@@ -47,7 +47,8 @@ def deep_tree():
 
 
 def test_a_tree_1100_levels_deep_is_listed_and_refused_without_recursion(make_build, tmp_path, deep_tree):
-    from winattn.verify import scan_variant, verify_variant
+    from winattn.file_reader import scan_variant
+    from winattn.verify import verify_variant
 
     b = make_build()
     deep_tree(b.variant_dir)
@@ -90,7 +91,7 @@ def test_file_names_are_escaped_in_errors_and_in_winattn_verify(make_build, caps
 
 
 def test_a_forged_metadata_with_a_bad_signature_reads_no_other_file(make_build, keys, monkeypatch):
-    from winattn import verify
+    from winattn import file_reader, verify
     from winattn.signing import sign_variant
 
     b = make_build()
@@ -105,7 +106,7 @@ def test_a_forged_metadata_with_a_bad_signature_reads_no_other_file(make_build, 
     def hashed(entry, *args):
         raise AssertionError(f"{entry.rel} was read although the signature over metadata.json failed")
 
-    monkeypatch.setattr(verify, "_hash_file", hashed)
+    monkeypatch.setattr(file_reader, "hash_entry", hashed)
     report = verify.verify_variant(b.variant_dir, public_keys=[keys["good"][1]], require_signature=True,
                                    use_receipt=False)
     assert not report.ok and "bad signature" in report.check("signature").detail
@@ -113,10 +114,10 @@ def test_a_forged_metadata_with_a_bad_signature_reads_no_other_file(make_build, 
 
 
 def test_a_vendor_lock_mismatch_reads_no_other_file(make_build, monkeypatch):
-    from winattn import verify
+    from winattn import file_reader, verify
 
     b = make_build()
-    monkeypatch.setattr(verify, "_hash_file", lambda entry, *a: pytest.fail(f"{entry.rel} was read"))
+    monkeypatch.setattr(file_reader, "hash_entry", lambda entry, *a: pytest.fail(f"{entry.rel} was read"))
     report = verify.verify_variant(b.variant_dir, lock_entry={"metadata_sha256": "0" * 64, "signature_sha256": None},
                                    use_receipt=False)
     assert not report.ok and report.check("lock").status == "fail" and report.check("digest").status == "skip"

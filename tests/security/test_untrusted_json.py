@@ -40,7 +40,8 @@ def test_deep_signature_bundle_is_a_failed_signature_check(make_build, keys):
 
 
 def test_poisoned_receipt_is_ignored_and_the_variant_hashed(make_build, hf_cache):
-    from winattn.verify import receipt_path, verify_variant
+    from winattn.receipts import receipt_path
+    from winattn.verify import verify_variant
 
     b = make_build()
     assert verify_variant(b.variant_dir).ok

@@ -124,7 +124,7 @@ def load_config(root: Path) -> BuildConfig:
     if not path.is_file():
         raise BuildError(f"{path}: not found (is {root} a kernel repository?)")
 
-    from kernels._rust import Backend, Build
+    from .._kernels_private import Backend, Build
 
     try:
         parsed = Build.open(str(root))

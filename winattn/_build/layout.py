@@ -120,9 +120,9 @@ def install_variant(
     _install_text(OPS_PY.format(ops=ops_name), variant_dir / "_ops.py")
     _install_file(so_path, variant_dir / so_name)
 
-    from kernels._rust import Metadata
+    from kernels import Metadata
 
-    from ..variant import check_digest, compute_digest
+    from ..digest import check_digest, compute_digest
 
     # The same hashing the loader checks against: every file but metadata.json(.sigstore) and bytecode.
     metadata = dict(metadata, digest=compute_digest(variant_dir))
