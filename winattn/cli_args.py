@@ -96,9 +96,9 @@ _CLI_WORDS = (
 def cli_words(text: str) -> str:
     """`text` with the Python spellings of options replaced by the command-line ones, and the loader's trust hint
     (set `trust_remote_code`) by what it means for a command that only reports trust."""
-    from .trust import _HINT
+    from .trust import OPT_IN_HINT
 
-    text = text.replace(_HINT, "winattn.load refuses it unless the caller opts in to untrusted publishers.")
+    text = text.replace(OPT_IN_HINT, "winattn.load refuses it unless the caller opts in to untrusted publishers.")
     for python, cli in _CLI_WORDS:
         text = text.replace(python, cli)
     return text

@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 
 TrustSetting = Union[bool, Iterable[str]]
 
-_HINT = (
+# How a caller opts in (the CLI's cli_words rewrites it for commands that only report trust).
+OPT_IN_HINT = (
     "Set trust_remote_code=True or add the repository ID to the trust_remote_code allowlist to allow loading "
     "kernels from untrusted sources."
 )
@@ -126,12 +127,12 @@ def check_trust(repo_id: str, trust_remote_code: TrustSetting, *, api) -> TrustD
             raise  # the Hub is unreachable or refuses the token: the caller reports that, not a verdict on trust
         raise UntrustedKernelError(
             f"Kernel repository '{repo_id}' could not verify publisher trust status of '{publisher}' "
-            f"({type(e).__name__}: {e}). {_HINT}"
+            f"({type(e).__name__}: {e}). {OPT_IN_HINT}"
         ) from e
     if getattr(info, "trustedKernelPublisher", False) is True:
         return TrustDecision(repo_id, TrustKind.PUBLISHER, f"{_PUBLISHER_REASON}{publisher}")
     raise UntrustedKernelError(
-        f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {_HINT}"
+        f"Kernel repository '{repo_id}' is not from a trusted publisher ('{publisher}'). {OPT_IN_HINT}"
     )
 
 
