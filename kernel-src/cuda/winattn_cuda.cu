@@ -17,7 +17,6 @@
 #include "block_info.h"
 #include "call_params.h"
 #include "host_env.h"
-#include "bwd_kernel.h"
 #include "kernel_choice.h"
 #include "kernel_params.h"
 #include "kernel_traits.h"

@@ -7,7 +7,8 @@ namespace cuda {
 namespace sm90 {
 
 // Pipelined forward v3 (fwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 query rows,
-// Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the bias stages, sized at launch).
+// Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the
+// bias stages, sized at launch).
 // Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).
 template <int kHeadDim_, int kBlockN_, int kStages_>
 struct FwdPipeTraitsSm90 {
@@ -20,7 +21,7 @@ struct FwdPipeTraitsSm90 {
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "32-column blocks, k16 steps");
   static_assert(kKVBytes % 1024 == 0, "stages keep 1024-byte alignment");
 };
-// Tiles per head dim (FA3's choices one size down where our terms need room, fa3-configs.md): `narrow` for the
+// Tiles per head dim (FA3's choices, hopper/tile_size.h, one size down where our terms need room): `narrow` for the
 // staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
 // `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
 template <int D> struct FwdPipeTraitsSm90For {

@@ -4,8 +4,8 @@
 // Why hand-written PTX and not CuTe's TMA / pipeline classes: the sm90 kernels already speak raw wgmma descriptors
 // over their own 64-byte-swizzled tile layout (tile_sm90.h), and TMA's SWIZZLE_64B writes exactly that layout, so
 // these dozen instructions are all the kernels need. CuTe would bring its own layouts, and a translation unit that
-// includes cute/ takes minutes per head dim on the 2-core CI machine (ecosystem.md: nvcc 13.0 compile times of the
-// CUTLASS FMHA examples), where the whole variant is built as a test.
+// includes cute/ takes minutes per head dim on the 2-core CI machine (nvcc 13.0 compile times of the CUTLASS FMHA
+// examples, measured there), where the whole variant is built as a test.
 //
 // Protocol of one pipeline stage (a "full" and an "empty" mbarrier per stage):
 //   producer: wait empty[s] (skipped on the stage's first use) -> arrive.expect_tx(full[s], bytes) -> TMA loads
