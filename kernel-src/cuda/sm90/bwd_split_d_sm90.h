@@ -1,6 +1,6 @@
 // Backward v3 consumer for head dims past 128 (BwdSplitTraitsSm90: 64 keys per CTA, head dim 256; 160 and 192 run
-// on it padded by TMA's zero fill). Included by bwd_pipelined_sm90.h after the pieces it shares (the producer, the
-// tile decode, the shared-memory map, the dbias offsets and atomics).
+// on it padded by TMA's zero fill). What it shares with the other consumer (the producer, the tile decode, the
+// shared-memory map, the dbias offsets and atomics) is in bwd_v3_common_sm90.h.
 //
 // Why another consumer: dK and dV of 64 keys x 256 columns are 256 fp32 registers per thread in one warpgroup, past
 // the 240 a consumer gets. So (as FlashAttention-3 does for its head dim 256) the two warpgroups share the CTA's 64
@@ -17,6 +17,7 @@
 //   * the additive term is read from global memory (kBwdTermsGlobal: the stage ring has no room for a bias tile next
 //     to the 32 KB Q / dO tiles and the dbias staging); dbias leaves as in the other consumer.
 #pragma once
+#include "bwd_v3_common_sm90.h"
 
 namespace winattn {
 namespace cuda {

@@ -22,6 +22,8 @@
 // apply_terms(), in the 64-key tile only (Tr::kGeneralTerms; with wider windows the planner folds a bool mask
 // broadcast over the windows into the fp16 term, fold_window_mask, and sends a band to v3).
 #pragma once
+#include <cuda.h>
+
 #include "../block_info.h"
 #include "../gemm.h"
 #include "../kernel_params.h"
