@@ -122,22 +122,22 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
       rank = t.n - lo_n;
       if (issuer)
         while (ld_acquire(sem) != rank) __nanosleep(32);
-      named_sync(5, 256);
+      named_sync(kBarBwdDqTicket, 256);
     }
 #pragma unroll
     for (int nt = 0; nt < DTQ; ++nt)
       red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
     if (deterministic) {
       __threadfence();
-      named_sync(5, 256);
+      named_sync(kBarBwdDqTicket, 256);
       if (issuer) st_release(sem, rank + 1);
     }
   };
   // Deferred dQ (kDefer: no dbias tile to stage, one batch per CTA). dQ needs both warpgroups' dS^T; waiting
   // for it in the step that wrote it held the warpgroups in lock step (their softmax phases coincided and the
   // tensor cores idled: ncu "barrier" stalls). Here the dQ GEMM of step it runs in step it + 1, behind its dV / dK
-  // GEMMs, and each warpgroup announces its dS^T with bar.arrive (barrier 7 + 2 cw + parity) and waits only for the
-  // other's of the step before. dS^T then rotates through three tiles (the third in the dbias staging's room):
+  // GEMMs, and each warpgroup announces its dS^T with bar.arrive (kBarBwdDsAnnounced + 2 cw + parity) and waits
+  // only for the other's of the step before. dS^T then rotates through three tiles (the third in the dbias staging's room):
   // step it writes tile it % 3 after the other warpgroup's arrival for step it - 1, which follows its dQ GEMM of
   // step it - 3, the last reader of that tile. Barrier parity keeps a warpgroup that runs a step ahead from
   // arriving twice at one barrier before the other waited on it.
@@ -209,7 +209,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         if (dbias) {
           if (bi == 0 && unit > 0 && P.dbias_bufs == 1) {
             if (issuer) bulk_wait_read<0>();
-            named_sync(4, 256);
+            named_sync(kBarBwdDbiasRead, 256);
           }
           if (db16 && KV == 2 && bi == 0) {
 #pragma unroll
@@ -242,7 +242,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         }
 
         // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
-        if (defer && it > 0) named_sync(7 + 2 * (1 - cw) + ((it - 1) & 1), 256);  // the other's dS^T of it - 1
+        if (defer && it > 0)  // the other's dS^T of it - 1
+          named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);
         const uint32_t sds = ds_tile(buf);
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks)
@@ -253,11 +254,11 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
               sts_u32(sds + tile_chunk_offset<BN>(key_row + 8 * hf, 2 * ks + u) + qc * 2, dsf[ks][2 * u + hf]);
         fence_view_async_shared();
         if constexpr (defer) {
-          named_arrive(7 + 2 * cw + (it & 1), 256);
+          named_arrive(kBarBwdDsAnnounced + 2 * cw + (it & 1), 256);
         } else {
           // two staging buffers: the TMA issued for the previous tile has read the one the next tile writes
           if (dbias && bi == 0 && P.dbias_bufs == 2 && issuer) bulk_wait_read<0>();
-          named_sync(3, 256);  // both warpgroups' dS^T (and dbias staging) are written
+          named_sync(kBarBwdDsWritten, 256);  // both warpgroups' dS^T (and dbias staging) are written
           if (dbias && bi == KV - 1 && issuer) {
             const int tb = b % P.db_period, th = P.db_heads > 1 ? h : 0;
             const int box_cols = db16 ? 64 : 32;  // one box row is 128 bytes
@@ -305,7 +306,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     }
   }
   if (defer && it > 0) {  // the last step's dQ
-    named_sync(7 + 2 * (1 - cw) + ((it - 1) & 1), 256);
+    named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);
     float acc_dq[DTQ][4];
     wgmma_fence();
     issue_dq(ds_tile((it - 1) % 3), kb_half0, acc_dq);

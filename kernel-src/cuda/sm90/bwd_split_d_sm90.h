@@ -113,7 +113,7 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       }
       // both warpgroups are done with the previous step's tiles (their GEMMs were waited on) and staging buffer
       if (dbias && it > 0 && P.dbias_bufs == 1 && issuer) bulk_wait_read<0>();
-      if (it > 0) named_sync(6, 256);
+      if (it > 0) named_sync(kBarBwdTilesRead, 256);
       if (dbias && db16) {
         stage_dbias16<BM, NTQ>(st, dsf, q0, wi * 16, lane);
       } else if (dbias) {
@@ -136,7 +136,7 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       fence_view_async_shared();
       // two staging buffers: the previous tile's TMA has read the other one, which the next step writes
       if (dbias && P.dbias_bufs == 2 && issuer) bulk_wait_read<0>();
-      named_sync(3, 256);
+      named_sync(kBarBwdDsWritten, 256);
       if (dbias && issuer) {
         const int tb = b % P.db_period, th = P.db_heads > 1 ? h : 0, box_cols = db16 ? 64 : 32;
         for (int c = 0; c < BN / box_cols; ++c) {
@@ -189,7 +189,7 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
             rank = t.n - lo_n;
             if (issuer)
               while (ld_acquire(sem) != rank) __nanosleep(32);
-            named_sync(5, 256);
+            named_sync(kBarBwdDqTicket, 256);
           }
         }
 #pragma unroll
@@ -198,7 +198,7 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       }
       if (deterministic) {
         __threadfence();
-        named_sync(5, 256);
+        named_sync(kBarBwdDqTicket, 256);
         if (issuer) st_release(sem, rank + 1);
       }
     }

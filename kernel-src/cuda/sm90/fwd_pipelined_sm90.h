@@ -221,8 +221,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
     acc_to_afrag<Elem, 1, NT>(pf3, s3);
   };
-  auto my_turn = [&]() { named_sync(1 + cw, 256); };
-  auto your_turn = [&]() { named_arrive(2 - cw, 256); };
+  auto my_turn = [&]() { named_sync(kBarFwdTurn + cw, 256); };
+  auto your_turn = [&]() { named_arrive(kBarFwdTurn + 1 - cw, 256); };
 
   auto stage = [&](int it) { return (kb + it) % ST; };
   auto phase = [&](int it) { return uint32_t((kb + it) / ST) & 1u; };

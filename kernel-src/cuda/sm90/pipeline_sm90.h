@@ -130,7 +130,19 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
 
-// Named barriers (ids 1..15; 0 is __syncthreads) between the threads of some warpgroups.
+// Named barriers (ids 1..15; 0 is __syncthreads) between the threads of some warpgroups. Their ids, per kernel (ids
+// are per CTA, so kernels reuse them); the wide-window backward numbers its per-chunk barriers itself
+// (bwd_windows_wide_sm90.h: staged / freed).
+enum NamedBarrier : int {
+  // forward v3 (fwd_pipelined_sm90.h): consumer warpgroup cw may issue its GEMMs (ping-pong), at kBarFwdTurn + cw
+  kBarFwdTurn = 1,
+  // backward v3 (bwd_pipelined_sm90.h, bwd_split_d_sm90.h), the two consumer warpgroups (256 threads):
+  kBarBwdDsWritten = 3,     // both warpgroups' dS^T (and dbias staging) are written
+  kBarBwdDbiasRead = 4,     // one dbias buffer: the previous tile's TMA read of it is done
+  kBarBwdDqTicket = 5,      // deterministic dQ: the ticket is ours / our adds are done
+  kBarBwdTilesRead = 6,     // split head dim: both warpgroups are done with the previous step's tiles
+  kBarBwdDsAnnounced = 7,   // deferred dQ: warpgroup cw's dS^T of a step, at kBarBwdDsAnnounced + 2 cw + parity
+};
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
