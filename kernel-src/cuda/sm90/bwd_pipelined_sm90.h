@@ -137,10 +137,10 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   // for it in the step that wrote it held the warpgroups in lock step (their softmax phases coincided and the
   // tensor cores idled: ncu "barrier" stalls). Here the dQ GEMM of step it runs in step it + 1, behind its dV / dK
   // GEMMs, and each warpgroup announces its dS^T with bar.arrive (kBarBwdDsAnnounced + 2 cw + parity) and waits
-  // only for the other's of the step before. dS^T then rotates through three tiles (the third in the dbias staging's room):
-  // step it writes tile it % 3 after the other warpgroup's arrival for step it - 1, which follows its dQ GEMM of
-  // step it - 3, the last reader of that tile. Barrier parity keeps a warpgroup that runs a step ahead from
-  // arriving twice at one barrier before the other waited on it.
+  // only for the other's of the step before. dS^T then rotates through three tiles (the third in the dbias
+  // staging's room): step it writes tile it % 3 after the other warpgroup's arrival for step it - 1, which follows
+  // its dQ GEMM of step it - 3, the last reader of that tile. Barrier parity keeps a warpgroup that runs a step
+  // ahead from arriving twice at one barrier before the other waited on it.
   constexpr bool defer = kDefer && KV == 1;
   const uint32_t ds_third = sm.dbias(P.bias_stage_bytes, 0, 0);
   auto ds_tile = [&](int i) { return i < 2 ? sm.ds(i) : ds_third; };
