@@ -71,6 +71,13 @@ inline const char* name_of(BwdKernel k) {
   }
 }
 
+// A forced kernel that cannot take the call is an error naming why, never a silent fallback.
+inline void require_forced(const char* kernel, const std::string& why_not) {
+  if (!why_not.empty())
+    throw std::runtime_error(std::string("WINATTN_FORCE_KERNEL=") + kernel + ": this call cannot run it (" + why_not +
+                             ")");
+}
+
 // ---- what the choice reads besides the call -------------------------------------------------------------------
 struct DeviceCaps {
   int cc_major = 0, sms = 0, smem_optin = 0;
@@ -438,11 +445,7 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
   mask_as_key_padding(user);
   FwdChoice c;
   c.dk = kernel_head_dim(user.D);
-  auto forced = [&](const std::string& no) {
-    if (!no.empty())
-      throw std::runtime_error(std::string("WINATTN_FORCE_KERNEL=") + name_of(force.fwd) + ": this call cannot run it (" +
-                               no + ")");
-  };
+  auto forced = [&](const std::string& why_not) { require_forced(name_of(force.fwd), why_not); };
   switch (force.fwd) {
     case FwdKernel::kV1: fwd_v1(c, fp, user); c.why = "forced"; return c;
     case FwdKernel::kV3: forced(try_fwd_v3(c, fp, user, dev, force)); c.why = "forced"; return c;
@@ -709,11 +712,7 @@ inline BwdChoice choose_bwd(const BwdParams& bp, const KParams& call, const Devi
   BwdChoice c;
   c.dk = kernel_head_dim(user.D);
   const BwdNeeds n = bwd_needs(bp, user);
-  auto forced = [&](const std::string& no) {
-    if (!no.empty())
-      throw std::runtime_error(std::string("WINATTN_FORCE_KERNEL=") + name_of(force.bwd) + ": this call cannot run it (" +
-                               no + ")");
-  };
+  auto forced = [&](const std::string& why_not) { require_forced(name_of(force.bwd), why_not); };
   switch (force.bwd) {
     case BwdKernel::kV1: bwd_v1(c, bp, user); c.why = "forced"; return c;
     case BwdKernel::kV3: forced(try_bwd_v3(c, bp, user, dev, force)); c.why = "forced"; return c;
