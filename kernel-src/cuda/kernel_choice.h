@@ -154,6 +154,10 @@ inline CombPlan comb_plan_of(const FwdParams& fp, int P, int heads, int dtype, i
   c.bytes = int64_t(c.P) * heads * c.rows * c.Skp * 2;
   return c;
 }
+// The relative-position table term (+ the bias, when there is one) gathered per head into one tile of `dtype`.
+inline CombPlan table_plan_of(const FwdParams& fp, int heads, int dtype) {
+  return comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, heads, dtype);
+}
 // The kernel's view of a prepared term. Its address is the workspace's, known when the plan runs: until then the
 // view holds kWorkspaceTerm (never dereferenced; 256, the workspace alignment, so alignment rules hold for it).
 inline const void* const kWorkspaceTerm = reinterpret_cast<const void*>(uintptr_t(256));
@@ -301,7 +305,7 @@ inline std::string try_fwd_windows(FwdChoice& c, const FwdParams& fp, const KPar
   KParams p = user;
   CombPlan comb;
   if (fp.rel_table) {  // the table term gathered into an fp16 [P, H, Sq, Skp] tile
-    comb = comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, p.H, 0);
+    comb = table_plan_of(fp, p.H, 0);
     use_comb(p, comb);
   }
   const int bn = window_key_block(c.dk, p.Sk);
@@ -373,7 +377,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   KParams p = user;
   CombPlan comb;
   if (fp.rel_table) {  // the table term (+ bias) gathered into a tile of the input dtype
-    comb = comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, p.H, dt);
+    comb = table_plan_of(fp, p.H, dt);
     use_comb(p, comb);
   } else if (v3_recast_term(fp, p, dt)) {
     comb = comb_plan_of(fp, p.bias.period, p.bias.heads, dt);
@@ -434,7 +438,7 @@ inline void fwd_v1(FwdChoice& c, const FwdParams& fp, const KParams& user) {
   c.p = user;
   c.block_m = c.block_n = 0;
   if (fp.rel_table) {  // the table term (+ bias) gathered into an fp16 tile
-    c.comb = comb_plan_of(fp, fp.bias.ptr ? int(fp.bias.period) : 1, user.H, 0);
+    c.comb = table_plan_of(fp, user.H, 0);
     use_comb(c.p, c.comb);
   }
 }
@@ -506,7 +510,7 @@ inline std::string try_bwd_windows(BwdChoice& c, const BwdParams& bp, const KPar
   KParams p = user;
   CombPlan comb;
   if (bp.rel_table) {
-    comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, p.H, 0);
+    comb = table_plan_of(bp, p.H, 0);
     use_comb(p, comb);
   }
   if (!dev.sm90a) return "not Hopper / no sm_90a code";
@@ -535,7 +539,7 @@ inline std::string try_bwd_wide(BwdChoice& c, const BwdParams& bp, const KParams
   KParams p = user;
   CombPlan comb;
   if (bp.rel_table) {
-    comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, p.H, 0);
+    comb = table_plan_of(bp, p.H, 0);
     use_comb(p, comb);
   }
   if (p.mask.ptr) {
@@ -646,7 +650,7 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   KParams p = user;
   CombPlan comb;
   if (bp.rel_table) {
-    comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, p.H, dt);
+    comb = table_plan_of(bp, p.H, dt);
     use_comb(p, comb);
   } else if (v3_recast_term(bp, p, dt)) {
     comb = comb_plan_of(bp, p.bias.period, p.bias.heads, dt);
@@ -700,7 +704,7 @@ inline void bwd_v1(BwdChoice& c, const BwdParams& bp, const KParams& user) {
   c.p = user;
   c.block_m = c.block_n = 0;
   if (bp.rel_table) {
-    c.comb = comb_plan_of(bp, bp.bias.ptr ? int(bp.bias.period) : 1, user.H, 0);
+    c.comb = table_plan_of(bp, user.H, 0);
     use_comb(c.p, c.comb);
   }
 }
