@@ -115,23 +115,11 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     const int64_t tile = (int64_t(b) * p.H + h) * mblocks + m;
     float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
     int* sem = deterministic ? P.dq_sems + tile : nullptr;
-    int rank = 0;
-    if (deterministic) {
-      int lo_n, hi_n;
-      n_block_range(p, m, BM, BN, lo_n, hi_n);
-      rank = t.n - lo_n;
-      if (issuer)
-        while (ld_acquire(sem) != rank) __nanosleep(32);
-      named_sync(kBarBwdDqTicket, 256);
-    }
+    const int rank = deterministic ? dq_turn_wait<BM, BN>(p, sem, m, t.n, issuer) : 0;
 #pragma unroll
     for (int nt = 0; nt < DTQ; ++nt)
       red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
-    if (deterministic) {
-      __threadfence();
-      named_sync(kBarBwdDqTicket, 256);
-      if (issuer) st_release(sem, rank + 1);
-    }
+    if (deterministic) dq_turn_pass(sem, rank, issuer);
   };
   // Deferred dQ (kDefer: no dbias tile to stage, one batch per CTA). dQ needs both warpgroups' dS^T; waiting
   // for it in the step that wrote it held the warpgroups in lock step (their softmax phases coincided and the

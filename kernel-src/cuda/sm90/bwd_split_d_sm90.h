@@ -183,24 +183,13 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
           fence_acc(acc_dv);
           __syncwarp();
           if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse and delta of this stage are read
-          if (deterministic) {
-            int lo_n, hi_n;
-            n_block_range(p, m, BM, BN, lo_n, hi_n);
-            rank = t.n - lo_n;
-            if (issuer)
-              while (ld_acquire(sem) != rank) __nanosleep(32);
-            named_sync(kBarBwdDqTicket, 256);
-          }
+          if (deterministic) rank = dq_turn_wait<BM, BN>(p, sem, m, t.n, issuer);
         }
 #pragma unroll
         for (int nt = 0; nt < DQT; ++nt)
           red_add_v4(dst + (piece * DQT + nt) * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
       }
-      if (deterministic) {
-        __threadfence();
-        named_sync(kBarBwdDqTicket, 256);
-        if (issuer) st_release(sem, rank + 1);
-      }
+      if (deterministic) dq_turn_pass(sem, rank, issuer);
     }
   }
   if (dbias && issuer) bulk_wait<0>();

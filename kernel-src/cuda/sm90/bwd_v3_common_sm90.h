@@ -296,6 +296,25 @@ __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const f
   }
 }
 
+// Deterministic dQ: the adds of the key blocks into one query tile's accumulator run in key-block order, passed on
+// by a ticket per tile. dq_turn_wait: the two consumer warpgroups wait until the ticket names key block n (its rank
+// among the key blocks that see query tile m); dq_turn_pass: after their adds, the next key block's turn.
+template <int BM, int BN>
+__device__ __forceinline__ int dq_turn_wait(const KParams& p, const int* sem, int m, int n, bool issuer) {
+  int lo_n, hi_n;
+  n_block_range(p, m, BM, BN, lo_n, hi_n);
+  const int rank = n - lo_n;
+  if (issuer)
+    while (ld_acquire(sem) != rank) __nanosleep(32);
+  named_sync(kBarBwdDqTicket, 256);
+  return rank;
+}
+__device__ __forceinline__ void dq_turn_pass(int* sem, int rank, bool issuer) {
+  __threadfence();
+  named_sync(kBarBwdDqTicket, 256);
+  if (issuer) st_release(sem, rank + 1);
+}
+
 }  // namespace sm90
 }  // namespace cuda
 }  // namespace winattn
