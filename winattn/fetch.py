@@ -1,4 +1,5 @@
-"""Fetch a located variant (`winattn.sources.Found`) and verify it once, before anything of it is imported.
+"""Install a located variant (`winattn.sources.Candidate`) as a `LocalVariant` and verify it once, before anything of
+it is imported.
 
 `install` puts a Hub variant into the cache (downloaded through `winattn.download`, under a per-variant file lock
 that concurrent processes share, `variant_lock`); vendored and cached variants are already where they are.
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from . import cache_layout, safe_fs, sources, untrusted
 from .errors import UntrustedKernelError, VerificationError
@@ -27,14 +30,34 @@ logger = logging.getLogger("winattn")
 _REPAIRABLE = {"files", "digest", "metadata", "lock"}
 
 
-def _verify_copy(variant_dir: Path, **kwargs):
+@dataclass(frozen=True)
+class LocalVariant:
+    """A located variant's directory on disk (downloaded into the cache, cached, or vendored), not verified yet, with
+    what its verification must hold it to (its source's `winattn.sources.Terms`, for this variant).
+
+    Attributes:
+        path: the variant's directory.
+        lock_entry: the vendor lock's entry for it (vendored only).
+        origin: what a successful verification records in the receipt.
+        expect: what the signed statement must name.
+    """
+
+    path: Path
+    lock_entry: Optional[dict]
+    origin: Optional[dict]
+    expect: dict
+
+
+def _verify_copy(local: LocalVariant, keys, require_signature):
     """`verify_variant` with a private copy made while hashing; the copy is discarded unless verification passed."""
     from .importer import discard, private_copy_dir
     from .verify import verify_variant
 
-    copy = private_copy_dir(variant_dir.name)
+    copy = private_copy_dir(local.path.name)
     try:
-        report = verify_variant(variant_dir, bytecode="purge", copy_to=copy, **kwargs)
+        report = verify_variant(local.path, bytecode="purge", copy_to=copy, public_keys=keys,
+                                require_signature=require_signature, lock_entry=local.lock_entry, origin=local.origin,
+                                expect=local.expect)
     except BaseException:
         discard(copy)
         raise
@@ -53,69 +76,84 @@ def _repairable(report) -> bool:
     return False
 
 
-def verify_found(found: "sources.Found", keys, require_signature):
-    """Fetch and verify `found` once, under its variant lock; a cached Hub copy that fails repairably is downloaded
-    once more (a corrupted cache heals, a bad publication does not). Raises `VerificationError`."""
-    common = dict(public_keys=keys, require_signature=require_signature, lock_entry=found.lock_entry,
-                  origin=found.origin, expect=found.expect)
-    with variant_lock(found):
-        cached = (found.variant_dir / METADATA_FILENAME).is_file()
-        variant_dir = install(found)
-        report = _verify_copy(variant_dir, **common)
-        if not report.ok and cached and found.remote is not None and _repairable(report):
+def install_verified(candidate: "sources.Candidate", keys, require_signature):
+    """Install and verify `candidate` once, under its variant lock; a cached Hub copy that fails repairably is
+    downloaded once more (a corrupted cache heals, a bad publication does not). Returns (the `LocalVariant`, the
+    report). Raises `VerificationError`."""
+    with variant_lock(candidate):
+        cached = (_variant_dir(candidate) / METADATA_FILENAME).is_file()
+        local = install(candidate)
+        report = _verify_copy(local, keys, require_signature)
+        if not report.ok and cached and _remote(candidate) is not None and _repairable(report):
             logger.warning(
                 "cached copy of %s (%s) failed verification (%s); downloading it again",
-                found.variant, found.what, "; ".join(f"{c.name}: {c.detail}" for c in report.failures),
+                candidate.variant, candidate.what, "; ".join(f"{c.name}: {c.detail}" for c in report.failures),
             )
-            report = _verify_copy(install(found, force=True), **common)
+            local = install(candidate, force=True)
+            report = _verify_copy(local, keys, require_signature)
     if not report.ok:
-        raise verification_error(found.label, report)
-    if found.remote is not None and found.revision != found.commit:
-        _write_ref(found.remote.pin)  # offline loads resolve the revision to the commit verified here
-    return report
+        raise verification_error(candidate.label, report)
+    remote = _remote(candidate)
+    if remote is not None and candidate.revision != candidate.commit:
+        _write_ref(remote.pin)  # offline loads resolve the revision to the commit verified here
+    return local, report
 
 
-def variant_lock(found: "sources.Found"):
+def variant_lock(candidate: "sources.Candidate"):
     """A per-variant file lock around install + verify (concurrent processes share one download)."""
-    if found.source == "vendored" or found.commit is None:
+    if candidate.source == "vendored" or candidate.commit is None:
         return contextlib.nullcontext()
-    return _variant_lock(found.repo_id, found.commit, found.variant)
+    return _variant_lock(candidate.repo_id, candidate.commit, candidate.variant)
 
 
-def install(found: "sources.Found", *, force: bool = False) -> Path:
-    """The variant's directory: a Hub variant not in the cache yet is downloaded there first. `force` (Hub variants
-    only) removes the cached copy and downloads it again: a corrupted cache heals."""
-    if found.remote is None:
-        return found.variant_dir
-    if force:
-        _remove_snapshot_variant(found.variant_dir)  # snapshot links only; blobs are re-fetched by force
-    elif (found.variant_dir / METADATA_FILENAME).is_file():
-        return found.variant_dir
-    return _download(found.remote.api, found.remote.pin, found.variant, force=force)
+def install(candidate: "sources.Candidate", *, force: bool = False) -> LocalVariant:
+    """The candidate's directory on disk: a Hub variant not in the cache yet is downloaded there first. `force` (Hub
+    variants only) removes the cached copy and downloads it again: a corrupted cache heals."""
+    path = _variant_dir(candidate)
+    remote = _remote(candidate)
+    if remote is not None:
+        if force:
+            _remove_snapshot_variant(path)  # snapshot links only; blobs are re-fetched by force
+        if force or not (path / METADATA_FILENAME).is_file():
+            path = _download(remote.api, remote.pin, candidate.variant, force=force)
+    terms = candidate.terms
+    return LocalVariant(path, terms.lock_entry(candidate.variant), terms.origin, terms.expect)
 
 
-def trust_reason(found: "sources.Found", report) -> str:
+def _remote(candidate: "sources.Candidate") -> "Optional[sources.Remote]":
+    return candidate.files if isinstance(candidate.files, sources.Remote) else None
+
+
+def _variant_dir(candidate: "sources.Candidate") -> Path:
+    """Where the variant's files are: in the cache for a Hub variant (once installed), else in its source's
+    directory."""
+    if _remote(candidate) is not None:
+        return cache_layout.cache_variant_dir(candidate.repo_id, candidate.commit, candidate.variant)
+    return Path(candidate.files) / candidate.variant
+
+
+def trust_reason(candidate: "sources.Candidate", report) -> str:
     """Why the publisher is trusted. Offline without an opt-in: only because an earlier online verification of
     this same cache entry found a trusted publisher (the receipt's origin); an earlier opt-in is never remembered."""
-    if found.trust is not None:
-        return found.trust.reason
+    if candidate.trust is not None:
+        return candidate.trust.reason
     earlier = report.origin or {}
-    if earlier.get("repo_id") != found.repo_id or earlier.get("commit") != found.commit \
+    if earlier.get("repo_id") != candidate.repo_id or earlier.get("commit") != candidate.commit \
             or recorded_kind(earlier.get("trust")) is not TrustKind.PUBLISHER:
         from .importer import discard
 
         discard(report.copy_path)
         raise UntrustedKernelError(
-            f"Kernel repository '{found.repo_id}' ({found.what}): publisher "
+            f"Kernel repository '{candidate.repo_id}' ({candidate.what}): publisher "
             "trust cannot be checked in offline mode (HF_HUB_OFFLINE) and no online winattn.load of this cache entry "
             "found it to come from a trusted publisher (an earlier trust_remote_code / allowlist opt-in is not "
             f"remembered). Load it online from a trusted publisher, or pass trust_remote_code=True / an allowlist "
-            f"containing '{found.repo_id}'."
+            f"containing '{candidate.repo_id}'."
         )
     logger.warning(
         "Skipping publisher trust check for '%s' because Hugging Face Hub is in offline mode: the cached "
         "variant %s was verified online before and its publisher was trusted (%s).",
-        found.repo_id, found.variant, earlier["trust"],
+        candidate.repo_id, candidate.variant, earlier["trust"],
     )
     return f"offline: {earlier['trust']}"
 

@@ -207,10 +207,10 @@ def _verify_repo(repo_id: str, args) -> list:
         print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error
               else f"trust: PASS {found.trust.reason}")
     if not args.quiet:
-        print(found.what if isinstance(found, sources.Found) else found.message.splitlines()[0])
+        print(found.what if isinstance(found, sources.Candidate) else found.message.splitlines()[0])
     if args.all_variants:
-        targets = [found.for_variant(name) for name in found.variants]
-    elif isinstance(found, sources.Found):
+        targets = [found.for_variant(name) for name in found.listing.names]
+    elif isinstance(found, sources.Candidate):
         targets = [found]
     else:
         targets = []
@@ -224,11 +224,11 @@ def _verify_repo(repo_id: str, args) -> list:
             fetched.append((target, fetch.install(target)))
     sys.stdout.flush()
     reports = []
-    for target, variant_dir in fetched:
-        report = verify_variant(variant_dir, public_keys=args.public_keys, require_signature=args.require_signature,
-                                bytecode="warn", check_abi=True, use_receipt=False, lock_entry=target.lock_entry,
-                                expect=target.expect)
-        _print_report(f"variant {target.variant} ({variant_dir})", report, args.files_table, args.quiet)
+    for target, local in fetched:
+        report = verify_variant(local.path, public_keys=args.public_keys, require_signature=args.require_signature,
+                                bytecode="warn", check_abi=True, use_receipt=False, lock_entry=local.lock_entry,
+                                expect=local.expect)
+        _print_report(f"variant {target.variant} ({local.path})", report, args.files_table, args.quiet)
         reports.append(report)
     return reports
 
@@ -274,15 +274,15 @@ def run_info(args) -> int:
             found = _locate(lock["repo_id"], args, vendored=target)
         else:
             found = _locate(args.target, args)
-        source, variants = found.source, found.variants
+        source, variants = found.source, found.listing.names
         ids.update(repo_id=found.repo_id, version=found.version, revision=found.revision, commit=found.commit)
         if isinstance(found, sources.NoVariant):
             what = found.message.splitlines()[0]
-            selected, accepted, rejected, trust = None, [], list(found.rejected), None
+            selected, accepted, rejected, trust = None, [], list(found.listing.rejected), None
             decisions = found.selection.decisions
         else:
             what = found.what + found.where
-            selected, accepted, rejected = found.variant, list(found.accepted), list(found.rejected)
+            selected, accepted, rejected = found.variant, list(found.listing.accepted), list(found.listing.rejected)
             trust = _trust_line(found)
             decisions = accepted or rejected
     system = resolve.system_description(args.backend, variants)

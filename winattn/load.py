@@ -200,11 +200,11 @@ def load(
             raise NoVariantError(found.message)
         logger.warning("%s\nUsing the pure-PyTorch reference implementation (fallback='reference').", found.message)
         return _reference_module(found)
-    report = fetch.verify_found(found, keys, require_signature)
-    return _import_verified(found.variant_dir, report, LoadInfo(
+    local, report = fetch.install_verified(found, keys, require_signature)
+    return _import_verified(local.path, report, LoadInfo(
         repo_id=repo_id, version=found.version, revision=found.revision, commit=found.commit, variant=found.variant,
-        variant_path=str(found.variant_dir), source=found.source, trust=fetch.trust_reason(found, report),
-        rejected=found.rejected,
+        variant_path=str(local.path), source=found.source, trust=fetch.trust_reason(found, report),
+        rejected=found.listing.rejected,
     ))
 
 
@@ -226,7 +226,7 @@ def _reference_module(missing: "Optional[sources.NoVariant]", **asked):
     module = load_reference()
     if missing is not None:
         asked = dict(repo_id=missing.repo_id, version=missing.version, revision=missing.revision,
-                     commit=missing.commit, rejected=missing.rejected)
+                     commit=missing.commit, rejected=missing.listing.rejected)
     module.__winattn_info__ = LoadInfo(**{"commit": None, **asked}, variant=None, variant_path=None,
                                        source="reference")
     return module

@@ -2,22 +2,22 @@
 
 Each source answers `locate(request)` the way `kernels`' resolvers do (style.md §4):
 
-- a `Found`: the variant this machine would load, pinned to a commit, with where its files are (or will be, once
-  `winattn.fetch.install`ed from its `remote`) and what its verification must hold it to (lock entry, signed
-  statement, receipt origin);
+- a `Candidate`: the variant this machine would load, pinned to a commit, with its publisher's trust, where its
+  files come from (a `Remote` to download from, or a local directory) and what its verification must hold it to
+  (`Terms`: lock entry, signed statement, receipt origin);
 - a `NoVariant`: the source is the right one, but no variant of it fits this machine (with kernels' reasons);
 - None: not mine (the vendored source without a directory, the offline cache while online), try the next.
 
 `chain(...)` composes them in that order. `winattn.load`, `winattn info`, `winattn verify REPO` and `winattn vendor`
-all locate through it, so what `info` reports is what `load` imports. Nothing here fetches, verifies or imports: a
-`Found` is a candidate; `winattn.fetch` installs and verifies it once (a Hub copy once more after a repairable
-failure).
+all locate through it, so what `info` reports is what `load` imports. Nothing here fetches, verifies or imports:
+`winattn.fetch.install` turns a `Candidate` into a `winattn.fetch.LocalVariant` (a directory on disk) and
+`winattn.fetch.install_verified` verifies that once (a Hub copy once more after a repairable failure).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -41,7 +41,7 @@ class Request:
         backend: kernels' `backend=` (None: detected).
         trust_remote_code: as `winattn.load`.
         enforce_trust: raise `UntrustedKernelError` before anything is fetched (loads); False records the verdict in
-            `Found.trust_error` instead (`winattn info`/`verify` report it).
+            `Candidate.trust_error` instead (`winattn info`/`verify` report it).
     """
 
     repo_id: str
@@ -72,24 +72,61 @@ class Remote:
 
 
 @dataclass(frozen=True)
-class Found:
-    """A variant located by a source (not yet verified).
+class Listing:
+    """The variants of the located commit, as kernels' selection judged them for this machine (`winattn info`).
+
+    Attributes:
+        names: every variant of the listing (compatible or not).
+        accepted: the loadable compatible variants, most preferred first (the chosen one first).
+        rejected: [(variant, reason)] of the others.
+    """
+
+    names: tuple = ()
+    accepted: tuple = ()
+    rejected: tuple = ()
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What verification holds every variant of the located commit to, decided by its source before any file of it
+    is read (so that nothing a download contains can weaken it).
+
+    Attributes:
+        expect: what the signed statement must name (`winattn.verify.verify_variant(expect=...)`).
+        origin: what a successful verification records in the receipt (publisher verdicts and vendored copies only:
+            an opt-in is the caller's, for one call).
+        lock: the vendor lock's entries by variant (vendored only).
+    """
+
+    expect: dict
+    origin: Optional[dict] = None
+    lock: Optional[dict] = None
+
+    def lock_entry(self, variant: str) -> Optional[dict]:
+        """The lock's entry for `variant`; a variant the lock does not list gets an entry no file can match (it never
+        verifies). None without a lock."""
+        if self.lock is None:
+            return None
+        return self.lock.get(variant, {"metadata_sha256": None, "signature_sha256": None})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A variant a source located (kernels' remote candidate): which build it is, whether its publisher is trusted
+    and where its files come from. Nothing of it is verified, and a Hub variant need not be on disk yet:
+    `winattn.fetch.install` turns it into a `winattn.fetch.LocalVariant`.
 
     Attributes:
         source: "vendored", "offline-cache" or "hub" (`LoadInfo.source`).
-        repo_id, version, revision, commit, variant: what it is.
-        variant_dir: its directory (for the Hub: where `fetch` puts it in the cache).
-        what: a description for messages ("<repo> v1 (commit abc…)"), `where` a suffix (" (local cache, offline)").
-        rejected: [(variant, reason)] of every other variant.
-        accepted: the compatible variants, most preferred first (the chosen one first).
+        repo_id, version, revision, commit, variant: which build it is.
+        what: a description for messages ("<repo> v1 (commit abc…)").
         trust: why the publisher is trusted (`winattn.trust.TrustDecision`), or None when it is decided after
             verification (offline, from the receipt's origin) or could not be established (`trust_error`).
         trust_error: why the publisher is not trusted (only with `enforce_trust=False`).
-        lock_entry: the vendor lock's entry for the variant.
-        origin: what a successful verification records in the receipt (publisher verdicts only).
-        expect: what the signed statement must name (`winattn.verify.verify_variant(expect=...)`).
-        variants: every variant name of the listing (compatible or not).
-        remote: for a Hub variant, where `winattn.fetch` downloads it from (None: its files are local).
+        files: a `Remote` (a Hub variant, downloaded into the cache) or the local directory holding the variant
+            directories (vendored, offline cache).
+        listing: every variant of the commit, as the selection judged it (`Listing`).
+        terms: what its verification must hold it to (`Terms`).
     """
 
     source: str
@@ -98,32 +135,36 @@ class Found:
     revision: Optional[str]
     commit: Optional[str]
     variant: str
-    variant_dir: Path
     what: str
-    rejected: tuple = ()
-    accepted: tuple = ()
-    trust: Optional[TrustDecision] = None
-    trust_error: Optional[str] = None
-    where: str = ""
-    lock_entry: Optional[dict] = None
-    origin: Optional[dict] = None
-    expect: dict = field(default_factory=dict)
-    variants: tuple = ()
-    remote: Optional[Remote] = field(default=None, repr=False, compare=False)
-    _make: Any = field(default=None, repr=False, compare=False)
+    trust: Optional[TrustDecision]
+    trust_error: Optional[str]
+    files: Remote | Path = field(repr=False, compare=False)
+    listing: Listing
+    terms: Terms
 
-    def for_variant(self, name: str) -> "Found":
+    def for_variant(self, name: str) -> "Candidate":
         """The same source and commit, another of its variants (`winattn verify REPO --all-variants`)."""
-        return self._make(name)
+        return replace(self, variant=name)
+
+    @property
+    def where(self) -> str:
+        """A suffix for messages saying where the files are when that is not the Hub's (" (local cache, offline)")."""
+        return OFFLINE_WHERE if self.source == "offline-cache" else ""
 
     @property
     def label(self) -> str:
         return f"{self.what}, variant {self.variant}{self.where}"
 
 
+OFFLINE_WHERE = " (local cache, offline)"
+
+
 @dataclass(frozen=True)
 class NoVariant:
-    """The source holds the kernel, but no variant fits this machine."""
+    """The source holds the kernel, but no variant fits this machine.
+
+    `candidates`: a `Candidate` of each listed variant, none loadable here (`winattn verify REPO --all-variants`
+    checks them all)."""
 
     source: str
     message: str
@@ -132,22 +173,27 @@ class NoVariant:
     revision: Optional[str]
     commit: Optional[str]
     selection: Any
-    _make: Any = field(default=None, repr=False, compare=False)
+    candidates: tuple = field(default=(), repr=False, compare=False)
 
     @property
-    def rejected(self) -> tuple:
-        return tuple(self.selection.rejected)
+    def listing(self) -> Listing:
+        return Listing(_names(self.selection), (), tuple(self.selection.rejected))
 
-    @property
-    def variants(self) -> tuple:
-        return _names(self.selection)
-
-    def for_variant(self, name: str) -> Found:
-        return self._make(name)
+    def for_variant(self, name: str) -> Candidate:
+        return next(c for c in self.candidates if c.variant == name)
 
 
 def _names(selection) -> tuple:
     return tuple(d.variant.variant_str for d in selection.decisions)
+
+
+def _listing(selection) -> Listing:
+    return Listing(_names(selection), tuple(selection.accepted), tuple(selection.rejected))
+
+
+def _each(candidate: Candidate, selection) -> tuple:
+    """A candidate of every listed variant (`NoVariant.candidates`); `candidate` names none loadable (variant "")."""
+    return tuple(candidate.for_variant(name) for name in _names(selection))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -187,22 +233,17 @@ class HubSource:
         origin = {"repo_id": repo_id, "commit": pin.commit, "trust": trust.reason} \
             if trust is not None and trust.kind is TrustKind.PUBLISHER else None
 
-        def make(name):
-            return Found(
-                "hub", repo_id, request.version, pin.revision, pin.commit, name,
-                cache_layout.cache_variant_dir(repo_id, pin.commit, name), pin.describe(),
-                rejected=tuple(selection.rejected), accepted=tuple(selection.accepted), trust=trust,
-                trust_error=trust_error, origin=origin,
-                expect={"repo_id": repo_id, "version": request.expected_version},
-                variants=_names(selection), remote=Remote(api, pin), _make=make,
-            )
-
         for name in _names(selection):  # names from the Hub: each becomes a directory of the cache
             untrusted.name(name, source=f"the Hub's variant listing of {pin.describe()}")
+        candidate = Candidate(
+            "hub", repo_id, request.version, pin.revision, pin.commit, selection.variant or "", pin.describe(), trust,
+            trust_error, Remote(api, pin), _listing(selection),
+            Terms({"repo_id": repo_id, "version": request.expected_version}, origin),
+        )
         if selection.variant is None:
             return NoVariant("hub", resolve.not_found_message(pin.describe(), selection, request.backend), repo_id,
-                             request.version, pin.revision, pin.commit, selection, make)
-        return make(selection.variant)
+                             request.version, pin.revision, pin.commit, selection, _each(candidate, selection))
+        return candidate
 
 
 @dataclass
@@ -226,27 +267,18 @@ class OfflineCacheSource:
                 f"{pin.describe()} is not in the local cache ({cache_layout.cache_dir()}) and the Hub is in offline "
                 "mode (HF_HUB_OFFLINE)"
             )
-        where = " (local cache, offline)"
         selection = resolve.select_local(build_dir, request.backend)
-        trust = explicit_trust(repo_id, request.trust_remote_code)
-
-        def make(name):
-            return Found(
-                "offline-cache", repo_id, request.version, pin.revision, pin.commit, name, build_dir / name,
-                pin.describe(), where=where, rejected=tuple(selection.rejected), accepted=tuple(selection.accepted),
-                trust=trust,
-                # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not
-                # recorded
-                origin=None, expect={"repo_id": repo_id, "version": request.expected_version},
-                variants=_names(selection),
-                _make=make,
-            )
-
+        candidate = Candidate(
+            "offline-cache", repo_id, request.version, pin.revision, pin.commit, selection.variant or "",
+            pin.describe(), explicit_trust(repo_id, request.trust_remote_code), None, build_dir, _listing(selection),
+            # origin=None: the receipt keeps what the online verification recorded; an offline opt-in is not recorded
+            Terms({"repo_id": repo_id, "version": request.expected_version}, None),
+        )
         if selection.variant is None:
-            message = resolve.not_found_message(pin.describe() + where, selection, request.backend)
+            message = resolve.not_found_message(pin.describe() + OFFLINE_WHERE, selection, request.backend)
             return NoVariant("offline-cache", message, repo_id, request.version, pin.revision, pin.commit, selection,
-                             make)
-        return make(selection.variant)
+                             _each(candidate, selection))
+        return candidate
 
 
 @dataclass
@@ -283,26 +315,21 @@ class VendoredSource:
         revision = request.revision or f"v{lock['version']}"
         rejected = list(selection.rejected) + [(v, f"not in {LOCK_FILENAME}") for v in unlocked]
 
-        def make(name):
-            return Found(
-                "vendored", request.repo_id, lock["version"], revision, lock["commit"], name, directory / name, what,
-                rejected=tuple(rejected), accepted=tuple(accepted), trust=vendored_trust(request.repo_id),
-                # a variant the lock does not list gets an entry no file can match: it never verifies
-                lock_entry=lock["variants"].get(name, {"metadata_sha256": None, "signature_sha256": None}),
-                origin={"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"},
-                expect={"repo_id": request.repo_id, "version": lock["version"] if lock["version"] is not None
-                        else request.expected_version},
-                variants=_names(selection),
-                _make=make,
-            )
-
+        candidate = Candidate(
+            "vendored", request.repo_id, lock["version"], revision, lock["commit"], accepted[0] if accepted else "",
+            what, vendored_trust(request.repo_id), None, directory,
+            Listing(_names(selection), tuple(accepted), tuple(rejected)),
+            Terms({"repo_id": request.repo_id, "version": lock["version"] if lock["version"] is not None
+                   else request.expected_version},
+                  {"repo_id": lock["repo_id"], "commit": lock["commit"], "trust": "vendored"}, lock["variants"]),
+        )
         if not accepted:
             message = resolve.not_found_message(what, selection, request.backend)
             if unlocked:
                 message += f"\n(not in {LOCK_FILENAME}, so not loadable: {', '.join(unlocked)})"
             return NoVariant("vendored", message, request.repo_id, request.requested_version, request.revision,
-                             lock["commit"], selection, make)
-        return make(accepted[0])
+                             lock["commit"], selection, _each(candidate, selection))
+        return candidate
 
 
 @dataclass
@@ -328,7 +355,7 @@ def chain(*, vendored=None, lock_sha256=None, endpoint: Optional[str] = None, to
 
 def locate(repo_id: str, *, version=None, revision=None, requested_version=None, backend=None,
            trust_remote_code=False, enforce_trust=True, vendored=None, lock_sha256=None, endpoint=None, token=None):
-    """`chain(...).locate(Request(...))`: a `Found` or a `NoVariant` (see the module docstring)."""
+    """`chain(...).locate(Request(...))`: a `Candidate` or a `NoVariant` (see the module docstring)."""
     request = Request(repo_id, version, revision, requested_version, backend, trust_remote_code, enforce_trust)
     return chain(vendored=vendored, lock_sha256=lock_sha256, endpoint=endpoint, token=token).locate(request)
 
@@ -386,5 +413,5 @@ def normalize_lock(raw: dict) -> dict:
             "commit": raw.get("commit"), "variants": variants}
 
 
-__all__ = ["Request", "Remote", "Found", "NoVariant", "HubSource", "OfflineCacheSource", "VendoredSource", "Chain",
-           "chain", "locate", "read_vendor_lock", "normalize_lock"]
+__all__ = ["Request", "Remote", "Listing", "Terms", "Candidate", "NoVariant", "HubSource", "OfflineCacheSource",
+           "VendoredSource", "Chain", "chain", "locate", "read_vendor_lock", "normalize_lock"]

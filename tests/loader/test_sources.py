@@ -87,3 +87,22 @@ def test_a_kernel_of_another_api_version_is_refused_by_name(hub, hf_cache, make_
     assert result["error_type"] == "IncompatibleKernelError", result.get("traceback")
     assert "VerificationError" in result["error_mro"]
     assert "API_VERSION is 2, but this winattn speaks API version 1: upgrade winattn" in result["error"]
+
+
+def test_a_listed_variant_no_machine_here_loads_is_still_a_candidate_to_install(hub, hf_cache, make_build):
+    """`NoVariant.for_variant` (what `verify REPO --all-variants` checks): a `Candidate` of the same commit, which
+    `fetch.install` downloads into the cache as a `LocalVariant` held to the source's terms."""
+    from winattn import fetch, sources
+
+    from .conftest import push, variant_files
+
+    build = make_build()
+    cuda = "torch-stable-abi210-cu126-x86_64-linux"
+    commit = push(hub, REPO, {k.replace(build.variant, cuda): v for k, v in variant_files(build).items()})
+    missing = sources.locate(REPO, version=1, endpoint=hub.url, enforce_trust=False)
+    assert isinstance(missing, sources.NoVariant) and missing.listing.names == (cuda,)
+    candidate = missing.for_variant(cuda)
+    assert (candidate.source, candidate.commit, candidate.variant) == ("hub", commit, cuda)
+    local = fetch.install(candidate)
+    assert (local.path / "metadata.json").is_file() and local.path.name == cuda
+    assert local.expect == {"repo_id": REPO, "version": 1} and local.lock_entry is None
