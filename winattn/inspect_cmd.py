@@ -203,9 +203,11 @@ def _verify_repo(repo_id: str, args) -> list:
     from .verify import verify_variant
 
     found = _locate(repo_id, args)
-    if found.source == "hub" and (found.trust_error or not args.quiet):
-        print(f"trust: WARN {cli_words(found.trust_error)}" if found.trust_error
-              else f"trust: PASS {found.trust.reason}")
+    # (no variant for this machine: the commit's variants share one trust decision, its candidates carry it)
+    judged = found if isinstance(found, sources.Candidate) else next(iter(found.candidates), None)
+    if found.source == "hub" and judged is not None and (judged.trust_error or not args.quiet):
+        print(f"trust: WARN {cli_words(judged.trust_error)}" if judged.trust_error
+              else f"trust: PASS {judged.trust.reason}")
     if not args.quiet:
         print(found.what if isinstance(found, sources.Candidate) else found.message.splitlines()[0])
     if args.all_variants:

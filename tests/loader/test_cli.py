@@ -105,6 +105,23 @@ def test_info_and_verify_for_a_backend_this_machine_has_not(hub, hf_cache, make_
     assert rc == (0 if "=> OK" in out else 1)
 
 
+def test_verify_a_repo_with_no_variant_for_this_machine(hub, hf_cache, make_build, capsys):
+    """Only a CUDA variant on the Hub: `verify REPO` says no variant fits this machine (exit 1, no traceback; it
+    raised AttributeError), and `--all-variants` still checks the one there is."""
+    from winattn.cli import main as cli
+
+    build = make_build()
+    cuda = "torch-stable-abi210-cu126-x86_64-linux"
+    push(hub, "winattn/cuda-only", {k.replace(build.variant, cuda): v for k, v in variant_files(build).items()})
+    rc = cli(["verify", "winattn/cuda-only", "--endpoint", hub.url, "--no-files"])
+    out = capsys.readouterr()
+    assert rc == 1 and "Traceback" not in out.out + out.err, out
+    assert "trust: PASS" in out.out and cuda in out.out + out.err, out
+    rc = cli(["verify", "winattn/cuda-only", "--endpoint", hub.url, "--no-files", "--all-variants"])
+    out = capsys.readouterr().out
+    assert f"variant {cuda} (" in out and "1 variant(s) verified" in out and "Traceback" not in out
+
+
 def test_an_unknown_backend_is_a_usage_error(capsys):
     from winattn.cli import main as cli
 
