@@ -25,6 +25,30 @@ from urllib.parse import urlsplit
 _HOP = {"connection", "keep-alive", "transfer-encoding"}
 
 
+class _Served:
+    """A ThreadingHTTPServer on 127.0.0.1 in a daemon thread, for the two servers below: `_serve(handler)` starts it,
+    leaving the `with` block stops it."""
+
+    def _serve(self, handler) -> None:
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
 @dataclass
 class Answer:
     """One answer on its way back; a lie edits it. `close_delimited`: send the body without Content-Length and close
@@ -53,7 +77,7 @@ class Answer:
 
 
 @dataclass
-class HostileHub:
+class HostileHub(_Served):
     upstream: str
     lies: list = field(default_factory=list)
     requests: list = field(default_factory=list)
@@ -66,10 +90,6 @@ class HostileHub:
         """`fn(path) -> path` applied to each request's path before it is forwarded (e.g. to serve a forged commit id
         as if it were the real one, so that the client goes on with it)."""
         self.rewrites.append(fn)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def __enter__(self) -> "HostileHub":
         hub = self
@@ -133,31 +153,15 @@ class HostileHub:
                     self.wfile.flush()
                     time.sleep(pause)
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        daemon=True)
-        self._thread.start()
+        self._serve(Handler)
         return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
 
 
 @dataclass
-class Recorder:
+class Recorder(_Served):
     """Another server on 127.0.0.1 (where a lying Hub redirects): records every request it gets, answers 200."""
 
     requests: list = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def __enter__(self) -> "Recorder":
         rec = self
@@ -179,18 +183,8 @@ class Recorder:
 
             do_HEAD = do_GET
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._sock = self._server.socket
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        daemon=True)
-        self._thread.start()
+        self._serve(Handler)
         return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
 
 
 def new_paths(before: set, root) -> list:
