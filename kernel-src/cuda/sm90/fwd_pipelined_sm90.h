@@ -211,9 +211,14 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
+  // kTermsRawRow: the row term of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
+  float row[BN / 32];
+  if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, b, h, n_hi - 1, lane);
   auto terms = [&](int s, int n) {
     const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, b, h, m_block, n, wr, lane);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, b, h, m_block, n, wr, lane);
+    if constexpr (kMode == kTermsRawRow)
+      if (n > tile.n_lo) load_row_term<BN>(row, p, b, h, n - 1, lane);
     softmax_step<NT>(acc_s, sc, row_max, row_sum, corr);
   };
   auto to_pfrag = [&]() {
