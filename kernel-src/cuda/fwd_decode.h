@@ -1,24 +1,28 @@
-// Split-KV forward for calls with a few query rows per KV head ("decode": Sq x (H / Hkv) <= 8), every architecture.
+// Split-KV forward for calls with a few query rows per KV head ("decode": Sq x (H / Hkv) <= 16), every
+// architecture (mma.sync, sm_80 and up).
 //
 // Why a kernel of its own: the tiled forwards give each (batch, head) a 128-row query tile, so a decode step
 // (Sq = 1) uses one row in 128 and one CTA per head walks the whole key set (H200 bf16, Llama-3-8B decode with
 // batch 32: 0.755 ms against 0.244 ms for FlashAttention-4, RESULTS v3.6). Decode is memory-bound: what counts is
 // reading K and V once, at full bandwidth, with enough CTAs to cover the machine. So here:
-//   * the rows of one KV head's query group (its H / Hkv heads x Sq queries) are computed together, K and V read
+//   * the rows of one KV head's query group (its H / Hkv heads x Sq queries) are one 16-row tile, K and V read
 //     once for all of them (GQA);
 //   * the key set is split over CTAs (one CTA per (split, KV head, batch)); each writes its normalized partial
 //     output and its log2-sum-exp, and decode_combine_kernel merges them (no combine when there is one split);
-//   * no tensor cores: the score phase gives each lane one key (the dot product over D in its registers, q read
-//     from shared memory as a broadcast), the P V phase gives each lane 8 head dims of one key; 4 warps per CTA,
-//     each with its own online softmax over its keys, merged at the end of the chunk.
+//   * K and V stream through shared memory in 64-key tiles, kStages deep (cp.async, coalesced 16-byte rows: a
+//     first version gave each lane its own key row straight from global memory and reached ~40% of the H200's
+//     bandwidth, 0.57 ms for the batch-32 row above); each of the 4 warps takes 16 keys of a tile with tensor
+//     cores (S = Q K^T, then P V with P in registers), its own online softmax, the warps merged at the end;
 //   * every score term is read per element (bias, bool mask, key padding, band): there are few rows.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "gemm.h"
 #include "kernel_params.h"
 #include "score_mod.h"
 #include "softmax.h"
+#include "tile_io.h"
 #include "utils.h"
 
 namespace winattn {
@@ -31,44 +35,24 @@ struct DecodeParams {
   float* lse_part = nullptr;  // splits > 1: fp32 [splits, B, H, Sq], log2 units (-inf: the split saw no key)
 };
 
-template <int DK_, int R_>
+template <int DK_>
 struct DecodeTraits {
   static constexpr int kHeadDim = DK_;  // instance head dim (the call's D <= it)
-  static constexpr int kRows = R_;      // query rows per CTA (the call's H / Hkv x Sq <= it)
+  static constexpr int kRows = 16;      // one m16 tile of query rows (the call's H / Hkv x Sq <= it)
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
-  static constexpr int kKeysPerStep = 32 * kWarps;  // one key per lane in the score phase
-  // P V phase: 8 head dims (16 bytes) per lane, kLanesPerKey lanes per key, kKeysAtOnce keys per warp step
-  static constexpr int kLanesPerKey = DK_ <= 32 ? 4 : DK_ <= 64 ? 8 : DK_ <= 128 ? 16 : 32;
-  static constexpr int kKeysAtOnce = 32 / kLanesPerKey;
-  // shared memory: q (scaled) | P per warp | the warps' partial outputs for the merge
-  static constexpr int kQFloats = kRows * kHeadDim, kPFloats = kWarps * 32 * kRows;
-  static constexpr int kOFloats = kWarps * kRows * kHeadDim;
-  static constexpr int kSmemBytes = (kQFloats + kPFloats + kOFloats + 2 * kWarps * kRows) * 4;
-  static_assert(kHeadDim % 8 == 0 && kHeadDim <= 8 * 32, "8 dims per lane");
+  static constexpr int kKeysPerWarp = 16, kBlockN = kKeysPerWarp * kWarps;  // one 64-key tile per stage
+  // three stages: two tiles in flight per CTA while one is computed, two CTAs per SM at D = 128 (H200: 2 x 104 KB);
+  // two at D = 256, where a stage is 66 KB
+  static constexpr int kStages = DK_ >= 256 ? 2 : 3;
+  static constexpr int kPitch = DK_ + 8;  // elements per shared row: ldmatrix without bank conflicts
+  static constexpr int kTileElems = kBlockN * kPitch;
+  static constexpr int kQBytes = kRows * kPitch * 2, kStageBytes = 2 * kTileElems * 2;  // K and V
+  // the warps' merge reuses the stages: partial outputs [W][16][DK] and maxima / sums [2][W][16], fp32
+  static constexpr int kMergeBytes = (kWarps * kRows * kHeadDim + 2 * kWarps * kRows) * 4;
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes;
+  static_assert(kMergeBytes <= kStages * kStageBytes, "the merge fits in the stages");
+  static_assert(kHeadDim % 16 == 0 && kHeadDim <= 256, "k16 steps");
 };
-
-template <typename Elem>
-__device__ __forceinline__ void load8(float (&x)[8], const Elem* src) {  // 16 bytes -> 8 floats
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 f = ElemTraits<Elem>::unpack(w[e]);
-    x[2 * e] = f.x;
-    x[2 * e + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
 
 // The score of row r (query i of head h) and key j in log2 units, -inf where the key is hidden. dot: the raw
 // product q . k times scale * log2(e).
@@ -96,127 +80,101 @@ __device__ __forceinline__ float decode_score(const KParams& p, float dot, int b
 // One CTA: keys [split * chunk, ...) of KV head hkv of batch b, for the rows r = (h - hkv * G) * Sq + i.
 template <typename Tr, typename Elem>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_constant__ DecodeParams P) {
-  constexpr int DK = Tr::kHeadDim, R = Tr::kRows, W = Tr::kWarps, LK = Tr::kLanesPerKey, KA = Tr::kKeysAtOnce;
+  constexpr int DK = Tr::kHeadDim, R = Tr::kRows, W = Tr::kWarps, BN = Tr::kBlockN, ST = Tr::kStages;
+  constexpr int LD = Tr::kPitch, NTH = Tr::kThreads, DT = DK / 8;
   const KParams& p = P.p;
   extern __shared__ float4 smem_f4[];
-  float* sQ = reinterpret_cast<float*>(smem_f4);  // [R][DK], q * scale * log2(e), 0 past D / the rows
-  float* sP = sQ + Tr::kQFloats;                  // [W][32 keys][R]
-  float* sO = sP + Tr::kPFloats;                  // [W][R][DK]
-  float* sML = sO + Tr::kOFloats;                 // [W][R] maxima, then [W][R] sums
+  Elem* sQ = reinterpret_cast<Elem*>(smem_f4);  // [16][LD], rows past the group and dims past D zero
+  Elem* sKV = sQ + R * LD;                      // per stage: K [BN][LD], then V [BN][LD]
   const int split = int(blockIdx.x % P.splits), hkv = int(blockIdx.x / P.splits % p.Hkv);
   const int b = int(blockIdx.x / P.splits / p.Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = p.hgroup, rows = G * p.Sq;
   const int key_lo = split * P.chunk, key_hi = min(p.Sk, key_lo + P.chunk);
+  const int tiles = (key_hi - key_lo + BN - 1) / BN;
 
-  for (int x = tid; x < R * DK; x += Tr::kThreads) {
-    const int r = x / DK, d = x % DK;
-    float v = 0.f;
-    if (r < rows && d < p.D) {
-      const int h = hkv * G + r / p.Sq, i = r % p.Sq;
-      const Elem* q = static_cast<const Elem*>(p.q) + int64_t(b) * p.q_sb + int64_t(i) * p.q_ss + int64_t(h) * p.q_sh;
-      v = to_float(q[d]) * p.scale_log2;
-    }
-    sQ[x] = v;
+  for (int x = tid; x < R * (DK / 8); x += NTH) {  // q rows: head hkv * G + r / Sq, query r % Sq
+    const int r = x / (DK / 8), c = x % (DK / 8);
+    const bool pred = r < rows && c * 8 < p.D;
+    const Elem* src = static_cast<const Elem*>(p.q);
+    if (pred)
+      src += int64_t(b) * p.q_sb + int64_t(r % p.Sq) * p.q_ss + int64_t(hkv * G + r / p.Sq) * p.q_sh + c * 8;
+    cp_async16(sQ + r * LD + c * 8, src, pred);
   }
-  __syncthreads();
-
   const Elem* kbase = static_cast<const Elem*>(p.k) + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh;
   const Elem* vbase = static_cast<const Elem*>(p.v) + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh;
-  const int dlane = (lane % LK) * 8;  // P V phase: this lane's 8 dims
-  float m[R], l[R], o[R][8];          // m: the warp's running max (log2), l: this lane's share of the sum
+  auto load_tile = [&](int t) {  // keys past key_hi and dims past D read as 0 (P V never meets garbage)
+    Elem* sK = sKV + (t % ST) * 2 * Tr::kTileElems;
+    const int j0 = key_lo + t * BN, valid = min(BN, key_hi - j0);
+    load_rows_async<Elem, BN, DK, NTH>(sK, kbase + int64_t(j0) * p.k_ss, p.k_ss, valid, p.D, p.k, tid);
+    load_rows_async<Elem, BN, DK, NTH>(sK + Tr::kTileElems, vbase + int64_t(j0) * p.v_ss, p.v_ss, valid, p.D, p.v,
+                                       tid);
+  };
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) o[r][e] = 0.f;
+  for (int t = 0; t < ST - 1; ++t) {  // the prologue (q rides with the first tile's group)
+    if (t < tiles) load_tile(t);
+    cp_async_commit();
   }
 
-  for (int j0 = key_lo + warp * 32; j0 < key_hi; j0 += Tr::kKeysPerStep) {
-    // scores: this lane's key against every row
-    const int j = j0 + lane;
-    float s[R];
+  OnlineSoftmax<1> softmax;
+  softmax.reset();
+  float acc_o[1][DT][4];
+  zero_acc(acc_o);
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait_group<ST - 2>();
+    __syncthreads();  // tile t landed for every warp; every warp is done with tile t - 1's stage
+    if (t + ST - 1 < tiles) load_tile(t + ST - 1);
+    cp_async_commit();
+
+    const Elem* sK = sKV + (t % ST) * 2 * Tr::kTileElems + warp * Tr::kKeysPerWarp * LD;
+    float s[1][2][4];
+    zero_acc(s);
+    gemm_ss<Elem, 1, 2, DK / 16, false, false>(s, sQ, LD, sK, LD, lane);
+    const int j0 = key_lo + t * BN + warp * Tr::kKeysPerWarp + (lane & 3) * 2;
 #pragma unroll
-    for (int r = 0; r < R; ++r) s[r] = 0.f;
-    if (j < key_hi) {
-      const Elem* krow = kbase + int64_t(j) * p.k_ss;
-#pragma unroll 4
-      for (int d0 = 0; d0 < DK; d0 += 8) {
-        if (d0 >= p.D) break;
-        float kx[8];
-        load8(kx, krow + d0);
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float4 qa = *reinterpret_cast<const float4*>(sQ + r * DK + d0);
-          const float4 qb = *reinterpret_cast<const float4*>(sQ + r * DK + d0 + 4);
-          s[r] = fmaf(qa.x, kx[0], fmaf(qa.y, kx[1], fmaf(qa.z, kx[2], fmaf(qa.w, kx[3], s[r]))));
-          s[r] = fmaf(qb.x, kx[4], fmaf(qb.y, kx[5], fmaf(qb.z, kx[6], fmaf(qb.w, kx[7], s[r]))));
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int r = (lane >> 2) + (e >> 1) * 8, j = j0 + nt * 8 + (e & 1);
+        const float x = s[0][nt][e] * p.scale_log2;
+        s[0][nt][e] = j < key_hi && r < rows ? decode_score(p, x, b, hkv * G + r / p.Sq, r % p.Sq, j) : -INFINITY;
       }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int h = hkv * G + r / p.Sq, i = r % p.Sq;
-      s[r] = j < key_hi && r < rows ? decode_score(p, s[r], b, h, i, j) : -INFINITY;
-      // online softmax, per warp: a row that has seen no key keeps max -inf and uses 0 as the exponent base
-      const float mx = fmaxf(m[r], warp_max(s[r]));
-      const float base = mx == -INFINITY ? 0.f : mx;
-      const float corr = fast_exp2(m[r] - base);
-      m[r] = mx;
-      const float pr = fast_exp2(s[r] - base);
-      l[r] = l[r] * corr + pr;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) o[r][e] *= corr;
-      sP[(warp * 32 + lane) * R + r] = pr;
-    }
-    __syncwarp();
-    // P V: kKeysAtOnce keys per step, 8 dims per lane
-    if (dlane < p.D) {
-#pragma unroll 2
-      for (int kk = lane / LK; kk < 32; kk += KA) {
-        if (j0 + kk >= key_hi) break;
-        float vx[8];
-        load8(vx, vbase + int64_t(j0 + kk) * p.v_ss + dlane);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float pr = sP[(warp * 32 + kk) * R + r];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) o[r][e] = fmaf(pr, vx[e], o[r][e]);
-        }
-      }
-    }
-    __syncwarp();
+    softmax.update(s, acc_o);
+    uint32_t pa[1][1][4];
+    acc_to_afrag<Elem, 1, 2>(pa, s);
+    gemm_rs<Elem, 1, DT, 1, true>(acc_o, pa, sK + Tr::kTileElems, LD, lane);
   }
 
-  // merge: the lanes that share dims (one per key slot), then the warps (each with its own max)
+  // merge the warps (each with its own max) through shared memory, in the stages' space
+  cp_async_wait_all();
+  __syncthreads();
+  float* sO = reinterpret_cast<float*>(sKV);  // [W][16][DK]
+  float* sM = sO + W * R * DK;                // [W][16] maxima, then [W][16] sums
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    l[r] = warp_sum(l[r]);
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-#pragma unroll
-      for (int x = LK; x < 32; x <<= 1) o[r][e] += __shfl_xor_sync(0xffffffffu, o[r][e], x);
-    if (lane < LK)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sO[(warp * R + r) * DK + dlane + e] = o[r][e];
-    if (lane == 0) {
-      sML[warp * R + r] = m[r];
-      sML[W * R + warp * R + r] = l[r];
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = (lane >> 2) + hf * 8;
+    const float l = quad_sum(softmax.row_sum[0][hf]);
+    if ((lane & 3) == 0) {
+      sM[warp * R + r] = softmax.row_max[0][hf];
+      sM[W * R + warp * R + r] = l;
     }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(sO + (warp * R + r) * DK + dt * 8 + (lane & 3) * 2) =
+          make_float2(acc_o[0][dt][2 * hf], acc_o[0][dt][2 * hf + 1]);
   }
   __syncthreads();
-  for (int x = tid; x < rows * p.D; x += Tr::kThreads) {
+  for (int x = tid; x < rows * p.D; x += NTH) {
     const int r = x / p.D, d = x % p.D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sML[w * R + r]);
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sM[w * R + r]);
     const float base = M == -INFINITY ? 0.f : M;
     float L = 0.f, acc = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      const float f = fast_exp2(sML[w * R + r] - base);
-      L = fmaf(sML[W * R + w * R + r], f, L);
+      const float f = fast_exp2(sM[w * R + r] - base);
+      L = fmaf(sM[W * R + w * R + r], f, L);
       acc = fmaf(sO[(w * R + r) * DK + d], f, acc);
     }
     // L == 0: no key of this split was visible (out 0, lse -inf); a NaN score leaves L NaN (out and lse NaN)

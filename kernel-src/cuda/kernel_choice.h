@@ -45,7 +45,7 @@ enum class FwdKernel : int {
   kV1,       // fwd_kernel.h: mma.sync, every architecture, every call
   kV3,       // sm90/fwd_pipelined_sm90.h: Hopper, TMA + warp specialization, every head dim and term
   kWindows,  // sm90/fwd_windows_sm90.h: Hopper, many short windows per CTA (D = 32: <= 256 keys, D = 64: <= 64)
-  kDecode,   // fwd_decode.h: every architecture, <= 8 query rows per KV head (decode), the keys split over CTAs
+  kDecode,   // fwd_decode.h: every architecture, <= 16 query rows per KV head (decode), keys split over CTAs
 };
 enum class BwdKernel : int {
   kAuto = 0,
@@ -439,15 +439,16 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
   }
 }
 
-// Decode (fwd_decode.h): the H / Hkv x Sq rows of a KV head's query group in one CTA, at most 8 of them; no table
-// term. The tiled kernels give such a call one useful row in 128 (Llama-3-8B decode, batch 32: v3 0.755 ms against
-// FlashAttention-4's 0.244). The keys are split so that about kDecodeCtasPerSm CTAs per SM are launched (B x Hkv x
-// splits: some 4 waves of ~4 resident CTAs, so the last wave's tail is short), in chunks of whole 128-key steps of
-// its 4 warps; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D per key and KV head read.
-constexpr int kDecodeMaxRows = 8, kDecodeStep = 128, kDecodeCtasPerSm = 16;
+// Decode (fwd_decode.h): the H / Hkv x Sq rows of a KV head's query group in one CTA, at most 16 of them (one
+// m16 tile); no table term. The tiled kernels give such a call one useful row in 128 (Llama-3-8B decode with batch
+// 32: v3 0.755 ms against FlashAttention-4's 0.244). The keys are split so that about kDecodeCtasPerSm CTAs per SM
+// are launched (B x Hkv x splits: a few waves of the 1-3 CTAs an SM holds, 104 KB of stages each at D = 128), in
+// chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D bytes per
+// key and KV head read.
+constexpr int kDecodeMaxRows = 16, kDecodeStep = 128, kDecodeCtasPerSm = 8;
 inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev) {
   const int rows = user.hgroup * user.Sq;
-  if (rows > kDecodeMaxRows) return "more than 8 query rows per KV head";
+  if (rows > kDecodeMaxRows) return "more than 16 query rows per KV head";
   if (fp.rel_table) return "a table term";
   if (user.Sk == 0) return "an empty key set";
   const int64_t pairs = int64_t(user.B) * user.Hkv, target = int64_t(kDecodeCtasPerSm) * std::max(dev.sms, 1);
@@ -455,7 +456,7 @@ inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KPara
   const int want = int(std::min<int64_t>(std::max<int64_t>((target + pairs - 1) / pairs, 1), steps));
   c.kernel = FwdKernel::kDecode;
   c.p = user;
-  c.decode_rows = rows <= 1 ? 1 : rows <= 4 ? 4 : 8;
+  c.decode_rows = rows;
   c.decode_chunk = div_up(steps, want) * kDecodeStep;
   c.decode_splits = div_up(user.Sk, c.decode_chunk);
   const int64_t part_rows = int64_t(c.decode_splits) * user.B * user.H * user.Sq;  // fp32 o [D] + lse per row
@@ -488,14 +489,15 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
     case FwdKernel::kDecode: forced(try_fwd_decode(c, fp, user, dev)); c.why = "forced"; return c;
     default: break;
   }
-  // 1. Short windows, many per CTA (Swin): the window kernels (W7: 0.29 ms against v3's ~1 ms, RESULTS v3.x).
-  if (try_fwd_windows(c, fp, user, dev).empty()) {
-    c.why = "windows: every window in one key block";
-    return c;
-  }
-  // 2. A few query rows per KV head (decode), every architecture: the keys split over CTAs.
+  // 1. A few query rows per KV head (decode), every architecture: the keys split over CTAs. Before the window
+  // kernels, which would give each such row a 64-row query tile of its own.
   if (try_fwd_decode(c, fp, user, dev).empty()) {
     c.why = "decode";
+    return c;
+  }
+  // 2. Short windows, many per CTA (Swin): the window kernels (W7: 0.29 ms against v3's ~1 ms, RESULTS v3.x).
+  if (try_fwd_windows(c, fp, user, dev).empty()) {
+    c.why = "windows: every window in one key block";
     return c;
   }
   // 3. Everything else on Hopper: v3, with every score term.

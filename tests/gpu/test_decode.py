@@ -1,4 +1,4 @@
-"""The split-KV decode forward (kernel-src/cuda/fwd_decode.h), marked `gpu`: calls with at most 8 query rows per KV
+"""The split-KV decode forward (kernel-src/cuda/fwd_decode.h), marked `gpu`: calls with at most 16 query rows per KV
 head (H / Hkv x Sq) run it on every architecture. Each case runs the FlashAttention accuracy rule against the
 float64 reference (the backward, on v3 / v1, takes the decode forward's lse, so its gradients check lse too) and
 checks which kernels ran: one split writes the output itself, several go through the combine step.
@@ -42,9 +42,10 @@ def test_decode_gqa_matches_the_reference(kernel, Sk, D, dtype):
     assert ran(names, "decode_combine_kernel") == (Sk > 128), sorted(names)
 
 
-@pytest.mark.parametrize("Sq,H,Hkv", [(1, 4, 4), (2, 8, 2), (8, 3, 3), (3, 6, 3)])
-def test_decode_row_instances(kernel, Sq, H, Hkv):
-    # rows per CTA: 1 (MHA decode), 8 (two queries x 4 heads), 8 (MHA, 8 queries), 6 (three queries x 2 heads)
+@pytest.mark.parametrize("Sq,H,Hkv", [(1, 4, 4), (2, 8, 2), (8, 3, 3), (3, 6, 3), (4, 32, 8), (16, 2, 2)])
+def test_decode_row_counts(kernel, Sq, H, Hkv):
+    # rows per CTA (one 16-row tile): 1 (MHA decode), 8 (two queries x 4 heads), 8 (MHA, 8 queries), 6 (three
+    # queries x 2 heads), 16 (speculative: four queries x 4 heads), 16 (MHA, 16 queries)
     inp = qkv(2, Sq, 700, H, 64, Hkv=Hkv)
     run_case(kernel, inp, {})
     run_case(kernel, inp, {"causal": True})  # bottom-right aligned: the last query sees every key
@@ -52,8 +53,8 @@ def test_decode_row_instances(kernel, Sq, H, Hkv):
     assert ran(names, "fwd_decode_kernel"), sorted(names)
 
 
-def test_more_rows_than_eight_take_the_tiled_kernels(kernel):
-    inp = qkv(2, 4, 500, 8, 64, Hkv=2, grad=False)  # 16 rows per KV head
+def test_more_rows_than_sixteen_take_the_tiled_kernels(kernel):
+    inp = qkv(2, 5, 500, 8, 64, Hkv=2, grad=False)  # 20 rows per KV head
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"]))
     assert not ran(names, "fwd_decode_kernel"), sorted(names)
 
@@ -102,5 +103,5 @@ def test_nan_in_q_reaches_only_its_row(kernel):
 def test_forcing_decode_on_a_long_query_is_refused(kernel, monkeypatch):
     monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_decode")
     inp = qkv(1, 64, 64, 2, 64, grad=False)
-    with pytest.raises(Exception, match="fwd_decode: this call cannot run it \\(more than 8 query rows"):
+    with pytest.raises(Exception, match="fwd_decode: this call cannot run it \\(more than 16 query rows"):
         kernel.attention(inp["q"], inp["k"], inp["v"])

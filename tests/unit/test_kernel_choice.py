@@ -74,7 +74,7 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
     r = run_table(table_exe, "--force", "bwd_v3", "swin W7 table+shift")
     assert "error: WINATTN_FORCE_KERNEL=bwd_v3: this call cannot run it (the table's gradient" in r.stdout
     r = run_table(table_exe, "--force", "fwd_decode", "flux")
-    assert "error: WINATTN_FORCE_KERNEL=fwd_decode: this call cannot run it (more than 8 query rows per KV head)" \
+    assert "error: WINATTN_FORCE_KERNEL=fwd_decode: this call cannot run it (more than 16 query rows per KV head)" \
         in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
     assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
