@@ -86,8 +86,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   extern __shared__ float4 smem_f4[];
   Elem* sQ = reinterpret_cast<Elem*>(smem_f4);  // [16][LD], rows past the group and dims past D zero
   Elem* sKV = sQ + R * LD;                      // per stage: K [BN][LD], then V [BN][LD]
-  const int split = int(blockIdx.x % P.splits), hkv = int(blockIdx.x / P.splits % p.Hkv);
-  const int b = int(blockIdx.x / P.splits / p.Hkv);
+  // the KV heads of one key range are neighbours in the launch order, so the CTAs running together read whole
+  // [Hkv, D] rows of K / V (k is [B, Sk, Hkv, D]) instead of one head's 2 D bytes of each
+  const int hkv = int(blockIdx.x % p.Hkv), split = int(blockIdx.x / p.Hkv % P.splits);
+  const int b = int(blockIdx.x / p.Hkv / P.splits);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = p.hgroup, rows = G * p.Sq;
   const int key_lo = split * P.chunk, key_hi = min(p.Sk, key_lo + P.chunk);
