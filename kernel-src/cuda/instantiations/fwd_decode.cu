@@ -18,7 +18,7 @@ void launch_decode(const DecodeParams& P, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "fwd_decode_kernel");
   if (P.splits == 1) return;
   const int64_t rows = int64_t(P.p.B) * P.p.H * P.p.Sq;
-  decode_combine_kernel<Elem><<<unsigned((rows + 3) / 4), 128, 0, stream>>>(P);
+  decode_combine_kernel<Elem><<<unsigned(rows), 128, 0, stream>>>(P);
   check_cuda(cudaGetLastError(), "decode_combine_kernel");
 }
 
