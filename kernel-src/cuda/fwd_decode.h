@@ -136,6 +136,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   }
 
   const bool plain = p.kp == nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
+  const bool kp_only = p.kp != nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
+  const unsigned char* kp_row = kp_only ? reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb : nullptr;
   OnlineSoftmax<1> softmax;
   softmax.reset();
   float acc_o[1][DT][4];
@@ -151,12 +153,17 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     zero_acc(s);
     gemm_ss<Elem, 1, 2, DK / 16, false, false>(s, sQ, LD, sK, LD, lane);
     const int j0 = key_lo + t * BN + warp * Tr::kKeysPerWarp + (lane & 3) * 2;
-    if (plain) {  // no score term: only the keys past the chunk are hidden (rows past the group are never read)
+    if (plain || kp_only) {  // no term but key padding: a key hidden for every row (rows past the group are
+                             // never read), one byte per key instead of score_mod's checks per score
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[0][nt][e] = j0 + nt * 8 + (e & 1) < key_hi ? s[0][nt][e] * p.scale_log2 : -INFINITY;
+        for (int c = 0; c < 2; ++c) {
+          const int j = j0 + nt * 8 + c;
+          const bool seen = j < key_hi && (plain || kp_row[int64_t(j) * p.kp_sk] != 0);
+          s[0][nt][c] = seen ? s[0][nt][c] * p.scale_log2 : -INFINITY;
+          s[0][nt][c + 2] = seen ? s[0][nt][c + 2] * p.scale_log2 : -INFINITY;
+        }
     } else {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
