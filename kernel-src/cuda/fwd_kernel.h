@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const RowFinal f = finalize_row(sm.row_max[mt][hf], quad_sum(sm.row_sum[mt][hf]));
+          const float inv = f.scale();
           const int i = i0 + wr + mt * 16 + qr + hf * 8;
           if (i < p.Sq) {
             Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
@@ -149,9 +150,9 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
               const int d = dt * 8 + qc;
               if (d < p.D)
                 *reinterpret_cast<uint32_t*>(orow + d) =
-                    ElemTraits<Elem>::pack(acc_o[mt][dt][2 * hf] * f.scale, acc_o[mt][dt][2 * hf + 1] * f.scale);
+                    ElemTraits<Elem>::pack(acc_o[mt][dt][2 * hf] * inv, acc_o[mt][dt][2 * hf + 1] * inv);
             }
-            if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse;
+            if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
           }
         }
       zero_acc(acc_o);

@@ -35,22 +35,23 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // 2^(-inf - (-inf)) would be NaN).
 __device__ __forceinline__ float softmax_base(float m) { return m == -INFINITY ? 0.f : m; }
 
-// What a forward writes for a row (see the row policy above).
+// What a forward writes for a row (see the row policy above), from m, the row's running max in log2 units (-inf:
+// no key seen), and l, its whole sum (every thread's share reduced). Each result is computed where it is asked for,
+// so an epilogue that writes lse from one lane of four, for rows inside the tile, pays log2f there only (computed
+// up front, it raised the spills of v3's D = 256 staged-term kernel).
 struct RowFinal {
-  float scale;  // multiplies the row's unnormalized output accumulator: 1 / l; 0 for an empty row; NaN for a NaN row
-  float lse;    // log-sum-exp of the row's scores, natural log: -inf for an empty row; NaN for a NaN row
-  float lse2;   // the same in log2 units (what split-KV partials merge in)
+  float m, l;
+  // Multiplies the row's unnormalized output accumulator: 1 / l; 0 for an empty row; NaN for a NaN row.
+  __device__ __forceinline__ float scale() const { return empty() ? 0.f : 1.f / l; }
+  // Log-sum-exp of the row's scores in log2 units (what split-KV partials merge in): -inf for an empty row; NaN for
+  // a NaN row.
+  __device__ __forceinline__ float lse2() const { return empty() ? -INFINITY : m + log2f(l); }
+  // The same in natural log (the lse the API returns).
+  __device__ __forceinline__ float lse() const { return empty() ? -INFINITY : (m + log2f(l)) * kLn2; }
+  // No visible key; false for a NaN l, so a NaN row keeps NaN in every result.
+  __device__ __forceinline__ bool empty() const { return l == 0.f; }
 };
-
-// m: the row's running max, log2 units (-inf: no key seen); l: the row's whole sum (every thread's share reduced).
-__device__ __forceinline__ RowFinal finalize_row(float m, float l) {
-  RowFinal f;
-  const bool empty = l == 0.f;  // false for a NaN l: a NaN row keeps NaN in both results
-  f.scale = empty ? 0.f : 1.f / l;
-  f.lse2 = empty ? -INFINITY : m + log2f(l);
-  f.lse = f.lse2 * kLn2;
-  return f;
-}
+__device__ __forceinline__ RowFinal finalize_row(float m, float l) { return RowFinal{m, l}; }
 
 template <int MT>
 struct OnlineSoftmax {

@@ -289,6 +289,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const RowFinal f = finalize_row(row_max[hf], quad_sum(row_sum[hf]));
+    const float inv = f.scale();
     const int i = i0 + wr + qr + hf * 8;
     if (i < p.Sq) {
       Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
@@ -297,9 +298,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
         const int d = dt * 8 + qc;
         if (d < p.D)
           *reinterpret_cast<uint32_t*>(orow + d) =
-              ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * f.scale, acc_o[0][dt][2 * hf + 1] * f.scale);
+              ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
       }
-      if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse;
+      if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
     }
   }
 }

@@ -202,12 +202,13 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const RowFinal f = finalize_row(row_max[hf], row_sum[hf]);
+      const float inv = f.scale();
       const int r = wr + qr + hf * 8;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt)
         sts_u32(sO_a + tile_chunk_offset<BM>(r, dt) + qc * 2,
-                ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * f.scale, acc_o[dt][2 * hf + 1] * f.scale));
-      if ((lane & 3) == 0 && r < rows) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = f.lse;
+                ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv));
+      if ((lane & 3) == 0 && r < rows) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = f.lse();
     }
     __syncthreads();
     Elem* ob = o + int64_t(b) * p.o_sb + int64_t(i0) * p.o_ss + int64_t(h) * p.o_sh;
