@@ -15,11 +15,12 @@ import torch
 NAN_POISON_BYTES = 1 << 30
 
 
-def poison():
-    """Fill the caching allocator with NaN blocks so unwritten outputs show up."""
+def poison(value=float("nan")):
+    """Fill the caching allocator with blocks of `value` (fp32) so unwritten outputs show up: NaN by default, a
+    finite value where the expected outputs are NaN themselves (tests/gpu/test_row_policy.py)."""
     if not torch.cuda.is_available():
         return
-    blocks = [torch.full((NAN_POISON_BYTES // 16 // 4,), float("nan"), device="cuda") for _ in range(16)]
+    blocks = [torch.full((NAN_POISON_BYTES // 16 // 4,), value, device="cuda") for _ in range(16)]
     del blocks
 
 

@@ -55,8 +55,9 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 }
 
 // One online-softmax step over a block of scores s (in units where s * sc is log2 of the unnormalized
-// probability: sc = scale * log2(e) for raw Q K^T, 1 after apply_terms). Rows that have seen no key keep
-// max = -inf and use 0 as the exponent base (exp2(-inf) = 0, no NaN). corr: factor for the running O and sum.
+// probability: sc = scale * log2(e) for raw Q K^T, 1 after apply_terms), so row_max is in log2 units. Rows that have
+// seen no key keep max = -inf and use 0 as the exponent base (softmax_base; a NaN score enters through the exponent,
+// softmax.h's row policy). corr: factor for the running O and sum.
 template <int NT>
 __device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float (&row_max)[2], float (&row_sum)[2],
                                              float (&corr)[2]) {
@@ -67,7 +68,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float 
     for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
     mx = quad_max(mx) * sc;
     const float m = fmaxf(row_max[hf], mx);
-    const float base = m == -INFINITY ? 0.f : m;
+    const float base = softmax_base(m);
     corr[hf] = fast_exp2(row_max[hf] - base);
     row_max[hf] = m;
     float sum = 0.f;
@@ -282,14 +283,13 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     release(sm.v_empty(sp));  // the next tile's loads reuse this stage
   }
 
-  // epilogue: normalize, write O and lse
+  // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   Elem* o = static_cast<Elem*>(p.o);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    // l == 0: the row saw no key (out 0, lse -inf); a NaN score leaves l NaN, so out and lse are NaN (as SDPA)
-    const float l = quad_sum(row_sum[hf]);
-    const float inv = l == 0.f ? 0.f : 1.f / l;
+    const RowFinal f = finalize_row(row_max[hf], quad_sum(row_sum[hf]));
+    const float inv = f.scale();
     const int i = i0 + wr + qr + hf * 8;
     if (i < p.Sq) {
       Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
@@ -300,8 +300,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
           *reinterpret_cast<uint32_t*>(orow + d) =
               ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
       }
-      if ((lane & 3) == 0)
-        p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = l == 0.f ? -INFINITY : (row_max[hf] + log2f(l)) * kLn2;
+      if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
     }
   }
 }
