@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < W; ++w) M = fmaxf(M, sM[w * R + r]);
-    const float base = M == -INFINITY ? 0.f : M;
+    const float base = softmax_base(M);
     float L = 0.f, acc = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
@@ -212,17 +212,18 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       L = fmaf(sM[W * R + w * R + r], f, L);
       acc = fmaf(sO[(w * R + r) * DK + d], f, acc);
     }
-    // L == 0: no key of this split was visible (out 0, lse -inf); a NaN score leaves L NaN (out and lse NaN)
-    const float out = L == 0.f ? 0.f : acc / L, lse2 = L == 0.f ? -INFINITY : M + log2f(L);
+    // the row policy (softmax.h): no key of this split visible -> out 0, lse -inf; a NaN score -> out and lse NaN
+    const RowFinal fin = finalize_row(M, L);
+    const float out = acc * fin.scale();
     const int h = hkv * G + r / p.Sq, i = r % p.Sq;
     if (P.splits == 1) {
       Elem* orow = static_cast<Elem*>(p.o) + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
       orow[d] = Elem(out);
-      if (d == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = lse2 * kLn2;
+      if (d == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = fin.lse();
     } else {
       const int64_t row = ((int64_t(split) * p.B + b) * p.H + h) * p.Sq + i;
       P.o_part[row * p.D + d] = out;
-      if (d == 0) P.lse_part[row] = lse2;
+      if (d == 0) P.lse_part[row] = fin.lse2();
     }
   }
 }
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const __grid_consta
   for (int s = lane; s < P.splits; s += 32) M = fmaxf(M, P.lse_part[s * stride + row]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-  const float base = M == -INFINITY ? 0.f : M;
+  const float base = softmax_base(M);
   float L = 0.f;
   for (int s = lane; s < P.splits; s += 32) L += fast_exp2(P.lse_part[s * stride + row] - base);
 #pragma unroll
@@ -267,7 +268,8 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const __grid_consta
   if (warp > 0) return;
   const int i = int(row % p.Sq), h = int((row / p.Sq) % p.H), b = int(row / (int64_t(p.Sq) * p.H));
   Elem* orow = static_cast<Elem*>(p.o) + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
-  const float inv = L == 0.f ? 0.f : 1.f / L;  // (NaN stays NaN)
+  const RowFinal fin = finalize_row(M, L);  // the row policy (softmax.h): empty rows 0 / -inf, NaN rows NaN
+  const float inv = fin.scale();
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const int d4 = lane + 32 * c;
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const __grid_consta
     orow[4 * d4 + 2] = Elem(x.z * inv);
     orow[4 * d4 + 3] = Elem(x.w * inv);
   }
-  if (lane == 0) p.lse[row] = L == 0.f ? -INFINITY : (M + log2f(L)) * kLn2;
+  if (lane == 0) p.lse[row] = fin.lse();
 }
 
 }  // namespace cuda

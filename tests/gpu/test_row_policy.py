@@ -61,7 +61,7 @@ KERNELS = [
     Fwd("fwd_windows", r"FwdWindowTraitsSm90<64,\s*64\b", D=64, S=49, H=2, B=64),
     Fwd("fwd_windows", r"FwdWindowTraitsSm90<32,\s*160\b", D=32, S=144, H=2, B=64, table_W=12),
     Fwd("fwd_windows", r"FwdWindowTraitsSm90<32,\s*256\b", D=32, S=256, H=2, B=64, bias=(BF16,), table_W=16),
-    # decode: <= 8 query rows per KV head (here 4), the keys split over CTAs and merged by the combine kernel
+    # decode: <= 16 query rows per KV head (here 4), the keys split over CTAs and merged by the combine kernel
     Fwd("fwd_decode", r"fwd_decode_kernel", D=64, S=3000, Sq=1, H=8, Hkv=2, table_W=None),
 ]
 
