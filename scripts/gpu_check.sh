@@ -11,12 +11,20 @@
 #   MODELS_ARGS          extra bench_models.py arguments (e.g. "--only beit_b16_train sdxl_step")
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k swin")
 #   BENCH_ARGS           extra bench_cuda.py arguments (e.g. "--reps 10 --only swin_w7")
+#   CUDA_ARCHS           the build's capabilities (e.g. "9.0": a few minutes on the H200's 16 cores)
+#   TORCH_HEADERS        a .tar.xz of a newer torch's include/ to build against (WINATTN_TORCH_INCLUDE, docs/knobs.md:
+#                        the H200 image's torch 2.11 lacks macros the binding uses); made here with
+#                        `tar cJf .torchinc/include.tar.xz -C .venv/lib/python3.11/site-packages/torch include`
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 steps=${GPU_CHECK_STEPS:-"tests sanitize bench"}
 if [ ! -f "$variant/metadata.json" ]; then
   echo "== building the CUDA variant"
-  python3 -m winattn build --backend cuda || exit 1
+  if [ -n "${TORCH_HEADERS:-}" ]; then
+    mkdir -p /tmp/torch_headers && tar xJf "$TORCH_HEADERS" -C /tmp/torch_headers || exit 1
+    export WINATTN_TORCH_INCLUDE=/tmp/torch_headers/include
+  fi
+  python3 -m winattn build --backend cuda ${CUDA_ARCHS:+--cuda-archs $CUDA_ARCHS} || exit 1
 fi
 export WINATTN_VARIANT_DIR=$variant
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$results/gpu.txt"

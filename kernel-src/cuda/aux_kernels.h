@@ -10,14 +10,15 @@ namespace cuda {
 
 // The prepared additive term (kernel_choice.h CombPlan): comb[p, h, i, j] = table[index[i, j], h] (+ bias[p, h, i, j])
 // (-inf where a folded bool mask hides) as Out (fp16 or bf16) [P, H, Sq, Skp] (Sq = 1: a term broadcast over the
-// queries, the mask's row 0), rows padded to Skp (a multiple of 8)
-// so the kernels stage it with 16-byte copies or TMA. P is the bias period (1 without a bias); H the term's heads (the
-// table's H, or 1 for a bias broadcast over heads: a recast term keeps its broadcast). Without a table it is the bias
-// alone, recast: fp16 for the wide window kernels' fp16 term tables, the input dtype for v3's staged tile. Finite
-// magnitudes past Out's range saturate to its largest finite value (still exp() == 0), while an infinite term stays
-// infinite: a row hidden by -inf terms must stay fully hidden (output 0, lse -inf), which a clamped value would turn
-// into a uniform average. fp16 keeps 11 bits of the term (|error| <= 2^-11 |term|), bf16 8 (the same rounding as the
-// PyTorch same-dtype computation, score + bias.to(dtype)).
+// queries, the mask's row 0), rows padded to Skp (a multiple of 8) so the kernels stage it with 16-byte copies or TMA.
+// P is the bias period (1 without a bias); H the term's heads (the table's H, or 1 for a bias broadcast over heads: a
+// recast term keeps its broadcast). Without a table it is the bias alone, recast: fp16 for the wide window kernels'
+// fp16 term tables, the input dtype for v3's staged tile. Finite magnitudes past Out's range saturate to its largest
+// finite value (still exp() == 0), while an infinite term stays infinite: a row hidden by -inf terms must stay fully
+// hidden (output 0, lse -inf), which a clamped value would turn into a uniform average. A NaN term stays NaN (the row
+// policy, softmax.h: its rows give NaN out and lse); the clamp alone would make it -max (fmaxf drops NaN), a key hidden
+// without a trace. fp16 keeps 11 bits of the term (|error| <= 2^-11 |term|), bf16 8 (the same rounding as the PyTorch
+// same-dtype computation, score + bias.to(dtype)).
 // Grid: x over (h, i, j) of one period, y over chunks of kCombinePeriods periods. A thread gathers the table term
 // once and adds it to the bias of each period of its chunk (the gather's dependent loads and the index arithmetic
 // were most of the time when every (p, h, i, j) did both: 178 us for the Swin W16 bench's 64 periods, now one
@@ -27,12 +28,12 @@ template <typename Out>
 __device__ __forceinline__ Out saturate_term(float x);
 template <>
 __device__ __forceinline__ __half saturate_term<__half>(float x) {
-  return __float2half_rn(isinf(x) ? x : fminf(fmaxf(x, -65504.f), 65504.f));
+  return __float2half_rn(isinf(x) || isnan(x) ? x : fminf(fmaxf(x, -65504.f), 65504.f));
 }
 template <>
 __device__ __forceinline__ __nv_bfloat16 saturate_term<__nv_bfloat16>(float x) {
   constexpr float kMax = 3.38953139e38f;  // bf16's largest finite value (fp32's maximum rounds up to inf)
-  return __float2bfloat16_rn(isinf(x) ? x : fminf(fmaxf(x, -kMax), kMax));
+  return __float2bfloat16_rn(isinf(x) || isnan(x) ? x : fminf(fmaxf(x, -kMax), kMax));
 }
 template <typename Idx, typename Out>
 __global__ void combine_terms_kernel(Out* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,

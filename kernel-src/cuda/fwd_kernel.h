@@ -135,13 +135,13 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
     gemm_rs<Elem, MT, DT, NT / 2, true>(acc_o, pf, sV + (s & 1) * Tr::kKVElems, LD, lane);
 
     if (item_end) {
-      // epilogue: normalize, write O and lse
+      // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const float l = quad_sum(sm.row_sum[mt][hf]);
-          const float inv = l > 0.f ? 1.f / l : 0.f;
+          const RowFinal f = finalize_row(sm.row_max[mt][hf], quad_sum(sm.row_sum[mt][hf]));
+          const float inv = f.scale();
           const int i = i0 + wr + mt * 16 + qr + hf * 8;
           if (i < p.Sq) {
             Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
@@ -152,9 +152,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
                 *reinterpret_cast<uint32_t*>(orow + d) =
                     ElemTraits<Elem>::pack(acc_o[mt][dt][2 * hf] * inv, acc_o[mt][dt][2 * hf + 1] * inv);
             }
-            if ((lane & 3) == 0)
-              p.lse[(int64_t(b) * p.H + h) * p.Sq + i] =
-                  l > 0.f ? (sm.row_max[mt][hf] + log2f(l)) * kLn2 : -INFINITY;
+            if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
           }
         }
       zero_acc(acc_o);

@@ -45,6 +45,7 @@ enum class FwdKernel : int {
   kV1,       // fwd_kernel.h: mma.sync, every architecture, every call
   kV3,       // sm90/fwd_pipelined_sm90.h: Hopper, TMA + warp specialization, every head dim and term
   kWindows,  // sm90/fwd_windows_sm90.h: Hopper, many short windows per CTA (D = 32: <= 256 keys, D = 64: <= 64)
+  kDecode,   // fwd_decode.h: every architecture, <= 16 query rows per KV head (decode), keys split over CTAs
 };
 enum class BwdKernel : int {
   kAuto = 0,
@@ -58,6 +59,7 @@ inline const char* name_of(FwdKernel k) {
     case FwdKernel::kV1: return "fwd_v1";
     case FwdKernel::kV3: return "fwd_v3";
     case FwdKernel::kWindows: return "fwd_windows";
+    case FwdKernel::kDecode: return "fwd_decode";
     default: return "auto";
   }
 }
@@ -95,7 +97,7 @@ struct Forced {
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
-    "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_windows, bwd_windows_wide";
+    "fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -118,6 +120,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
+    else if (n == "fwd_decode") f.fwd = FwdKernel::kDecode;
     else if (n == "bwd_v1") f.bwd = BwdKernel::kV1;
     else if (n == "bwd_v3") f.bwd = BwdKernel::kV3;
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
@@ -275,6 +278,9 @@ struct FwdChoice {
   int v3_terms = sm90::kTermsRaw;
   bool v3_wide = false, v3_persistent = false;
   int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
+  // decode: the row instance (query rows per CTA), the keys' split and the partial rows' workspace
+  int decode_rows = 0, decode_splits = 1, decode_chunk = 0;
+  int64_t decode_part_bytes = 0;
   int block_m = 0, block_n = 0;  // the sm90 kernels' tile (0: v1's per-head-dim tile, kernel_traits.h)
   std::string why;
 };
@@ -433,6 +439,32 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
   }
 }
 
+// Decode (fwd_decode.h): the H / Hkv x Sq rows of a KV head's query group in one CTA, at most 16 of them (one
+// m16 tile); no table term. The tiled kernels give such a call one useful row in 128 (Llama-3-8B decode with batch
+// 32: v3 0.755 ms against FlashAttention-4's 0.244). The keys are split so that about kDecodeCtasPerSm CTAs per SM
+// are launched (B x Hkv x splits: a few waves of the 1-3 CTAs an SM holds, 104 KB of stages each at D = 128), in
+// chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D bytes per
+// key and KV head read.
+constexpr int kDecodeMaxRows = 16, kDecodeStep = 128, kDecodeCtasPerSm = 8;
+inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev) {
+  const int rows = user.hgroup * user.Sq;
+  if (rows > kDecodeMaxRows) return "more than 16 query rows per KV head";
+  if (fp.rel_table) return "a table term";
+  if (user.Sk == 0) return "an empty key set";
+  const int64_t pairs = int64_t(user.B) * user.Hkv, target = int64_t(kDecodeCtasPerSm) * std::max(dev.sms, 1);
+  const int steps = div_up(user.Sk, kDecodeStep);
+  const int want = int(std::min<int64_t>(std::max<int64_t>((target + pairs - 1) / pairs, 1), steps));
+  c.kernel = FwdKernel::kDecode;
+  c.p = user;
+  c.decode_rows = rows;
+  c.decode_chunk = div_up(steps, want) * kDecodeStep;
+  c.decode_splits = div_up(user.Sk, c.decode_chunk);
+  const int64_t part_rows = int64_t(c.decode_splits) * user.B * user.H * user.Sq;  // fp32 o [D] + lse per row
+  c.decode_part_bytes = c.decode_splits > 1 ? part_rows * (user.D + 1) * 4 : 0;
+  c.block_m = c.block_n = 0;
+  return "";
+}
+
 inline void fwd_v1(FwdChoice& c, const FwdParams& fp, const KParams& user) {
   c.kernel = FwdKernel::kV1;
   c.p = user;
@@ -454,19 +486,26 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
     case FwdKernel::kV1: fwd_v1(c, fp, user); c.why = "forced"; return c;
     case FwdKernel::kV3: forced(try_fwd_v3(c, fp, user, dev, force)); c.why = "forced"; return c;
     case FwdKernel::kWindows: forced(try_fwd_windows(c, fp, user, dev)); c.why = "forced"; return c;
+    case FwdKernel::kDecode: forced(try_fwd_decode(c, fp, user, dev)); c.why = "forced"; return c;
     default: break;
   }
-  // 1. Short windows, many per CTA (Swin): the window kernels (W7: 0.29 ms against v3's ~1 ms, RESULTS v3.x).
+  // 1. A few query rows per KV head (decode), every architecture: the keys split over CTAs. Before the window
+  // kernels, which would give each such row a 64-row query tile of its own.
+  if (try_fwd_decode(c, fp, user, dev).empty()) {
+    c.why = "decode";
+    return c;
+  }
+  // 2. Short windows, many per CTA (Swin): the window kernels (W7: 0.29 ms against v3's ~1 ms, RESULTS v3.x).
   if (try_fwd_windows(c, fp, user, dev).empty()) {
     c.why = "windows: every window in one key block";
     return c;
   }
-  // 2. Everything else on Hopper: v3, with every score term.
+  // 3. Everything else on Hopper: v3, with every score term.
   if (try_fwd_v3(c, fp, user, dev, force).empty()) {
     c.why = "v3";
     return c;
   }
-  // 3. v1 everywhere else: other architectures, and on Hopper the empty key sets (v3 cannot map them; out = 0,
+  // 4. v1 everywhere else: other architectures, and on Hopper the empty key sets (v3 cannot map them; out = 0,
   // lse = -inf: nothing to be fast at, so the v2 forward that ran them without a term was retired, issue 31).
   fwd_v1(c, fp, user);
   c.why = dev.sm90a ? "v1 (empty key set)" : "not Hopper";

@@ -49,6 +49,12 @@ template <int N>
 void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, int dtype, int64_t grid,
                                cudaStream_t stream);
 
+// Split-KV decode forward (fwd_decode.h), every architecture: H / Hkv x Sq <= 16 query rows per CTA, the keys in
+// `splits` chunks of `chunk`; with splits > 1 the partial rows go through o_part / lse_part (workspace,
+// kernel_choice.h's FwdChoice says how large) and a combine step.
+void run_fwd_decode(const KParams& p, int dtype, int dk, int splits, int chunk, float* o_part,
+                    float* lse_part, cudaStream_t stream);
+
 void check_cuda(cudaError_t err, const char* what);
 
 }  // namespace cuda

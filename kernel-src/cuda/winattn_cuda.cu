@@ -209,7 +209,7 @@ struct FwdPlan {
   FwdChoice c;  // c.p: the kernels' view
   int64_t grid = 0;
   int smem = 0;
-  int64_t ws_bytes = 0, off_comb = -1, off_mbits = -1;
+  int64_t ws_bytes = 0, off_comb = -1, off_mbits = -1, off_decode = -1;
 };
 
 FwdPlan plan_fwd(const FwdParams& fp) {
@@ -223,9 +223,11 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   Carver cv;
   if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
   if (pl.c.mb_words > 0) pl.off_mbits = cv.take(mask_bits_bytes(p));
+  if (pl.c.decode_part_bytes > 0) pl.off_decode = cv.take(pl.c.decode_part_bytes);
   pl.ws_bytes = cv.size;
   switch (pl.c.kernel) {
-    case FwdKernel::kV3:  // (its launcher sizes the grid: one CTA per tile, or per SM when persistent)
+    case FwdKernel::kV3:      // (its launcher sizes the grid: one CTA per tile, or per SM when persistent)
+    case FwdKernel::kDecode:  // (one CTA per (split, KV head, batch))
       return pl;
     case FwdKernel::kWindows: {
       int occ = 1;
@@ -535,6 +537,12 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
         run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);
       });
       break;
+    case FwdKernel::kDecode: {
+      float* o_part = pl.off_decode >= 0 ? reinterpret_cast<float*>(ws + pl.off_decode) : nullptr;
+      float* lse_part = o_part ? o_part + int64_t(pl.c.decode_splits) * p.B * p.H * p.Sq * p.D : nullptr;
+      run_fwd_decode(p, dt, pl.c.dk, pl.c.decode_splits, pl.c.decode_chunk, o_part, lse_part, stream);
+      break;
+    }
     default:
       dispatch_hdim(pl.c.dk, [&](auto d) { run_fwd<decltype(d)::value>(p, dt, pl.grid, pl.smem, stream); });
       break;

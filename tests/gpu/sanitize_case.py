@@ -77,8 +77,13 @@ def main():
             kp = torch.rand(2, 420, device=dev) > 0.2
             kern.attention(q, k, v, key_padding_mask=kp, causal=True)
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False))
+            # terms broadcast over the queries (the row warp's stages): a 0 / -inf bf16 key mask, an fp32 row per head
+            keep = torch.rand(2, 1, 1, 420, device=dev) > 0.2
+            kern.attention(q, k, v, bias=torch.zeros(keep.shape, device=dev, dtype=dt).masked_fill(~keep, -torch.inf))
+            kern.attention(q, k, v, bias=torch.randn(2, 2, 1, 420, device=dev))
         q = r(1, 128 * 40, 8, 64, grad=False)  # 320 tiles
         kern.attention(q, q, q)
+        kern.attention(q, q, q, bias=torch.randn(1, 8, 1, 128 * 40, device=dev))
     # 7. backward v3 (Hopper): 3-stage raw path with key padding + causal + GQA, the staged bias with dbias by TMA
     #    reduce-add (broadcast over heads), pair mode ([1, H, S, S] with B = 2: plain store), deterministic tickets
     for D in (64, 128):

@@ -100,6 +100,10 @@ std::string describe_fwd(const FwdChoice& c) {
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;
+  } else if (c.kernel == FwdKernel::kDecode) {
+    std::snprintf(buf, sizeof buf, " d%d rows=%d splits=%d chunk=%d", c.dk, c.decode_rows, c.decode_splits,
+                  c.decode_chunk);
+    s += buf;
   } else {
     s += " d" + std::to_string(c.dk);
   }
@@ -147,6 +151,10 @@ int main(int argc, char** argv) {
   { Call c = make("llm causal GQA 32/8 S8192 D128", 1, 8192, 8192, 32, 8, 128); c.p.causal = true; add(c); }
   { Call c = make("mistral window (4096,0) S8192", 1, 8192, 8192, 32, 8, 128); c.p.window_left = 4096, c.p.window_right = 0; add(c); }
   add(make("decode Sq1 Sk8192 GQA", 8, 1, 8192, 32, 8, 128));
+  add(make("decode Sq1 Sk8192 GQA B32", 32, 1, 8192, 32, 8, 128));
+  { Call c = make("decode Sq1 Sk4096 B1 MHA kp", 1, 1, 4096, 32, 32, 128); add(padding(c)); }
+  add(make("decode Sq2 Sk1000 GQA 8/2 D64", 4, 2, 1000, 8, 2, 64));
+  add(make("speculative Sq4 GQA 32/8 (16 rows)", 4, 4, 8192, 32, 8, 128));
   add(make("dit-xl D72 S256", 32, 256, 256, 16, 16, 72));
   add(make("sd15 D40 S4096", 4, 4096, 4096, 8, 8, 40));
   // short sequences

@@ -53,8 +53,8 @@ def test_choice_matches_golden(table_exe):
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_persistent",
-                 "fwd_v3_per_tile", "fwd_windows", "bwd_v1", "bwd_v3", "bwd_v3_two_stages", "bwd_v3_no_pair",
-                 "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
+                 "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
+                 "bwd_v3_no_pair", "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
     r = run_table(table_exe, "--force", "fwd_v9", "flux")
@@ -73,6 +73,9 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
     assert "error: WINATTN_FORCE_KERNEL=fwd_windows: this call cannot run it (head dim > 64 or window past" in r.stdout
     r = run_table(table_exe, "--force", "bwd_v3", "swin W7 table+shift")
     assert "error: WINATTN_FORCE_KERNEL=bwd_v3: this call cannot run it (the table's gradient" in r.stdout
+    r = run_table(table_exe, "--force", "fwd_decode", "flux")
+    assert "error: WINATTN_FORCE_KERNEL=fwd_decode: this call cannot run it (more than 16 query rows per KV head)" \
+        in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
     assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
 

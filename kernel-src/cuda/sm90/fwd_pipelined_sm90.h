@@ -55,8 +55,9 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 }
 
 // One online-softmax step over a block of scores s (in units where s * sc is log2 of the unnormalized
-// probability: sc = scale * log2(e) for raw Q K^T, 1 after apply_terms). Rows that have seen no key keep
-// max = -inf and use 0 as the exponent base (exp2(-inf) = 0, no NaN). corr: factor for the running O and sum.
+// probability: sc = scale * log2(e) for raw Q K^T, 1 after apply_terms), so row_max is in log2 units. Rows that have
+// seen no key keep max = -inf and use 0 as the exponent base (softmax_base; a NaN score enters through the exponent,
+// softmax.h's row policy). corr: factor for the running O and sum.
 template <int NT>
 __device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float (&row_max)[2], float (&row_sum)[2],
                                              float (&corr)[2]) {
@@ -67,7 +68,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float 
     for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
     mx = quad_max(mx) * sc;
     const float m = fmaxf(row_max[hf], mx);
-    const float base = m == -INFINITY ? 0.f : m;
+    const float base = softmax_base(m);
     corr[hf] = fast_exp2(row_max[hf] - base);
     row_max[hf] = m;
     float sum = 0.f;
@@ -211,9 +212,14 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
+  // kTermsRawRow: the row term of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
+  float row[BN / 32];
+  if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, b, h, n_hi - 1, lane);
   auto terms = [&](int s, int n) {
     const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, b, h, m_block, n, wr, lane);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, b, h, m_block, n, wr, lane);
+    if constexpr (kMode == kTermsRawRow)
+      if (n > tile.n_lo) load_row_term<BN>(row, p, b, h, n - 1, lane);
     softmax_step<NT>(acc_s, sc, row_max, row_sum, corr);
   };
   auto to_pfrag = [&]() {
@@ -277,14 +283,13 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     release(sm.v_empty(sp));  // the next tile's loads reuse this stage
   }
 
-  // epilogue: normalize, write O and lse
+  // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   Elem* o = static_cast<Elem*>(p.o);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    // l == 0: the row saw no key (out 0, lse -inf); a NaN score leaves l NaN, so out and lse are NaN (as SDPA)
-    const float l = quad_sum(row_sum[hf]);
-    const float inv = l == 0.f ? 0.f : 1.f / l;
+    const RowFinal f = finalize_row(row_max[hf], quad_sum(row_sum[hf]));
+    const float inv = f.scale();
     const int i = i0 + wr + qr + hf * 8;
     if (i < p.Sq) {
       Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
@@ -295,8 +300,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
           *reinterpret_cast<uint32_t*>(orow + d) =
               ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
       }
-      if ((lane & 3) == 0)
-        p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = l == 0.f ? -INFINITY : (row_max[hf] + log2f(l)) * kLn2;
+      if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
     }
   }
 }

@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }
 
-    // softmax over the one key block (rows may be fully hidden: max -inf -> base 0, sum 0)
+    // softmax over the one key block, log2 units (rows may be fully hidden: max -inf -> base 0, sum 0; a NaN score
+    // enters through the exponent: softmax.h's row policy)
     float row_max[2], row_sum[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(acc_s[0][nt][2 * hf], acc_s[0][nt][2 * hf + 1]));
       m = quad_max(m);
-      const float base = m == -INFINITY ? 0.f : m;
+      const float base = softmax_base(m);
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -196,19 +197,18 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     }
 
     // epilogue: normalized O into this window's (consumed) Q stage, then 16-byte row chunks to global; lse
-    // (st.shared / ld.shared by address rather than through generic pointers)
+    // (st.shared / ld.shared by address rather than through generic pointers; empty and NaN rows: finalize_row)
     const uint32_t sO_a = sQ_addr + st * Tr::kStageBytes;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const float inv = row_sum[hf] > 0.f ? 1.f / row_sum[hf] : 0.f;
+      const RowFinal f = finalize_row(row_max[hf], row_sum[hf]);
+      const float inv = f.scale();
       const int r = wr + qr + hf * 8;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt)
         sts_u32(sO_a + tile_chunk_offset<BM>(r, dt) + qc * 2,
                 ElemTraits<Elem>::pack(acc_o[dt][2 * hf] * inv, acc_o[dt][2 * hf + 1] * inv));
-      if ((lane & 3) == 0 && r < rows)
-        p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] =
-            row_sum[hf] > 0.f ? (row_max[hf] + log2f(row_sum[hf])) * kLn2 : -INFINITY;
+      if ((lane & 3) == 0 && r < rows) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = f.lse();
     }
     __syncthreads();
     Elem* ob = o + int64_t(b) * p.o_sb + int64_t(i0) * p.o_ss + int64_t(h) * p.o_sh;

@@ -7,8 +7,10 @@
 //     staged additive tile, key padding, the causal / sliding-window band and the sequence end; needs scale > 0
 //     (the row max commutes with the scaling).
 //   * kTermsRawRow: a term broadcast over the queries ([B or 1, H or 1, 1, Sk]) enters as s += term / scale, one
-//     value per column: each thread reads its 2 x NT columns once per key block (every row of the tile shares them,
-//     so the loads hit L1), instead of one read per score on the general path.
+//     value per column: each warp loads the block's BN values one key block ahead (load_row_term, BN / 32 per lane,
+//     coalesced) and each thread takes its 2 x NT columns by shuffles. Loaded per thread after the Q K^T wait (16
+//     loads each), their latency sat on every block's critical path: Flux-shaped float key mask 2.06 ms against
+//     0.81 ms for the same mask as key padding (RESULTS v3.6).
 //   * kTermsGeneral: apply_terms() (score_mod.h), reading the term and the bool mask from global memory, scores leave
 //     in log2 units. A bool mask, an additive term that is not staged, or scale <= 0 take it. It is a kernel of its
 //     own because its registers (ptxas: 280+ bytes of spills at D = 128 when it shared the loop) would otherwise
@@ -47,11 +49,25 @@ __device__ __forceinline__ bool kp_all_kept(const KParams& p, int b, int j0, int
   return __all_sync(0xffffffffu, kept);
 }
 
+// kTermsRawRow: the term's values of key block n for (b, h), lane l holding keys n * BN + l + 32 e (0 past Sk).
+template <int BN>
+__device__ __forceinline__ void load_row_term(float (&row)[BN / 32], const KParams& p, int b, int h, int n,
+                                              int lane) {
+  const Operand4d& t = p.bias;
+  const int64_t base = int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh;
+#pragma unroll
+  for (int e = 0; e < BN / 32; ++e) {
+    const int j = n * BN + lane + 32 * e;
+    row[e] = j < p.Sk ? ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) : 0.f;
+  }
+}
+
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
-// 1 after apply_terms). sB: the staged tile of this key block (kTermsRawBias).
+// 1 after apply_terms). sB: the staged tile of this key block (kTermsRawBias); row: its row term (kTermsRawRow).
 template <typename Elem, int kMode, int BM, int BN, int NT>
-__device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB, int b,
-                                             int h, int m_block, int n, int wr, int lane) {
+__device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB,
+                                             const float (&row)[BN / 32], int b, int h, int m_block, int n, int wr,
+                                             int lane) {
   const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
   const int j0 = n * BN;
   if constexpr (kMode == kTermsGeneral) {
@@ -72,12 +88,13 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
       }
   }
   if constexpr (kMode == kTermsRawRow) {
-    const Operand4d& t = p.bias;
+    static_assert(BN % 32 == 0, "whole warps of keys per block");
     const float inv_scale = 1.f / p.scale;
-    const int64_t base = int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float2 v = bias_pair(t, base, j0 + nt * 8 + qc, p.Sk);  // (0 past Sk: those keys are hidden below)
+    for (int nt = 0; nt < NT; ++nt) {  // columns c, c + 1 (c = nt * 8 + qc): lanes c % 32 and c % 32 + 1 of row[c / 32]
+      const int c = (nt % 4) * 8 + qc;
+      const float2 v =
+          make_float2(__shfl_sync(0xffffffffu, row[nt / 4], c), __shfl_sync(0xffffffffu, row[nt / 4], c + 1));
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         acc[nt][2 * hf] = fmaf(v.x, inv_scale, acc[nt][2 * hf]);
