@@ -1,7 +1,10 @@
-// Online softmax (flash-attention 2 style) over scores already in log2 units, and the row policy every forward
-// shares: rows that may be fully hidden keep max = -inf, use 0 as the exponent base (softmax_base) and end with sum
-// 0; finalize_row turns a row's max and sum into the factor of its output and its lse (empty rows, NaN rows).
+// The online-softmax step every forward takes (flash-attention 2 style, softmax_step: scores in log2 units, or raw
+// with the factor that takes them there), and the row policy every forward shares: rows that may be fully hidden
+// keep max = -inf, use 0 as the exponent base (softmax_base) and end with sum 0; finalize_row turns a row's max and
+// sum into the factor of its output and its lse (empty rows, NaN rows).
 #pragma once
+#include <type_traits>
+
 #include "utils.h"
 
 namespace winattn {
@@ -53,6 +56,51 @@ struct RowFinal {
 };
 __device__ __forceinline__ RowFinal finalize_row(float m, float l) { return RowFinal{m, l}; }
 
+// The scale argument of softmax_step for scores already in log2 units (v1, decode, the window forward): no multiply,
+// where a float 1 would still cost an FMA per score (nvcc keeps fma(s, 1, -base)).
+struct Log2Units {};
+__device__ __forceinline__ float to_log2(float x, float sc) { return x * sc; }
+__device__ __forceinline__ float to_log2(float x, Log2Units) { return x; }
+__device__ __forceinline__ float exp2_from(float s, float sc, float base) { return fast_exp2(fmaf(s, sc, -base)); }
+__device__ __forceinline__ float exp2_from(float s, Log2Units, float base) { return fast_exp2(s - base); }
+
+// One online-softmax step: one key block, row half hf of an MMA accumulator fragment s (elements 2 hf, 2 hf + 1 of
+// each n-tile: row qr + 8 hf). It exists once because v1 / decode (OnlineSoftmax::update), v3 and the window forward
+// each wrote it, and the copies had drifted. Units: s * sc is log2 of the unnormalized probability (sc = scale *
+// log2(e) on raw Q K^T; Log2Units for scores already in log2 units); row_max is kept in log2 units. s becomes the
+// block's unnormalized probabilities 2^(s * sc - base), row_max the new max, row_sum (this thread's share) the
+// corrected running sum, corr the factor the caller multiplies the row's O accumulator by, 2^(old max - base).
+// kOnly: the row's only key block (the window forward): nothing carried in, corr = 1, and row_sum comes back whole
+// (reduced over the quad). Empty rows and NaN scores: the row policy above. The shape (one row half per call, corr
+// an out-parameter, kOnly's reduction here) is the one that left every caller's PTX as it was when the copies merged;
+// a returned corr swapped an FMA's operands in v3, and the reduction in the caller renumbered the window forward's
+// registers.
+template <bool kOnly = false, int NT, typename Scale>
+__device__ __forceinline__ void softmax_step(float (&s)[NT][4], int hf, Scale sc, float& row_max, float& row_sum,
+                                             float& corr) {
+  // in log2 units the old max joins the block's reduction; raw scores are reduced, scaled, then joined
+  constexpr bool kLog2 = std::is_same<Scale, Log2Units>::value;
+  float mx = kLog2 && !kOnly ? row_max : -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+  mx = to_log2(quad_max(mx), sc);
+  const float m = kLog2 || kOnly ? mx : fmaxf(row_max, mx);
+  const float base = softmax_base(m);
+  corr = kOnly ? 1.f : fast_exp2(row_max - base);
+  row_max = m;
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float pv = exp2_from(s[nt][2 * hf + e], sc, base);
+      s[nt][2 * hf + e] = pv;
+      sum += pv;
+    }
+  row_sum = kOnly ? quad_sum(sum) : row_sum * corr + sum;
+}
+
+// The running state of v1 and the decode forward: MT row tiles, two row halves each.
 template <int MT>
 struct OnlineSoftmax {
   float row_max[MT][2];
@@ -75,23 +123,8 @@ struct OnlineSoftmax {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float m = row_max[mt][hf];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
-        m = quad_max(m);
-        const float base = softmax_base(m);
-        const float corr = fast_exp2(row_max[mt][hf] - base);
-        row_max[mt][hf] = m;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = fast_exp2(s[mt][nt][2 * hf + e] - base);
-            s[mt][nt][2 * hf + e] = pv;
-            sum += pv;
-          }
-        row_sum[mt][hf] = row_sum[mt][hf] * corr + sum;
+        float corr;
+        softmax_step(s[mt], hf, Log2Units(), row_max[mt][hf], row_sum[mt][hf], corr);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
           acc_o[mt][dt][2 * hf] *= corr;

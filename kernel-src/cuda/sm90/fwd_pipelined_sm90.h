@@ -54,36 +54,6 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
   for (int r = tid; r < rows; r += nthreads) p.lse[(int64_t(b) * p.H + h) * p.Sq + i0 + r] = -INFINITY;
 }
 
-// One online-softmax step over a block of scores s (in units where s * sc is log2 of the unnormalized
-// probability: sc = scale * log2(e) for raw Q K^T, 1 after apply_terms), so row_max is in log2 units. Rows that have
-// seen no key keep max = -inf and use 0 as the exponent base (softmax_base; a NaN score enters through the exponent,
-// softmax.h's row policy). corr: factor for the running O and sum.
-template <int NT>
-__device__ __forceinline__ void softmax_step(float (&s)[NT][4], float sc, float (&row_max)[2], float (&row_sum)[2],
-                                             float (&corr)[2]) {
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
-    mx = quad_max(mx) * sc;
-    const float m = fmaxf(row_max[hf], mx);
-    const float base = softmax_base(m);
-    corr[hf] = fast_exp2(row_max[hf] - base);
-    row_max[hf] = m;
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pv = fast_exp2(fmaf(s[nt][2 * hf + e], sc, -base));
-        s[nt][2 * hf + e] = pv;
-        sum += pv;
-      }
-    row_sum[hf] = row_sum[hf] * corr[hf] + sum;
-  }
-}
-
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
 // short of): Q | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice).
 template <typename Tr>
@@ -220,7 +190,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, b, h, m_block, n, wr, lane);
     if constexpr (kMode == kTermsRawRow)
       if (n > tile.n_lo) load_row_term<BN>(row, p, b, h, n - 1, lane);
-    softmax_step<NT>(acc_s, sc, row_max, row_sum, corr);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) softmax_step(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
   };
   auto to_pfrag = [&]() {
     float (&s3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc_s);

@@ -156,28 +156,11 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }
 
-    // softmax over the one key block, log2 units (rows may be fully hidden: max -inf -> base 0, sum 0; a NaN score
-    // enters through the exponent: softmax.h's row policy)
-    float row_max[2], row_sum[2];
+    // softmax over the one key block (softmax.h; scores already in log2 units; corr = 1: nothing to rescale)
+    float row_max[2], row_sum[2], corr[2];
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float m = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(acc_s[0][nt][2 * hf], acc_s[0][nt][2 * hf + 1]));
-      m = quad_max(m);
-      const float base = softmax_base(m);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(acc_s[0][nt][2 * hf + e] - base);
-          acc_s[0][nt][2 * hf + e] = pv;
-          sum += pv;
-        }
-      row_max[hf] = m;
-      row_sum[hf] = quad_sum(sum);
-    }
+    for (int hf = 0; hf < 2; ++hf)
+      softmax_step</*kOnly=*/true>(acc_s[0], hf, Log2Units(), row_max[hf], row_sum[hf], corr[hf]);
 
     // O = P V (scale_d = 0 on the first k step: no zeroing of acc_o)
     float acc_o[DT][4];
