@@ -180,3 +180,11 @@ def run_case(kernel, inputs, kwargs, *, swin=False, check_grads=True, determinis
         else:
             report["d" + n] = assert_rel_l2("d" + n, g, t_64[n].grad)
     return report
+
+
+def kernels_run(fn):
+    """The names of the CUDA kernels fn() launched (torch profiler): which kernel the planner really ran."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}

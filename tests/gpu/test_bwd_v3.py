@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ._helpers import qkv as make_qkv
-from ._helpers import rand, run_case
+from ._helpers import kernels_run, rand, run_case
 
 pytestmark = pytest.mark.gpu
 
@@ -197,13 +197,6 @@ def test_deterministic_bitwise(kernel, bias, D):
         assert torch.equal(a, b), "deterministic=True must give bit-identical gradients"
 
 
-def _kernels_run(fn):
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-
-
 @pytest.mark.parametrize("case", ["plain128", "dense_bias64", "causal_gqa", "key_padding", "bool_mask_d96",
                                   "row_bias_fp32", "plain256", "bias_d160"])
 def test_v3_is_the_default_on_hopper(kernel, case):
@@ -232,6 +225,6 @@ def test_v3_is_the_default_on_hopper(kernel, case):
         out = kernel.attention(t["q"], t["k"], t["v"], **kw)
         out.backward(torch.ones_like(out))
 
-    names = _kernels_run(step)
+    names = kernels_run(step)
     assert any("bwd_pipelined_kernel_sm90" in n for n in names), sorted(names)
     assert not any("bwd_kernel<" in n for n in names), sorted(names)

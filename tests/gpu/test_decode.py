@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ._helpers import qkv as make_qkv
-from ._helpers import rand, run_case
+from ._helpers import kernels_run, rand, run_case
 
 pytestmark = pytest.mark.gpu
 
@@ -17,13 +17,6 @@ BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
 def qkv(B, Sq, Sk, H, D, dtype=BF16, Hkv=None, grad=True):
     return make_qkv(B, Sq, Sk, H, D, dtype=dtype, Hkv=Hkv, grad=grad)
-
-
-def kernels_run(fn):
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
 def ran(names, part):

@@ -15,7 +15,7 @@ import pytest
 import torch
 from swin_index import swin_relative_index
 
-from ._helpers import rand
+from ._helpers import kernels_run, rand
 
 pytestmark = pytest.mark.gpu
 
@@ -27,13 +27,6 @@ N = WS * WS
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def _kernels_run(fn):
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
 def _swin(dtype, batch=2, nw=NW, table=True, mask=True):
@@ -69,7 +62,7 @@ def test_each_call_gets_the_plan_of_its_own_params(kernel):
 
 
 def _names(kernel, q, k, v, kw):
-    return _kernels_run(lambda: kernel.window_attention(q, k, v, **kw))
+    return kernels_run(lambda: kernel.window_attention(q, k, v, **kw))
 
 
 def _is_sm90(names):
