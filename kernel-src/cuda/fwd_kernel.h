@@ -136,25 +136,7 @@ __global__ void __launch_bounds__(Tr::kNThreads) fwd_kernel(const KParams p) {
 
     if (item_end) {
       // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const RowFinal f = finalize_row(sm.row_max[mt][hf], quad_sum(sm.row_sum[mt][hf]));
-          const float inv = f.scale();
-          const int i = i0 + wr + mt * 16 + qr + hf * 8;
-          if (i < p.Sq) {
-            Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-              const int d = dt * 8 + qc;
-              if (d < p.D)
-                *reinterpret_cast<uint32_t*>(orow + d) =
-                    ElemTraits<Elem>::pack(acc_o[mt][dt][2 * hf] * inv, acc_o[mt][dt][2 * hf + 1] * inv);
-            }
-            if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
-          }
-        }
+      write_out_rows<Elem, MT, DT>(o, p, b, h, i0, wr, acc_o, sm.row_max, sm.row_sum, qr, qc);
       zero_acc(acc_o);
       sm.reset();
     }

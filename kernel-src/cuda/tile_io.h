@@ -1,8 +1,10 @@
 // Global <-> shared tile movement: cp.async row tiles with zero fill (rows past the sequence end and head-dim
-// columns past the real head dim read as 0), and fragment stores of output tiles.
+// columns past the real head dim read as 0), and fragment stores of output tiles (the backward's store_acc_rows, the
+// forward's O + lse epilogue write_out_rows).
 #pragma once
 #include "block_info.h"
 #include "kernel_params.h"
+#include "softmax.h"
 #include "utils.h"
 
 namespace winattn {
@@ -74,6 +76,39 @@ __device__ __forceinline__ void store_acc_rows(Elem* g, int64_t row_stride, cons
             *reinterpret_cast<uint32_t*>(g + r * row_stride + c) =
                 ElemTraits<Elem>::pack(acc[mt][nt][2 * hf] * mul, acc[mt][nt][2 * hf + 1] * mul);
         }
+      }
+    }
+}
+
+// The forward epilogue that stores fragments straight to global memory (v1, v3; the window forward stages O through
+// shared memory, decode merges warps there): the O accumulator's rows i0 + wr + 16 mt + qr + 8 hf (i0: the tile's
+// first query row, wr: the warp's first row in it) of item b, head h, normalized by their RowFinal, to o (p.o),
+// rows < Sq and columns < D only, and their lse from the quad's lane 0. qr = lane / 4, qc = (lane % 4) * 2: the
+// thread's row and first column in each 16 x 8 tile. row_max / row_sum: the online softmax's state (row_sum per
+// thread, reduced over the quad here). Empty and NaN rows: finalize_row (softmax.h). The shape is the one that left
+// both kernels' PTX as it was: qr / qc, i0 + wr and o from the caller, p.D / p.Sq read in place (a row store built
+// on store_acc_rows' inner loop, or D passed by value, reordered address adds and p.D loads).
+template <typename Elem, int MT, int DT>
+__device__ __forceinline__ void write_out_rows(Elem* o, const KParams& p, int b, int h, int i0, int wr,
+                                               const float (&acc_o)[MT][DT][4], const float (&row_max)[MT][2],
+                                               const float (&row_sum)[MT][2], int qr, int qc) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const RowFinal f = finalize_row(row_max[mt][hf], quad_sum(row_sum[mt][hf]));
+      const float inv = f.scale();
+      const int i = i0 + wr + mt * 16 + qr + hf * 8;
+      if (i < p.Sq) {
+        Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          const int d = dt * 8 + qc;
+          if (d < p.D)
+            *reinterpret_cast<uint32_t*>(orow + d) =
+                ElemTraits<Elem>::pack(acc_o[mt][dt][2 * hf] * inv, acc_o[mt][dt][2 * hf + 1] * inv);
+        }
+        if (qc == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
       }
     }
 }

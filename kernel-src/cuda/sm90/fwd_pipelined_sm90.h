@@ -22,6 +22,7 @@
 #include "../kernel_params.h"
 #include "../score_mod.h"
 #include "../softmax.h"
+#include "../tile_io.h"
 #include "kernel_traits_sm90.h"
 #include "pipeline_sm90.h"
 #include "score_terms_sm90.h"
@@ -256,24 +257,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
 
   // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
   const int qr = lane >> 2, qc = (lane & 3) * 2;
-  Elem* o = static_cast<Elem*>(p.o);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const RowFinal f = finalize_row(row_max[hf], quad_sum(row_sum[hf]));
-    const float inv = f.scale();
-    const int i = i0 + wr + qr + hf * 8;
-    if (i < p.Sq) {
-      Elem* orow = o + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        const int d = dt * 8 + qc;
-        if (d < p.D)
-          *reinterpret_cast<uint32_t*>(orow + d) =
-              ElemTraits<Elem>::pack(acc_o[0][dt][2 * hf] * inv, acc_o[0][dt][2 * hf + 1] * inv);
-      }
-      if ((lane & 3) == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = f.lse();
-    }
-  }
+  write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, b, h, i0, wr, acc_o,
+                              reinterpret_cast<const float (&)[1][2]>(row_max),
+                              reinterpret_cast<const float (&)[1][2]>(row_sum), qr, qc);
 }
 
 template <typename Tr, typename Elem, int kMode>
