@@ -278,8 +278,8 @@ struct FwdChoice {
   int v3_terms = sm90::kTermsRaw;
   bool v3_wide = false, v3_persistent = false;
   int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
-  // decode: the row instance (query rows per CTA), the keys' split and the partial rows' workspace
-  int decode_rows = 0, decode_splits = 1, decode_chunk = 0;
+  // decode: the keys' split and the partial rows' workspace
+  int decode_splits = 1, decode_chunk = 0;
   int64_t decode_part_bytes = 0;
   int block_m = 0, block_n = 0;  // the sm90 kernels' tile (0: v1's per-head-dim tile, kernel_traits.h)
   std::string why;
@@ -441,7 +441,7 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 
 // Decode (fwd_decode.h): the H / Hkv x Sq rows of a KV head's query group in one CTA, at most 16 of them (one
 // m16 tile); no table term. The tiled kernels give such a call one useful row in 128 (Llama-3-8B decode with batch
-// 32: v3 0.755 ms against FlashAttention-4's 0.244). The keys are split so that about kDecodeCtasPerSm CTAs per SM
+// 32: v3 0.755 ms against FlashAttention-4's 0.244; this kernel 0.278, RESULTS v3.7). The keys are split so that about kDecodeCtasPerSm CTAs per SM
 // are launched (B x Hkv x splits: a few waves of the 1-3 CTAs an SM holds, 104 KB of stages each at D = 128), in
 // chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D bytes per
 // key and KV head read.
@@ -456,7 +456,6 @@ inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KPara
   const int want = int(std::min<int64_t>(std::max<int64_t>((target + pairs - 1) / pairs, 1), steps));
   c.kernel = FwdKernel::kDecode;
   c.p = user;
-  c.decode_rows = rows;
   c.decode_chunk = div_up(steps, want) * kDecodeStep;
   c.decode_splits = div_up(user.Sk, c.decode_chunk);
   const int64_t part_rows = int64_t(c.decode_splits) * user.B * user.H * user.Sq;  // fp32 o [D] + lse per row

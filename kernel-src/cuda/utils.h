@@ -34,11 +34,6 @@ template <> struct ElemTraits<__nv_bfloat16> {
   }
 };
 
-// One value of a term in any of its dtypes, as fp32 (for loops templated on the term's dtype).
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
 // ---- tensor-core MMA: D(16x8, f32) += A(16x16, row) * B(16x8, col) ----------------------------------------------
 template <typename Elem>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);

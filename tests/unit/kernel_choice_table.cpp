@@ -101,7 +101,7 @@ std::string describe_fwd(const FwdChoice& c) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;
   } else if (c.kernel == FwdKernel::kDecode) {
-    std::snprintf(buf, sizeof buf, " d%d rows=%d splits=%d chunk=%d", c.dk, c.decode_rows, c.decode_splits,
+    std::snprintf(buf, sizeof buf, " d%d rows=%d splits=%d chunk=%d", c.dk, c.p.hgroup * c.p.Sq, c.decode_splits,
                   c.decode_chunk);
     s += buf;
   } else {
