@@ -11,7 +11,7 @@
 #   MODELS_ARGS          extra bench_models.py arguments (e.g. "--only beit_b16_train sdxl_step")
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k swin")
 #   BENCH_ARGS           extra bench_cuda.py arguments (e.g. "--reps 10 --only swin_w7")
-#   CUDA_ARCHS           the build's capabilities (e.g. "9.0": a few minutes on the H200's 16 cores)
+#   CUDA_ARCHS           the build's capabilities (e.g. "9.0": about a minute on the H200's 16 cores)
 #   TORCH_HEADERS        a .tar.xz of a newer torch's include/ to build against (WINATTN_TORCH_INCLUDE, docs/knobs.md:
 #                        the H200 image's torch 2.11 lacks macros the binding uses); made here with
 #                        `tar cJf .torchinc/include.tar.xz -C .venv/lib/python3.11/site-packages/torch include`

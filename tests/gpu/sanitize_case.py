@@ -77,7 +77,8 @@ def main():
             kp = torch.rand(2, 420, device=dev) > 0.2
             kern.attention(q, k, v, key_padding_mask=kp, causal=True)
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False))
-            # terms broadcast over the queries (the row warp's stages): a 0 / -inf bf16 key mask, an fp32 row per head
+            # terms broadcast over the queries (the row term, loaded a key block ahead per warp): a 0 / -inf bf16 key
+            # mask, an fp32 row per head
             keep = torch.rand(2, 1, 1, 420, device=dev) > 0.2
             kern.attention(q, k, v, bias=torch.zeros(keep.shape, device=dev, dtype=dt).masked_fill(~keep, -torch.inf))
             kern.attention(q, k, v, bias=torch.randn(2, 2, 1, 420, device=dev))
@@ -103,6 +104,16 @@ def main():
         kern.attention(q, k, v, bias=row_bias).sum().backward()
         for bias, det in ((r(2, 2, 300, 424), False), (r(1, 2, 300, 424), True)):
             kern.attention(q, k, v, bias=bias, deterministic=det).sum().backward()
+    # 8. split-KV decode (fwd_decode.h, <= 16 query rows per KV head): one split and several (the combine step),
+    #    keys past the last tile, no terms / key padding alone / every term, D = 64 / 128 / 256, 16 rows
+    for D, Sk in ((64, 100), (128, 3000), (256, 777)):
+        q, k, v = r(3, 1, 8, D, grad=False), r(3, Sk, 2, D, grad=False), r(3, Sk, 2, D, grad=False)
+        kern.attention(q, k, v)
+        kp = torch.rand(3, Sk, device=dev) > 0.3
+        kern.attention(q, k, v, key_padding_mask=kp)
+        kern.attention(q, k, v, key_padding_mask=kp, bias=r(3, 8, 1, Sk, grad=False), causal=True)
+    q, k, v = r(2, 4, 32, 128, grad=False), r(2, 2000, 8, 128, grad=False), r(2, 2000, 8, 128, grad=False)
+    kern.attention(q, k, v, causal=True)
     torch.cuda.synchronize()
     print("sanitize cases done")
 
