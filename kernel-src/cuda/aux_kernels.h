@@ -19,7 +19,7 @@ namespace cuda {
 // policy, softmax.h: its rows give NaN out and lse); the clamp alone would make it -max (fmaxf drops NaN), a key hidden
 // without a trace. fp16 keeps 11 bits of the term (|error| <= 2^-11 |term|), bf16 8 (the same rounding as the PyTorch
 // same-dtype computation, score + bias.to(dtype)).
-// Grid: x over (h, i, j) of one period, y over chunks of kCombinePeriods periods. A thread gathers the table term
+// Grid: x over (h, i, 8-column group) of one period, y over chunks of kCombinePeriods periods. A thread gathers the table term
 // once and adds it to the bias of each period of its chunk (the gather's dependent loads and the index arithmetic
 // were most of the time when every (p, h, i, j) did both: 178 us for the Swin W16 bench's 64 periods, now one
 // streaming pass). Index arithmetic in Idx: 32-bit whenever the sizes allow it.
@@ -39,28 +39,42 @@ template <typename Idx, typename Out>
 __global__ void combine_terms_kernel(Out* comb, int P, int H, int Sq, int Sk, int Skp, const float* table,
                                      int64_t t_sr, int64_t t_sh, const int64_t* index, int64_t i_sq, int64_t i_sk,
                                      Operand4d bias, Operand4d mask) {
-  const Idx n = Idx(H) * Sq * Skp;  // elements of one period
+  constexpr int V = 8;  // columns per thread: one 16-byte store, the index arithmetic once per 8 elements
+  const int groups = Skp / V;
+  const Idx n = Idx(H) * Sq * groups;  // column groups of one period
   for (Idx e = blockIdx.x * Idx(blockDim.x) + threadIdx.x; e < n; e += Idx(gridDim.x) * blockDim.x) {
-    const Idx row = e / Skp;  // (h, i)
-    const int j = int(e - row * Skp), i = int(row % Sq), h = int(row / Sq);
-    const float term = j < Sk && table != nullptr ? table[index[i * i_sq + j * i_sk] * t_sr + h * t_sh] : 0.f;
-    const int64_t boff = int64_t(h) * bias.sh + int64_t(i) * bias.sq + int64_t(j) * bias.sk;
-    const int64_t moff = int64_t(h) * mask.sh + int64_t(i) * mask.sq + int64_t(j) * mask.sk;
+    const Idx row = e / groups;  // (h, i)
+    const int j0 = int(e - row * groups) * V, i = int(row % Sq), h = int(row / Sq);
+    float term[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int j = j0 + v;
+      term[v] = j < Sk && table != nullptr ? table[index[i * i_sq + j * i_sk] * t_sr + h * t_sh] : 0.f;
+    }
+    const int64_t boff = int64_t(h) * bias.sh + int64_t(i) * bias.sq + int64_t(j0) * bias.sk;
+    const int64_t moff = int64_t(h) * mask.sh + int64_t(i) * mask.sq + int64_t(j0) * mask.sk;
     for (int p0 = blockIdx.y * kCombinePeriods; p0 < P; p0 += gridDim.y * kCombinePeriods) {
       const int p1 = min(P, p0 + kCombinePeriods);
-#pragma unroll 4
+#pragma unroll 2
       for (int pp = p0; pp < p1; ++pp) {
-        float x = term;
-        if (j < Sk && bias.ptr != nullptr) {
-          const int64_t off = int64_t(pp % bias.period) * bias.sb + boff;
-          x += bias.dtype == 2   ? static_cast<const float*>(bias.ptr)[off]
-               : bias.dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias.ptr)[off])
-                                 : __half2float(static_cast<const __half*>(bias.ptr)[off]);
+        const int64_t bo = int64_t(pp % bias.period) * bias.sb + boff;
+        const int64_t mo = int64_t(pp % mask.period) * mask.sb + moff;
+        alignas(16) Out out[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float x = term[v];
+          if (j0 + v < Sk && bias.ptr != nullptr) {
+            const int64_t off = bo + int64_t(v) * bias.sk;
+            x += bias.dtype == 2   ? static_cast<const float*>(bias.ptr)[off]
+                 : bias.dtype == 1 ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias.ptr)[off])
+                                   : __half2float(static_cast<const __half*>(bias.ptr)[off]);
+          }
+          if (j0 + v < Sk && mask.ptr != nullptr &&
+              static_cast<const unsigned char*>(mask.ptr)[mo + int64_t(v) * mask.sk] == 0)
+            x = -INFINITY;
+          out[v] = saturate_term<Out>(x);
         }
-        if (j < Sk && mask.ptr != nullptr &&
-            static_cast<const unsigned char*>(mask.ptr)[int64_t(pp % mask.period) * mask.sb + moff] == 0)
-          x = -INFINITY;
-        comb[int64_t(pp) * n + e] = saturate_term<Out>(x);
+        *reinterpret_cast<uint4*>(comb + (int64_t(pp) * n + e) * V) = *reinterpret_cast<const uint4*>(out);
       }
     }
   }

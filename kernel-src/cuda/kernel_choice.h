@@ -22,6 +22,7 @@
 #endif
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -248,20 +249,37 @@ inline void mask_as_key_padding(KParams& p) {
   p.mask = Operand4d{};
 }
 
-// A bool mask broadcast over the queries that key padding cannot express ([B or 1, H, 1, Sk], per-head token
-// dropping), without an additive term: v3 reads it as a row term of 0 / -inf in the input dtype (same semantics: a
-// key hidden for every query of the head; a row with every key hidden gives 0 and lse -inf), one value per key,
-// instead of a byte per score on the general path (ViT-shaped [1, H, 1, S]: 0.31x cuDNN forward, issue 29).
-inline bool mask_as_row_term(KParams& p, CombPlan& comb, const FwdParams& fp, int dt) {
+// The term v3 reads, prepared when it cannot read the call's own (comb_plan_of's layout, the input dtype, rows
+// padded to 16 bytes, so TMA stages it): the table term, a bias v3 cannot stage as given (v3_recast_term), and a
+// bool mask folded in as -inf where it hides, with p.term_hides set so that a -inf hides its key whatever the score
+// (masked_fill's semantics, kernel_params.h). Folded, a mask per score ([B or 1, H or 1, Sq, Sk]: document masks,
+// per-head masks) rides the staged path at 2 bytes per score; read per score by the general path it ran 0.17-0.25x
+// cuDNN (RESULTS v3.6); a mask broadcast over the queries becomes a row term, one value per key. Not folded:
+// scale <= 0 (the general path, which reads the mask itself), periods whose product does not divide B, and a
+// prepared copy past kMaskFoldMaxBytes (the general path then reads the mask per score: slow, no extra memory).
+constexpr int64_t kMaskFoldMaxBytes = int64_t(2) << 30;
+inline void prepare_v3_term(KParams& p, CombPlan& comb, const FwdParams& fp, int dt) {
+  const Operand4d& b = p.bias;
   const Operand4d& m = p.mask;
-  if (m.ptr == nullptr || p.bias.ptr != nullptr || fp.rel_table != nullptr || m.rows != 1 || m.cols != p.Sk ||
-      p.Sq == 1)
-    return false;
-  comb = comb_plan_of(fp, m.period, m.heads, dt, 1);
-  comb.mask = true;
+  const bool table = fp.rel_table != nullptr;
+  int P = b.ptr ? b.period : 1;
+  int heads = table ? p.H : b.ptr ? b.heads : 1;
+  int rows = table || (b.ptr && b.rows == p.Sq) ? p.Sq : 1;
+  bool fold = false;
+  if (m.ptr != nullptr && p.scale > 0.f) {
+    const int Pm = P / std::gcd(P, m.period) * m.period;
+    const int hm = std::max(heads, m.heads), rm = m.rows == p.Sq ? p.Sq : rows;
+    fold = p.B % Pm == 0 && comb_plan_of(fp, Pm, hm, dt, rm).bytes <= kMaskFoldMaxBytes;
+    if (fold) P = Pm, heads = hm, rows = rm;
+  }
+  if (!table && !fold && !v3_recast_term(fp, p, dt)) return;
+  comb = comb_plan_of(fp, P, heads, dt, rows);
+  comb.mask = fold;
   use_comb(p, comb);
-  p.mask = Operand4d{};
-  return true;
+  if (fold) {
+    p.mask = Operand4d{};
+    p.term_hides = true;
+  }
 }
 
 // ---- forward --------------------------------------------------------------------------------------------------
@@ -325,6 +343,7 @@ inline std::string try_fwd_windows(FwdChoice& c, const FwdParams& fp, const KPar
       comb.mask = true;
       use_comb(p, comb);
       p.mask = Operand4d{};
+      p.term_hides = true;
     }
   }
   const int period = p.bias.ptr ? p.bias.period : 1;
@@ -382,15 +401,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
-  if (fp.rel_table) {  // the table term (+ bias) gathered into a tile of the input dtype
-    comb = table_plan_of(fp, p.H, dt);
-    use_comb(p, comb);
-  } else if (v3_recast_term(fp, p, dt)) {
-    comb = comb_plan_of(fp, p.bias.period, p.bias.heads, dt);
-    use_comb(p, comb);
-  } else {
-    mask_as_row_term(p, comb, fp, dt);
-  }
+  prepare_v3_term(p, comb, fp, dt);
   // Staging: a term of the input dtype with full, 16-byte aligned rows, no bool mask (the general path reads the
   // term itself), scale > 0 (the raw-score path) and room for kStages tiles next to Q / K / V.
   int stage = 0;
@@ -587,6 +598,7 @@ inline std::string try_bwd_wide(BwdChoice& c, const BwdParams& bp, const KParams
       comb.mask = true;
       use_comb(p, comb);
       p.mask = Operand4d{};
+      p.term_hides = true;
     }
   }
   const int nt = std::max(p.Sq, p.Sk);
@@ -687,15 +699,7 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   const int dt = dtype_code(bp.dtype);
   KParams p = user;
   CombPlan comb;
-  if (bp.rel_table) {
-    comb = table_plan_of(bp, p.H, dt);
-    use_comb(p, comb);
-  } else if (v3_recast_term(bp, p, dt)) {
-    comb = comb_plan_of(bp, p.bias.period, p.bias.heads, dt);
-    use_comb(p, comb);
-  } else {
-    mask_as_row_term(p, comb, bp, dt);
-  }
+  prepare_v3_term(p, comb, bp, dt);
   BwdV3Buffers vb;
   if (bp.dbias != nullptr) {
     const Broadcast4d& b = bp.bias;

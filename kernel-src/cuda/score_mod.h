@@ -27,6 +27,24 @@ __device__ __forceinline__ float2 ld_pair(const void* base, int dtype, int64_t o
   return __half22float2(__ldg(reinterpret_cast<const __half2*>(static_cast<const __half*>(base) + off)));
 }
 
+// score + term * k, where a term folded from a bool mask (kHides = p.term_hides) hides its key when it is -inf
+// whatever the score (masked_fill's semantics: the plain sum would let a NaN score of a hidden key reach its row).
+// A template flag: callers branch once per block (with_term_hides), so the paths without a folded mask compile to
+// the plain FMA they had (an unconditional select cost the Swin W12 forward 7%).
+template <bool kHides>
+__device__ __forceinline__ float add_term(float s, float term, float k) {
+  const float x = fmaf(term, k, s);
+  return kHides && term == -INFINITY ? -INFINITY : x;
+}
+// f(std::true_type{}) when the call's term holds a folded mask, else f(std::false_type{}).
+template <typename F>
+__device__ __forceinline__ void with_term_hides(const KParams& p, F&& f) {
+  if (p.term_hides)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 // Global-memory fallback: bias values at columns (j, j + 1) of the row at element offset row_off (0 past Sk).
 __device__ __forceinline__ float2 bias_pair(const Operand4d& op, int64_t row_off, int j, int Sk) {
   if (op.cols == 1) {
@@ -136,7 +154,7 @@ __device__ __forceinline__ float2 smem_pair_t<__half>(const unsigned char* s, in
 }
 
 // BT: the staged tile's element type (void: no staged tile; the term, if any, is read from global memory).
-template <int MT, int NT, typename BT>
+template <int MT, int NT, typename BT, bool kHides>
 __device__ __forceinline__ void apply_terms_t(float (&acc)[MT][NT][4], const KParams& p, const unsigned char* sB,
                                               int b, int h, int i0, int rw, int j0, int cw, int lane,
                                               bool need_mask) {
@@ -173,13 +191,13 @@ __device__ __forceinline__ void apply_terms_t(float (&acc)[MT][NT][4], const KPa
         float x0 = acc[mt][nt][2 * hf] * p.scale_log2, x1 = acc[mt][nt][2 * hf + 1] * p.scale_log2;
         if constexpr (kStaged) {
           const float2 bv = smem_pair_t<BT>(sB, p.bias_pitch, r, c);
-          x0 = fmaf(bv.x, kLog2e, x0);
-          x1 = fmaf(bv.y, kLog2e, x1);
+          x0 = add_term<kHides>(x0, bv.x, kLog2e);
+          x1 = add_term<kHides>(x1, bv.y, kLog2e);
         } else if (glob_bias) {
           const float2 bv =
               row_ok ? bias_pair(p.bias, bias_bh + int64_t(i) * p.bias.sq, j, p.Sk) : make_float2(0.f, 0.f);
-          x0 = fmaf(bv.x, kLog2e, x0);
-          x1 = fmaf(bv.y, kLog2e, x1);
+          x0 = add_term<kHides>(x0, bv.x, kLog2e);
+          x1 = add_term<kHides>(x1, bv.y, kLog2e);
         }
         if (any_vis) {
           bool v0 = kp[nt][0], v1 = kp[nt][1];
@@ -206,18 +224,27 @@ __device__ __forceinline__ void apply_terms_t(float (&acc)[MT][NT][4], const KPa
 // acc (raw Q K^T of the warp tile at tile row rw, tile col cw) -> scores in log2 units with every term applied.
 // sB: the staged additive tile (tile coordinates), or nullptr to read the term from global memory.
 // need_mask: the tile crosses the band edge or the sequence end. The staged tile's dtype is dispatched once here,
-// so the unrolled element loop is branch-free.
-template <int MT, int NT>
+// so the unrolled element loop is branch-free. kMayHide: the caller can get a term with a folded mask
+// (p.term_hides: v3's general path, the window forward); the other callers (v1, the 64-token window backward) never
+// do, and compile only the plain sums.
+template <int MT, int NT, bool kMayHide = false>
 __device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KParams& p, const unsigned char* sB, int b,
                                             int h, int i0, int rw, int j0, int cw, int lane, bool need_mask) {
-  if (sB == nullptr || p.bias.ptr == nullptr)
-    apply_terms_t<MT, NT, void>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
-  else if (p.bias.dtype == 2)
-    apply_terms_t<MT, NT, float>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
-  else if (p.bias.dtype == 1)
-    apply_terms_t<MT, NT, __nv_bfloat16>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+  auto run = [&](auto hides) {
+    constexpr bool kH = decltype(hides)::value;
+    if (sB == nullptr || p.bias.ptr == nullptr)
+      apply_terms_t<MT, NT, void, kH>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+    else if (p.bias.dtype == 2)
+      apply_terms_t<MT, NT, float, kH>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+    else if (p.bias.dtype == 1)
+      apply_terms_t<MT, NT, __nv_bfloat16, kH>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+    else
+      apply_terms_t<MT, NT, __half, kH>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+  };
+  if constexpr (kMayHide)
+    with_term_hides(p, run);
   else
-    apply_terms_t<MT, NT, __half>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
+    run(std::false_type{});
 }
 
 }  // namespace cuda

@@ -185,7 +185,7 @@ void launch_mask_bits(const FwdParams& fp, KParams& p, bool transposed, uint32_t
 }
 
 void launch_combine(const FwdParams& fp, KParams& p, const CombPlan& c, void* comb, cudaStream_t stream) {
-  const int64_t n = int64_t(c.heads) * c.rows * c.Skp;  // one period
+  const int64_t n = int64_t(c.heads) * c.rows * c.Skp / 8;  // one period's 8-column groups (Skp: a multiple of 8)
   const dim3 grid(unsigned(std::min<int64_t>((n + 255) / 256, 65535)),
                   unsigned(std::min(ceil_div(c.P, kCombinePeriods), 65535)));
   auto launch = [&](auto idx, auto out) {

@@ -85,8 +85,10 @@ def test_dbias_in_bias_dtype(kernel, B, bshape, D, dtype):
     assert bias.grad.dtype == dtype and bias.grad.shape == bias.shape and torch.isfinite(bias.grad).all()
 
 
-# Terms TMA cannot stage run v3's global-memory path: bool masks (with fully hidden rows), fp32 and broadcast
-# additive terms, odd widths; dbias broadcast over rows / columns (or rows TMA cannot address) by fp32 atomics
+# Bool masks (with fully hidden rows) folded into the staged term as -inf (kernel_choice.h prepare_v3_term; a mask
+# broadcast over the keys too, and [B, 1, 1, Sk] as key padding); terms TMA cannot stage run v3's global-memory path:
+# fp32 and broadcast additive terms, odd widths; dbias broadcast over rows / columns (or rows TMA cannot address) by
+# fp32 atomics
 @pytest.mark.parametrize("mshape", [(2, 1, 200, 264), (1, 1, 200, 264), (2, 3, 200, 264), (2, 1, 1, 264),
                                     (1, 3, 200, 1)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("D", [64, 128, 256])

@@ -230,3 +230,24 @@ def test_a_bool_mask_row_hiding_every_key(kernel, f, monkeypatch, tmp_path):
     hidden = torch.zeros(B, H, Sq, dtype=torch.bool, device="cuda")
     hidden[0, :, Sq - 1] = True
     check_hidden_rows(kernel, f, monkeypatch, tmp_path, inp, hidden, {"mask": mask}, B=B, H=H, Sq=Sq)
+
+
+@pytest.mark.parametrize("form", ["BHQK", "1HQK", "1H1K"])
+@pytest.mark.parametrize("f", kernels(lambda f: f.masks))
+def test_a_nan_score_of_a_masked_key_stays_hidden(kernel, f, form, monkeypatch, tmp_path):
+    # Keys a bool mask hides stay hidden whatever their score (masked_fill's semantics), also where the planner folds
+    # the mask into the additive term as -inf (v3 and the window kernels: kernel_params.h term_hides): a plain
+    # -inf term would let the NaN through (NaN + -inf = NaN). The key with the NaN is hidden from every query.
+    B, Sq, Sk, H, Hkv = shapes(f)
+    inp = qkv(B, Sq, Sk, H, f.D, BF16, Hkv=Hkv)
+    b0, j0, g0 = B - 1, Sk // 3, Hkv - 1
+    inp["k"][b0, j0, g0, 5] = float("nan")
+    shape = {"BHQK": (B, H, Sq, Sk), "1HQK": (1, H, Sq, Sk), "1H1K": (1, H, 1, Sk)}[form]
+    mask = torch.rand(*shape, device="cuda") > 0.3
+    mask[..., 0] = True  # (no row loses every key by chance)
+    mask[..., j0] = False
+    want = torch.zeros(B, H, Sq, dtype=torch.bool, device="cuda")
+    out, lse = run_forced(f, monkeypatch, tmp_path / "trace.json",
+                          lambda: kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask, return_lse=True),
+                          B=B, H=H, Sq=Sq, poison_value=float("nan"))
+    check_rows(kernel, out, lse, want, (inp["q"], inp["k"], inp["v"]), {"mask": mask})

@@ -180,6 +180,13 @@ int main(int argc, char** argv) {
   { Call c = make("bool mask [B,1,S,S] S1024", 2, 1024, 1024, 16, 16, 64); add(mask(c, 2, 1, 1024, 1024)); }
   { Call c = make("bool mask [B,1,1,S] S4096", 2, 4096, 4096, 16, 16, 128); add(mask(c, 2, 1, 1, 4096)); }
   { Call c = make("bool mask [1,H,1,S] vit S197", 128, 197, 197, 12, 12, 64); add(mask(c, 1, 12, 1, 197)); }
+  { Call c = make("bool mask [1,H,S,S] dit D72 S1024", 16, 1024, 1024, 16, 16, 72); add(mask(c, 1, 16, 1024, 1024)); }
+  { Call c = make("bool mask [B,H,S,S] t5 S512", 32, 512, 512, 12, 12, 64); add(mask(c, 32, 12, 512, 512)); }
+  { Call c = make("bool mask [B,1,S,S] docs GQA S4096", 4, 4096, 4096, 32, 8, 128); add(mask(c, 4, 1, 4096, 4096)); }
+  { Call c = make("bool mask [B,H,S,1] + bias [1,H,S,S] grad", 2, 512, 512, 8, 8, 64); mask(c, 2, 8, 512, 1); add(bias(c, b16, 1, 8, 512, 512, true)); }
+  { Call c = make("bool mask [B,1,1,S] + float row term", 2, 1024, 1024, 8, 8, 64); mask(c, 2, 1, 1, 1024); add(bias(c, b16, 2, 1, 1, 1024)); }
+  { Call c = make("bool mask [1,1,S,S] S36864 (past the fold cap)", 1, 36864, 36864, 8, 8, 128); add(mask(c, 1, 1, 36864, 36864)); }
+  { Call c = make("bool mask [B,1,S,S] scale 0", 2, 512, 512, 8, 8, 64); c.p.scale = 0.f; add(mask(c, 2, 1, 512, 512)); }
   // Swin windows (window_attention: table + shift mask)
   { Call c = make("swin W7 table+shift", 4096, 49, 49, 4, 4, 32); table(c, 7); bias(c, f32, 64, 1, 49, 49); add(c); }
   { Call c = make("swin W12 table", 8192, 144, 144, 4, 4, 32); add(table(c, 12)); }

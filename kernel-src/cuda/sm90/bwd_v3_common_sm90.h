@@ -197,6 +197,9 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
     gb = int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh;
     gm = int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh;
   }
+  // A -inf term folded from a bool mask hides its key (P = 0) whatever the score (score_mod.h add_term). A runtime
+  // predicate here, not with_term_hides: two copies of this loop cost pair mode (D = 64) 388 bytes of spills.
+  const bool hides = p.term_hides;
 #pragma unroll
   for (int nt = 0; nt < NTQ; ++nt) {
     const float2 l2 = lds_f32x2(lse + (q0 + nt * 8 + qc) * 4);
@@ -205,18 +208,26 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
-        float z = -(e ? l2.y : l2.x);
+        float z = -(e ? l2.y : l2.x), t = 0.f;
         bool vis = key_ok[hf] && d >= lo && d <= hi;
-        if constexpr (kTerms == kBwdTermsStaged)
-          z = fmaf(half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024)), kLog2e, z);
-        if constexpr (kTerms == kBwdTermsRow) z += row_z[hf];
+        if constexpr (kTerms == kBwdTermsStaged) {
+          t = half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024));
+          z = fmaf(t, kLog2e, z);
+        }
+        if constexpr (kTerms == kBwdTermsRow) {
+          t = row_z[hf];
+          z += t;
+        }
         if constexpr (kTerms == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
           const int64_t i = min(m * BM + q0 + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
-          if (p.bias.ptr != nullptr)
-            z = fmaf(ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk), kLog2e, z);
+          if (p.bias.ptr != nullptr) {
+            t = ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk);
+            z = fmaf(t, kLog2e, z);
+          }
           if (p.mask.ptr != nullptr)
             vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq + j * p.mask.sk) != 0;
         }
+        if constexpr (kTerms != kBwdTermsNone) vis = vis && !(hides && t == -INFINITY);
         acc[nt][x] = vis ? fast_exp2(fmaf(acc[nt][x], p.scale_log2, z)) : 0.f;
       }
   }

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks) bwd_windows_kernel_sm90(c
     fence_acc(acc_dp[0]);
 
     if (fast) {
-      apply_term_table<NT, false>(acc_s[0], smem_u32(sTerm), p.scale_log2, tid);
+      apply_term_table<NT, false>(acc_s[0], smem_u32(sTerm), p.scale_log2, tid);  // (no folded mask: kernel_choice.h)
     } else {
       apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, 0, wr, 0, 0, lane, true);
     }

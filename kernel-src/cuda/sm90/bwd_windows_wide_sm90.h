@@ -281,7 +281,10 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
 
       // P^T and dS^T in place (columns = queries: lse2 / delta per column pair), dS^T into the window sums
       if (real) {
-        apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
+        if (p.term_hides)  // (a folded mask: kernel_choice.h try_bwd_wide)
+          apply_term_table<NT, true, 32, true>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
+        else
+          apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int c = m * QC + nt * 8 + qc;

@@ -149,11 +149,14 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     fence_acc(acc_s[0]);
 
     if (fast) {
-      apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
+      if (p.term_hides)  // (a folded mask: kernel_choice.h try_fwd_windows)
+        apply_term_table<NT, Tr::kHalfTerms, 128, true>(acc_s[0], term_a, p.scale_log2, tid);
+      else
+        apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
       if (padded) hide_padded_keys<NT, NB>(acc_s[0], col0, col1);
       if constexpr (kBits) hide_masked_keys<NT>(acc_s[0], bits_a + st * bits_bytes, p.mb_words, wr + qr, qc);
     } else if constexpr (Tr::kGeneralTerms) {
-      apply_terms<1, NT>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
+      apply_terms<1, NT, true>(acc_s, p, has_bias ? sBias : nullptr, b, h, i0, wr, 0, 0, lane, true);
     }
 
     // softmax over the one key block (softmax.h; scores already in log2 units; corr = 1: nothing to rescale)

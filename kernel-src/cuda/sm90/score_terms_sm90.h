@@ -72,35 +72,41 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
   const int j0 = n * BN;
   if constexpr (kMode == kTermsGeneral) {
     float (&acc3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc);
-    apply_terms<1, NT>(acc3, p, nullptr, b, h, m_block * BM, wr, j0, 0, lane, need_mask);
+    apply_terms<1, NT, true>(acc3, p, nullptr, b, h, m_block * BM, wr, j0, 0, lane, need_mask);
     return 1.f;
   }
   const int qr = lane >> 2, qc = (lane & 3) * 2;
   if constexpr (kMode == kTermsRawBias) {
     const float inv_scale = 1.f / p.scale;
+    with_term_hides(p, [&](auto hides) {
+      constexpr bool kH = decltype(hides)::value;
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
+      for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float2 bv = bias_pair_smem<Elem, BM>(sB, wr + qr + hf * 8, nt * 8 + qc);
-        acc[nt][2 * hf] = fmaf(bv.x, inv_scale, acc[nt][2 * hf]);
-        acc[nt][2 * hf + 1] = fmaf(bv.y, inv_scale, acc[nt][2 * hf + 1]);
-      }
+        for (int nt = 0; nt < NT; ++nt) {
+          const float2 bv = bias_pair_smem<Elem, BM>(sB, wr + qr + hf * 8, nt * 8 + qc);
+          acc[nt][2 * hf] = add_term<kH>(acc[nt][2 * hf], bv.x, inv_scale);
+          acc[nt][2 * hf + 1] = add_term<kH>(acc[nt][2 * hf + 1], bv.y, inv_scale);
+        }
+    });
   }
   if constexpr (kMode == kTermsRawRow) {
     static_assert(BN % 32 == 0, "whole warps of keys per block");
     const float inv_scale = 1.f / p.scale;
+    with_term_hides(p, [&](auto hides) {
+      constexpr bool kH = decltype(hides)::value;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {  // columns c, c + 1 (c = nt * 8 + qc): lanes c % 32 and c % 32 + 1 of row[c / 32]
-      const int c = (nt % 4) * 8 + qc;
-      const float2 v =
-          make_float2(__shfl_sync(0xffffffffu, row[nt / 4], c), __shfl_sync(0xffffffffu, row[nt / 4], c + 1));
+      for (int nt = 0; nt < NT; ++nt) {  // columns c, c + 1 (c = nt * 8 + qc): lanes c % 32 and c % 32 + 1 of row[c / 32]
+        const int c = (nt % 4) * 8 + qc;
+        const float2 v =
+            make_float2(__shfl_sync(0xffffffffu, row[nt / 4], c), __shfl_sync(0xffffffffu, row[nt / 4], c + 1));
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        acc[nt][2 * hf] = fmaf(v.x, inv_scale, acc[nt][2 * hf]);
-        acc[nt][2 * hf + 1] = fmaf(v.y, inv_scale, acc[nt][2 * hf + 1]);
+        for (int hf = 0; hf < 2; ++hf) {
+          acc[nt][2 * hf] = add_term<kH>(acc[nt][2 * hf], v.x, inv_scale);
+          acc[nt][2 * hf + 1] = add_term<kH>(acc[nt][2 * hf + 1], v.y, inv_scale);
+        }
       }
-    }
+    });
   }
   // key padding that hides nothing in this block costs one warp vote (kp_all_kept)
   const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));

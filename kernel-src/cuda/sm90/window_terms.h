@@ -172,8 +172,9 @@ __device__ __forceinline__ void hide_masked_keys(float (&acc)[NT][4], uint32_t b
 // Raw Q K^T accumulator -> log2-unit scores with the term applied (one FMA per score; two with kHalf). Entry nt of
 // thread `tid` is at nt * kStride + tid (128: a warpgroup's table, 32: one warp's) of the table at shared address
 // `table` (read with ld.shared: through a generic pointer the compiler no longer knows is shared, the reads were
-// generic loads waiting on the long scoreboard).
-template <int NT, bool kHalf, int kStride = 128>
+// generic loads waiting on the long scoreboard). kHides: p.term_hides (a -inf entry hides whatever the score;
+// score_mod.h add_term), a template flag so that the tables without a folded mask keep one FMA per score.
+template <int NT, bool kHalf, int kStride = 128, bool kHides = false>
 __device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], uint32_t table, float scale_log2, int tid) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -188,7 +189,10 @@ __device__ __forceinline__ void apply_term_table(float (&acc)[NT][4], uint32_t t
       e[0] = f.x, e[1] = f.y, e[2] = f.z, e[3] = f.w;
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = fmaf(acc[nt][i], scale_log2, e[i]);
+    for (int i = 0; i < 4; ++i) {
+      const float x = fmaf(acc[nt][i], scale_log2, e[i]);
+      acc[nt][i] = kHides && e[i] == -INFINITY ? -INFINITY : x;
+    }
   }
 }
 
