@@ -252,9 +252,10 @@ inline void mask_as_key_padding(KParams& p) {
 // The term v3 reads, prepared when it cannot read the call's own (comb_plan_of's layout, the input dtype, rows
 // padded to 16 bytes, so TMA stages it): the table term, a bias v3 cannot stage as given (v3_recast_term), and a
 // bool mask folded in as -inf where it hides, with p.term_hides set so that a -inf hides its key whatever the score
-// (masked_fill's semantics, kernel_params.h). Folded, a mask per score ([B or 1, H or 1, Sq, Sk]: document masks,
-// per-head masks) rides the staged path at 2 bytes per score; read per score by the general path it ran 0.17-0.25x
-// cuDNN (RESULTS v3.6); a mask broadcast over the queries becomes a row term, one value per key. Not folded:
+// (masked_fill's semantics, kernel_params.h). Folded, a mask with an additive term rides the staged path
+// (kTermsRawBiasMasked) at 2 bytes per score; read per score by the general path, masks ran 0.17-0.25x cuDNN
+// (RESULTS v3.6). A mask without a term takes bits in the forward (try_fwd_v3_for) and folds here in the backward,
+// where a mask broadcast over the queries becomes a row term, one value per key. Not folded:
 // scale <= 0 (the general path, which reads the mask itself), periods whose product does not divide B, and a
 // prepared copy past kMaskFoldMaxBytes (the general path then reads the mask per score: slow, no extra memory).
 constexpr int64_t kMaskFoldMaxBytes = int64_t(2) << 30;
@@ -401,7 +402,23 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
-  prepare_v3_term(p, comb, fp, dt);
+  // A bool mask per score and no additive term (document masks, per-head masks): the mask as bits, 1/16 of the
+  // bytes of it folded into a -inf term (T5-shaped [B, H, S, S] forward: the fold 0.34 ms, cuDNN 0.15 with the mask
+  // given as its additive tensor: RESULTS v3.8). With an additive term the mask folds into it (one staged tile).
+  const Operand4d& m = p.mask;
+  // A mask broadcast over the queries ([B or 1, H, 1, Sk]: per-head token dropping) is one row of bits.
+  if (m.ptr != nullptr && p.Sq > 1 && p.bias.ptr == nullptr && fp.rel_table == nullptr && p.scale > 0.f &&
+      Narrow::kBlockN % 32 == 0) {
+    c.mb_words = (div_up(p.Sk, 32) + 3) / 4 * 4;  // whole 16-byte rows (load_mask_bits reads 16 bytes at a time)
+    p.mb_period = m.period;
+    p.mb_heads = m.heads;
+    p.mb_rows = m.rows == 1 ? 1 : p.Sq;
+    p.mb_words = c.mb_words;
+    p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
+    p.mask = Operand4d{};
+  } else {
+    prepare_v3_term(p, comb, fp, dt);
+  }
   // Staging: a term of the input dtype with full, 16-byte aligned rows, no bool mask (the general path reads the
   // term itself), scale > 0 (the raw-score path) and room for kStages tiles next to Q / K / V.
   int stage = 0;
@@ -410,9 +427,11 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
   }
   bool wide = false;
-  if (stage > 0) {
-    c.v3_terms = sm90::kTermsRawBias;
-  } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f) {
+  if (c.mb_words > 0) {
+    c.v3_terms = sm90::kTermsRawBits;
+  } else if (stage > 0) {
+    c.v3_terms = p.term_hides ? sm90::kTermsRawBiasMasked : sm90::kTermsRawBias;
+  } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
     c.v3_terms = sm90::kTermsRawRow;
   } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {
     c.v3_terms = sm90::kTermsGeneral;

@@ -27,22 +27,14 @@ __device__ __forceinline__ float2 ld_pair(const void* base, int dtype, int64_t o
   return __half22float2(__ldg(reinterpret_cast<const __half2*>(static_cast<const __half*>(base) + off)));
 }
 
-// score + term * k, where a term folded from a bool mask (kHides = p.term_hides) hides its key when it is -inf
+// score + term * k, where a term folded from a bool mask (kHides: p.term_hides) hides its key when it is -inf
 // whatever the score (masked_fill's semantics: the plain sum would let a NaN score of a hidden key reach its row).
-// A template flag: callers branch once per block (with_term_hides), so the paths without a folded mask compile to
-// the plain FMA they had (an unconditional select cost the Swin W12 forward 7%).
+// A template flag: the kernels take a folded mask in instances of their own, so the paths without one compile to the
+// plain FMA they had (a runtime branch around the term cost the unmasked BEiT / Swin W12 forwards 2%, RESULTS v3.8).
 template <bool kHides>
 __device__ __forceinline__ float add_term(float s, float term, float k) {
   const float x = fmaf(term, k, s);
   return kHides && term == -INFINITY ? -INFINITY : x;
-}
-// f(std::true_type{}) when the call's term holds a folded mask, else f(std::false_type{}).
-template <typename F>
-__device__ __forceinline__ void with_term_hides(const KParams& p, F&& f) {
-  if (p.term_hides)
-    f(std::true_type{});
-  else
-    f(std::false_type{});
 }
 
 // Global-memory fallback: bias values at columns (j, j + 1) of the row at element offset row_off (0 past Sk).
@@ -242,9 +234,8 @@ __device__ __forceinline__ void apply_terms(float (&acc)[MT][NT][4], const KPara
       apply_terms_t<MT, NT, __half, kH>(acc, p, sB, b, h, i0, rw, j0, cw, lane, need_mask);
   };
   if constexpr (kMayHide)
-    with_term_hides(p, run);
-  else
-    run(std::false_type{});
+    if (p.term_hides) return run(std::true_type{});  // (the general paths: a branch per tile is noise there)
+  run(std::false_type{});
 }
 
 }  // namespace cuda

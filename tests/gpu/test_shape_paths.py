@@ -119,7 +119,8 @@ def test_bool_key_mask_runs_as_key_padding(kernel, period):
 
 @pytest.mark.parametrize("shape", [(1, 3, 1, 199), (2, 3, 1, 199)])
 def test_bool_per_head_key_mask_runs_as_a_row_term(kernel, shape):
-    # [B or 1, H, 1, Sk] (per-head token dropping): a 0 / -inf row term on v3; a head with no visible key gives 0
+    # [B or 1, H, 1, Sk] (per-head token dropping): one row of bits in v3's forward, a 0 / -inf row term in its
+    # backward; a head with no visible key gives 0
     B, S = 2, 199
     mask = torch.rand(*shape, device="cuda") > 0.4
     mask[0, 1] = False
@@ -137,8 +138,9 @@ def test_bool_per_head_key_mask_runs_as_a_row_term(kernel, shape):
 @pytest.mark.parametrize("D", [64, 128])
 def test_bool_mask_per_score_is_folded_into_the_staged_term(kernel, mshape, bias, D):
     # A bool mask per score (document masks, per-head masks) with or without a bias, with its gradient: on Hopper
-    # folded with the bias into one term of the input dtype (-inf where hidden) that TMA stages, forward and
-    # backward (the general path read a byte per score: 0.17-0.25x cuDNN, RESULTS v3.6). Hidden rows give 0.
+    # folded with the bias into one term of the input dtype (-inf where hidden) that TMA stages, in the backward,
+    # and in the forward when there is a bias (without one the forward reads bits: the next test). The general path
+    # read a byte per score: 0.17-0.25x cuDNN (RESULTS v3.6). Hidden rows give 0.
     B, Sq, Sk = 2, 250, 333
     mask = torch.rand(*mshape, device="cuda") > 0.3
     mask[..., 0] = True
@@ -156,6 +158,28 @@ def test_bool_mask_per_score_is_folded_into_the_staged_term(kernel, mshape, bias
         names = kernels_run(step)
         assert ran(names, "combine_terms_kernel") and ran(names, "fwd_pipelined_kernel_sm90") and ran(
             names, "bwd_pipelined_kernel_sm90"), sorted(names)
+
+
+@pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 1)],
+                         ids=["bhqk", "1hqk", "b1qk", "11q1"])
+@pytest.mark.parametrize("D,H,Hkv,kw", [(64, 3, 3, {}), (128, 4, 2, {"causal": True}), (160, 3, 3, {}),
+                                        (256, 2, 1, {"window": (100, 30)})], ids=["d64", "d128_gqa_causal",
+                                                                                  "d160", "d256_gqa_window"])
+def test_bool_mask_per_score_runs_as_bits(kernel, mshape, D, H, Hkv, kw):
+    # A bool mask per score without an additive term: on Hopper the forward reads it as bits, one key block ahead
+    # (kTermsRawBits: 128 / 96 / 64-key blocks at these head dims, 16-byte or word loads), the backward folds it
+    # into a staged -inf term. Rows with every key hidden give 0; the band and the sequence end still apply.
+    B, Sq, Sk = 2, 250, 333
+    mask = torch.rand(mshape[0], H if mshape[1] > 1 else 1, *mshape[2:], device="cuda") > 0.3
+    mask[..., 0] = True
+    mask[..., 249, :] = True  # (the band leaves the last rows their own keys)
+    mask[0, 0, 17] = False  # a query row with every key hidden
+    inp = qkv(B, Sq, Sk, H, D, Hkv=Hkv)
+    inp["mask"] = mask
+    run_case(kernel, inp, kw)
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask, **kw))
+        assert ran(names, "mask_bits_kernel") and ran(names, "fwd_pipelined_kernel_sm90"), sorted(names)
 
 
 def test_bool_key_mask_with_key_padding_stays_a_mask(kernel):

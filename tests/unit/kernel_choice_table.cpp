@@ -80,7 +80,12 @@ Call& padding(Call& c) {
 }
 
 std::string terms_name(int t) {
-  return t == sm90::kTermsRawBias ? "staged" : t == sm90::kTermsGeneral ? "general" : t == sm90::kTermsRawRow ? "row" : "raw";
+  return t == sm90::kTermsRawBias         ? "staged"
+         : t == sm90::kTermsRawBiasMasked ? "staged+mask"
+         : t == sm90::kTermsGeneral       ? "general"
+         : t == sm90::kTermsRawRow        ? "row"
+         : t == sm90::kTermsRawBits       ? "mask-bits"
+                                          : "raw";
 }
 std::string prep(const CombPlan& c) {
   if (c.bytes == 0) return "";

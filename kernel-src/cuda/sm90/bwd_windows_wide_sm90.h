@@ -281,10 +281,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
 
       // P^T and dS^T in place (columns = queries: lse2 / delta per column pair), dS^T into the window sums
       if (real) {
-        if (p.term_hides)  // (a folded mask: kernel_choice.h try_bwd_wide)
-          apply_term_table<NT, true, 32, true>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
-        else
-          apply_term_table<NT, true, 32>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2, lane);
+        apply_term_table<NT, true, 32, kHide == kHideFoldedMask>(acc_s[0], term + m * NT * 32 * 8, p.scale_log2,
+                                                                  lane);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int c = m * QC + nt * 8 + qc;
@@ -298,7 +296,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
             acc_s[0][nt][e] = pv;
             acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - ((e & 1) ? dl.y : dl.x));
           }
-          if constexpr (kHide == kHidePaddedKeys) {
+          if constexpr (kHide == kHidePaddedKeys || kHide == kHideFoldedMask) {
             if (pad_rows) {
 #pragma unroll
               for (int e = 0; e < 4; ++e)

@@ -183,14 +183,19 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  // kTermsRawRow: the row term of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
+  // kTermsRawRow / kTermsRawBits: the row term / the mask bits of the next key block, loaded while this one's GEMMs
+  // run (score_terms_sm90.h)
   float row[BN / 32];
+  uint32_t bits[2][BN / 32];
   if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, b, h, n_hi - 1, lane);
+  if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
   auto terms = [&](int s, int n) {
     const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, b, h, m_block, n, wr, lane);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, bits, b, h, m_block, n, wr, lane);
     if constexpr (kMode == kTermsRawRow)
       if (n > tile.n_lo) load_row_term<BN>(row, p, b, h, n - 1, lane);
+    if constexpr (kMode == kTermsRawBits)
+      if (n > tile.n_lo) load_mask_bits<BN>(bits, p, b, h, i0, n - 1, wr, lane);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) softmax_step(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
   };

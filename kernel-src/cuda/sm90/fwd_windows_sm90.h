@@ -48,7 +48,8 @@ struct FwdWindowParams {
 };
 
 // kHide: what the wide tiles hide per window beyond the table (window_terms.h: WindowHiding); the 64-key tile
-// (Tr::kGeneralTerms) has only the kHideNothing instance and takes every term in apply_terms.
+// (Tr::kGeneralTerms) has the kHideNothing instance, which takes every term it cannot table in apply_terms, and the
+// kHideFoldedMask one (a bool mask folded into its term table).
 template <typename Tr, typename Elem, int kHide>
 __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     fwd_windows_kernel_sm90(const __grid_constant__ FwdWindowParams args) {
@@ -149,10 +150,7 @@ __global__ void __launch_bounds__(128, Tr::kMinBlocks)
     fence_acc(acc_s[0]);
 
     if (fast) {
-      if (p.term_hides)  // (a folded mask: kernel_choice.h try_fwd_windows)
-        apply_term_table<NT, Tr::kHalfTerms, 128, true>(acc_s[0], term_a, p.scale_log2, tid);
-      else
-        apply_term_table<NT, Tr::kHalfTerms>(acc_s[0], term_a, p.scale_log2, tid);
+      apply_term_table<NT, Tr::kHalfTerms, 128, kHide == kHideFoldedMask>(acc_s[0], term_a, p.scale_log2, tid);
       if (padded) hide_padded_keys<NT, NB>(acc_s[0], col0, col1);
       if constexpr (kBits) hide_masked_keys<NT>(acc_s[0], bits_a + st * bits_bytes, p.mb_words, wr + qr, qc);
     } else if constexpr (Tr::kGeneralTerms) {

@@ -33,8 +33,11 @@ struct FwdWindowsSm90 {  // (its own parameter struct: the TMA maps)
       switch (sm90::window_hiding(p)) {
         case sm90::kHideMaskBits: return pick_hiding<sm90::kHideMaskBits>(dtype);
         case sm90::kHidePaddedKeys: return pick_hiding<sm90::kHidePaddedKeys>(dtype);
+        case sm90::kHideFoldedMask: return pick_hiding<sm90::kHideFoldedMask>(dtype);
         default: break;
       }
+    } else if (p.term_hides) {  // (the 64-key tile's fast path reads the folded mask from its term table)
+      return pick_hiding<sm90::kHideFoldedMask>(dtype);
     }
     return pick_hiding<sm90::kHideNothing>(dtype);
   }
@@ -105,6 +108,7 @@ struct BwdWideWindowsSm90 {
     switch (p ? sm90::window_hiding(*p) : sm90::kHideNothing) {
       case sm90::kHideMaskBits: return pick_hiding<sm90::kHideMaskBits>(dtype);
       case sm90::kHidePaddedKeys: return pick_hiding<sm90::kHidePaddedKeys>(dtype);
+      case sm90::kHideFoldedMask: return pick_hiding<sm90::kHideFoldedMask>(dtype);
       default: return pick_hiding<sm90::kHideNothing>(dtype);
     }
   }
@@ -233,6 +237,10 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, b
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawRow)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawRow>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawBiasMasked)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBiasMasked>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawBits)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBits>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsGeneral)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, persistent, sms, stream);
   else if (wide)

@@ -11,6 +11,10 @@
 //     coalesced) and each thread takes its 2 x NT columns by shuffles. Loaded per thread after the Q K^T wait (16
 //     loads each), their latency sat on every block's critical path: Flux-shaped float key mask 2.06 ms against
 //     0.81 ms for the same mask as key padding (RESULTS v3.6).
+//   * kTermsRawBits: a bool mask per score without an additive term, as bits (aux_kernels.h mask_bits_kernel: bit j
+//     of word w of a row = column 32 w + j; 1/8 of the mask's bytes, 1/16 of a -inf term's): each thread loads the
+//     block's words of its two rows one key block ahead (load_mask_bits) and hides the columns whose bit is 0, as
+//     masked_fill does (the mask folded into a bf16 term cost T5-shaped [B, H, S, S] a pass of 3 bytes per score).
 //   * kTermsGeneral: apply_terms() (score_mod.h), reading the term and the bool mask from global memory, scores leave
 //     in log2 units. A bool mask, an additive term that is not staged, or scale <= 0 take it. It is a kernel of its
 //     own because its registers (ptxas: 280+ bytes of spills at D = 128 when it shared the loop) would otherwise
@@ -62,12 +66,36 @@ __device__ __forceinline__ void load_row_term(float (&row)[BN / 32], const KPara
   }
 }
 
+// kTermsRawBits: the mask words of key block n for this thread's rows i0 + wr + qr and + 8 (BN / 32 words each, 0
+// past Sq: such rows are never written).
+template <int BN>
+__device__ __forceinline__ void load_mask_bits(uint32_t (&bits)[2][BN / 32], const KParams& p, int b, int h, int i0,
+                                               int n, int wr, int lane) {
+  const uint32_t* plane = p.mbits + (int64_t(b % p.mb_period) * p.mb_heads + (p.mb_heads > 1 ? h : 0)) *
+                                        int64_t(p.mb_rows) * p.mb_words;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = i0 + wr + (lane >> 2) + 8 * hf;
+    const uint32_t* src = plane + int64_t(p.mb_rows > 1 ? min(i, p.Sq - 1) : 0) * p.mb_words + n * (BN / 32);
+    if constexpr (BN % 128 == 0) {  // (16-byte aligned: mb_words is a multiple of 4)
+#pragma unroll
+      for (int w = 0; w < BN / 32; w += 4) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + w));
+        bits[hf][w] = v.x, bits[hf][w + 1] = v.y, bits[hf][w + 2] = v.z, bits[hf][w + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < BN / 32; ++w) bits[hf][w] = __ldg(src + w);
+    }
+  }
+}
+
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
 // 1 after apply_terms). sB: the staged tile of this key block (kTermsRawBias); row: its row term (kTermsRawRow).
 template <typename Elem, int kMode, int BM, int BN, int NT>
 __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB,
-                                             const float (&row)[BN / 32], int b, int h, int m_block, int n, int wr,
-                                             int lane) {
+                                             const float (&row)[BN / 32], const uint32_t (&bits)[2][BN / 32], int b,
+                                             int h, int m_block, int n, int wr, int lane) {
   const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
   const int j0 = n * BN;
   if constexpr (kMode == kTermsGeneral) {
@@ -76,37 +104,43 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
     return 1.f;
   }
   const int qr = lane >> 2, qc = (lane & 3) * 2;
-  if constexpr (kMode == kTermsRawBias) {
+  if constexpr (kMode == kTermsRawBias || kMode == kTermsRawBiasMasked) {
+    constexpr bool kHides = kMode == kTermsRawBiasMasked;  // (a folded mask: -inf hides whatever the score)
     const float inv_scale = 1.f / p.scale;
-    with_term_hides(p, [&](auto hides) {
-      constexpr bool kH = decltype(hides)::value;
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
+    for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const float2 bv = bias_pair_smem<Elem, BM>(sB, wr + qr + hf * 8, nt * 8 + qc);
-          acc[nt][2 * hf] = add_term<kH>(acc[nt][2 * hf], bv.x, inv_scale);
-          acc[nt][2 * hf + 1] = add_term<kH>(acc[nt][2 * hf + 1], bv.y, inv_scale);
-        }
-    });
+      for (int nt = 0; nt < NT; ++nt) {
+        const float2 bv = bias_pair_smem<Elem, BM>(sB, wr + qr + hf * 8, nt * 8 + qc);
+        acc[nt][2 * hf] = add_term<kHides>(acc[nt][2 * hf], bv.x, inv_scale);
+        acc[nt][2 * hf + 1] = add_term<kHides>(acc[nt][2 * hf + 1], bv.y, inv_scale);
+      }
   }
-  if constexpr (kMode == kTermsRawRow) {
+  if constexpr (kMode == kTermsRawRow) {  // (never a folded mask: those take bits or the general path)
     static_assert(BN % 32 == 0, "whole warps of keys per block");
     const float inv_scale = 1.f / p.scale;
-    with_term_hides(p, [&](auto hides) {
-      constexpr bool kH = decltype(hides)::value;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {  // columns c, c + 1 (c = nt * 8 + qc): lanes c % 32 and c % 32 + 1 of row[c / 32]
-        const int c = (nt % 4) * 8 + qc;
-        const float2 v =
-            make_float2(__shfl_sync(0xffffffffu, row[nt / 4], c), __shfl_sync(0xffffffffu, row[nt / 4], c + 1));
+    for (int nt = 0; nt < NT; ++nt) {  // columns c, c + 1 (c = nt * 8 + qc): lanes c % 32 and c % 32 + 1 of row[c / 32]
+      const int c = (nt % 4) * 8 + qc;
+      const float2 v =
+          make_float2(__shfl_sync(0xffffffffu, row[nt / 4], c), __shfl_sync(0xffffffffu, row[nt / 4], c + 1));
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          acc[nt][2 * hf] = add_term<kH>(acc[nt][2 * hf], v.x, inv_scale);
-          acc[nt][2 * hf + 1] = add_term<kH>(acc[nt][2 * hf + 1], v.y, inv_scale);
-        }
+      for (int hf = 0; hf < 2; ++hf) {
+        acc[nt][2 * hf] = fmaf(v.x, inv_scale, acc[nt][2 * hf]);
+        acc[nt][2 * hf + 1] = fmaf(v.y, inv_scale, acc[nt][2 * hf + 1]);
       }
-    });
+    }
+  }
+  if constexpr (kMode == kTermsRawBits) {
+    static_assert(BN % 32 == 0, "whole mask words per block");
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t w = bits[hf][nt / 4] >> ((nt % 4) * 8 + qc);  // bit e: column nt * 8 + qc + e
+        if (!(w & 1u)) acc[nt][2 * hf] = -INFINITY;
+        if (!(w & 2u)) acc[nt][2 * hf + 1] = -INFINITY;
+      }
   }
   // key padding that hides nothing in this block costs one warp vote (kp_all_kept)
   const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
