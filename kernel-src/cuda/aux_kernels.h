@@ -19,8 +19,8 @@ namespace cuda {
 // policy, softmax.h: its rows give NaN out and lse); the clamp alone would make it -max (fmaxf drops NaN), a key hidden
 // without a trace. fp16 keeps 11 bits of the term (|error| <= 2^-11 |term|), bf16 8 (the same rounding as the PyTorch
 // same-dtype computation, score + bias.to(dtype)).
-// Grid: x over (h, i, 8-column group) of one period, y over chunks of kCombinePeriods periods. A thread gathers the table term
-// once and adds it to the bias of each period of its chunk (the gather's dependent loads and the index arithmetic
+// Grid: x over (h, i, 8-column group) of one period, y over chunks of kCombinePeriods periods. A thread gathers the
+// table term once and adds it to the bias of each period of its chunk (the gather's dependent loads and the index arithmetic
 // were most of the time when every (p, h, i, j) did both: 178 us for the Swin W16 bench's 64 periods, now one
 // streaming pass). Index arithmetic in Idx: 32-bit whenever the sizes allow it.
 constexpr int kCombinePeriods = 8;

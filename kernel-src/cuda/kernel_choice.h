@@ -404,9 +404,9 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   CombPlan comb;
   // A bool mask per score and no additive term (document masks, per-head masks): the mask as bits, 1/16 of the
   // bytes of it folded into a -inf term (T5-shaped [B, H, S, S] forward: the fold 0.34 ms, cuDNN 0.15 with the mask
-  // given as its additive tensor: RESULTS v3.8). With an additive term the mask folds into it (one staged tile).
+  // given as its additive tensor: RESULTS v3.8). With an additive term the mask folds into it (one staged tile). A
+  // mask broadcast over the queries ([B or 1, H, 1, Sk]: per-head token dropping) is one row of bits.
   const Operand4d& m = p.mask;
-  // A mask broadcast over the queries ([B or 1, H, 1, Sk]: per-head token dropping) is one row of bits.
   if (m.ptr != nullptr && p.Sq > 1 && p.bias.ptr == nullptr && fp.rel_table == nullptr && p.scale > 0.f &&
       Narrow::kBlockN % 32 == 0) {
     c.mb_words = (div_up(p.Sk, 32) + 3) / 4 * 4;  // whole 16-byte rows (load_mask_bits reads 16 bytes at a time)

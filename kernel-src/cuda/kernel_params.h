@@ -54,11 +54,12 @@ struct KParams {
   //   its own step; 0: read from global memory per element (only when the tile does not fit in shared memory).
   //   bias_mode 1: 16-byte cp.async chunks, 2: 4-byte cp.async chunks, 3: strided element copies.
   int bias_stages = 0, bias_mode = 3, bias_pitch = 0;  // pitch: bytes per shared tile row
-  // The additive term holds a bool mask folded in as -inf (kernel_choice.h fold_mask): a -inf term then hides its
-  // key whatever the score, as masked_fill does (an additive -inf lets a NaN score through: NaN + -inf = NaN).
+  // The additive term holds a bool mask folded in as -inf (kernel_choice.h prepare_v3_term, the window kernels'
+  // folds): a -inf term then hides its key whatever the score, as masked_fill does (an additive -inf lets a NaN score
+  // through: NaN + -inf = NaN).
   bool term_hides = false;
   Operand4d mask;  // bool, true = attend
-  // The mask as bits, for the wide window kernels (aux_kernels.h mask_bits_kernel; mask.ptr is then null):
+  // The mask as bits, for the wide window kernels and forward v3 (aux_kernels.h mask_bits_kernel; mask.ptr null):
   // [mb_period][mb_heads][mb_rows][mb_words] uint32, bit j of word w set = column 32 w + j attends. Rows are queries
   // for the forward, keys for the wide backward (the transposed mask: its tiles are S^T).
   const uint32_t* mbits = nullptr;
