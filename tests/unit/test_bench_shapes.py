@@ -112,3 +112,13 @@ def test_dry_run_peers_agree_with_ours(bs, kernel, name):
         assert rec.get("max_abs_diff", 1.0) < 1e-4, (pname, rec)
     assert res["peers"]["efficient"]["dbias"] == row.learns
     assert res["check"]["ok"]
+
+
+def test_two_builds_are_timed_in_both_positions(bs):
+    # A, B, B, A: the build timed first in a row reads faster on the H200 (RESULTS v3.8), whichever it is
+    assert bs.timing_order(["ours", "ours_b"]) == ["ours", "ours_b", "ours_b", "ours"]
+    assert bs.timing_order(["ours"]) == ["ours"]
+    rec = bs.merge_runs([{"setup_s": 1.0, "fwd_ms": 1.0, "fb_ms": 3.0}, {"setup_s": 0.1, "fwd_ms": 2.0, "fb_ms": 5.0}])
+    assert rec["fwd_ms"] == 1.5 and rec["fb_ms"] == 4.0 and rec["setup_s"] == 1.0
+    assert rec["runs"] == [{"fwd_ms": 1.0, "fb_ms": 3.0}, {"fwd_ms": 2.0, "fb_ms": 5.0}]
+    assert "error" in bs.merge_runs([{"fwd_ms": 1.0}, {"error": "RuntimeError: boom"}])
