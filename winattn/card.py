@@ -37,8 +37,23 @@ def _summary(docstring: str | None) -> str:
     return (docstring or "").strip().split("\n\n")[0].replace("\n", " ").strip()
 
 
+def _parse(source: str) -> ast.Module:
+    """`ast.parse`, tried again on CPython 3.11's spurious "AST constructor recursion depth mismatch" SystemError.
+
+    That interpreter keeps the AST builder's depth counter per interpreter, not per thread (gh-106905): another thread
+    printing a traceback (3.11's traceback printer calls `ast.parse` for its `^^^` marks) while this one parses trips
+    it. The parse is deterministic, so one retry gives the real answer.
+    """
+    try:
+        return ast.parse(source)
+    except SystemError as e:
+        if "recursion depth mismatch" not in str(e):
+            raise
+        return ast.parse(source)
+
+
 def _definition_summary(module_file: Path, name: str) -> str:
-    tree = ast.parse(module_file.read_text())
+    tree = _parse(module_file.read_text())
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return _summary(ast.get_docstring(node))
@@ -52,7 +67,7 @@ def api_functions(variant_dir: Path) -> list[tuple[str, str]]:
     submodule (`from . import reference`).
     """
     init = Path(variant_dir) / "__init__.py"
-    tree = ast.parse(init.read_text())
+    tree = _parse(init.read_text())
     names: list[str] = []
     origins: dict[str, tuple[str, str | None]] = {}  # exported name -> (module, attribute or None for a module)
     for node in tree.body:
@@ -70,7 +85,7 @@ def api_functions(variant_dir: Path) -> list[tuple[str, str]]:
             module_file = _module_file(init.parent, module)
             if module_file is not None:
                 if attr is None:
-                    summary = _summary(ast.get_docstring(ast.parse(module_file.read_text())))
+                    summary = _summary(ast.get_docstring(_parse(module_file.read_text())))
                 else:
                     summary = _definition_summary(module_file, attr)
         else:

@@ -111,6 +111,34 @@ def test_api_functions_follow_imports_for_summaries(tmp_path, make_variant):
     assert api_functions(v) == [("attention", "Fake fused attention."), ("helpers", "Helper module.")]
 
 
+def test_api_functions_survive_the_threaded_ast_error_of_python_3_11(tmp_path, make_variant, monkeypatch):
+    """CPython 3.11 raises a spurious SystemError from `ast.parse` when another thread parses at the same time (a
+    server thread printing a traceback did, in CI); the card is still rendered, and any other SystemError is not hidden."""
+    import ast
+
+    from winattn import card
+
+    v = make_variant(tmp_path)
+    real_parse, calls = ast.parse, []
+
+    def flaky_parse(source, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=156, after=35)")
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(card.ast, "parse", flaky_parse)
+    assert api_functions(v) == [("attention", "Fake fused attention."), ("helpers", "Helper module.")]
+    assert len(calls) > 1
+
+    def broken_parse(source, *args, **kwargs):
+        raise SystemError("some other interpreter error")
+
+    monkeypatch.setattr(card.ast, "parse", broken_parse)
+    with pytest.raises(SystemError, match="some other"):
+        api_functions(v)
+
+
 def test_card_from_the_repo_template(tmp_path, make_variant):
     v = make_variant(tmp_path)
     card = render_card(
