@@ -2,6 +2,7 @@
 of real models, all measured in one process.
 
     python benchmarks/bench_shapes.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--variant-b DIR_B]
+        [--b-force NAMES]
         [--out results/bench_shapes.json] [--only SUBSTR ...] [--peers cudnn,fa2,efficient,flex,fa4] [--reps 20]
         [--budget-s 300] [--no-bwd] [--list] [--device cpu]
 
@@ -46,7 +47,9 @@ row (seeded by the row's name). Check: every output is compared with ours; a row
 forward peer| and marks it `!` above 0.05 (bf16) / 0.02 (fp16).
 
 With --variant-b the two builds are timed A, B, B, A in each row and each reads the mean of its two medians (the
-build timed first in a row read up to 10% faster on the H200, whichever it was: timing_order).
+build timed first in a row read up to 10% faster on the H200, whichever it was: timing_order). --b-force NAMES makes
+B the --variant build (or --variant-b's) run with WINATTN_FORCE_KERNEL=NAMES: a kernel A/B without a second build (a
+row the forced kernel cannot take shows B's error).
 Output: a line per row (ms): ours fwd and f+b; with --variant-b, B's and `B/A` (A's time / B's time, > 1 = B
 faster); each peer's fwd/f+b; then ours against the best peer (its time / ours, > 1 = ours faster) for fwd and f+b,
 and `dB` against the best peer that returns dBias where the row's bias learns. Then the summary of --variant,
@@ -67,11 +70,12 @@ and agree; its times mean nothing (tests/unit/test_bench_shapes.py runs it on a 
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
 import zlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
@@ -492,14 +496,32 @@ def position_mask(row: Row, device) -> Optional[torch.Tensor]:
 # Implementations: ours and the peers. Each call returns (fwd, context, note): fwd() -> out [B, Sq, H, D] (a view
 # for the [B, H, S, D] peers), the context to run it in, and a note for the JSON.
 
-def ours_call(kern, row: Row, x: dict, learn, device):
+@contextlib.contextmanager
+def scoped_env(values: dict):
+    """`values` set in os.environ inside the block, the old values back after it (the CUDA planner reads its
+    WINATTN_* knobs on every call: kernel-src/cuda/host_env.h)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def ours_call(kern, row: Row, x: dict, learn, device, env=None):
+    """env: knobs set while this build is timed (--b-force)."""
+    ctx = partial(scoped_env, env) if env else contextlib.nullcontext
     if row.swin is not None:
         kw = dict(rel_pos_table=x.get("table"), rel_pos_index=x.get("index"), bias=x.get("bias"),
                   mask=x.get("shift"))
-        return (lambda: kern.window_attention(x["q"], x["k"], x["v"], **kw)), contextlib.nullcontext, None
+        return (lambda: kern.window_attention(x["q"], x["k"], x["v"], **kw)), ctx, None
     kw = dict(bias=x.get("bias", x.get("fmask")), mask=x.get("mask"), key_padding_mask=x.get("kpm"),
               causal=row.causal, window=row.window)
-    return (lambda: kern.attention(x["q"], x["k"], x["v"], **kw)), contextlib.nullcontext, None
+    return (lambda: kern.attention(x["q"], x["k"], x["v"], **kw)), ctx, None
 
 
 def sdpa_terms(row: Row, x: dict, learn):
@@ -765,6 +787,7 @@ class Options:
     bwd: bool = True
     budget: Optional[FlexBudget] = None  # None: Flex always runs (CPU dry run)
     fwd_only: tuple = ()  # peers timed forward only (the CPU dry run's eager Flex)
+    env: dict = field(default_factory=dict)  # label -> knobs set while that build is timed (--b-force)
     log: Callable = lambda msg: None
 
 
@@ -801,7 +824,8 @@ def run_row(row: Row, kerns: dict, peers: list, opt: Options, later=()) -> dict:
     leaves = qkv + ([learn] if learn is not None and opt.bwd else [])
     runs = {label: [] for label in kerns}
     for label in timing_order(list(kerns)):
-        rec, out = attempt(partial(ours_call, kerns[label], row, x, learn, opt.device), leaves, opt)
+        rec, out = attempt(partial(ours_call, kerns[label], row, x, learn, opt.device, opt.env.get(label)), leaves,
+                           opt)
         runs[label].append(rec)
         outs.setdefault(label, out)
         opt.log(f"  {label}: {brief(rec)}")
@@ -934,16 +958,19 @@ def summaries(results: list, labels: list) -> list:
 
 # ------------------------------------------------------------------------------------------------------------------
 
-def load_variants(a: str, b: Optional[str]) -> dict:
+def load_variants(a: str, b: Optional[str], forced_b: bool = False) -> dict:
     """{"ours": A} or {"ours": A, "ours_b": B}; the same build twice (same op namespace id) is loaded once, since a
-    second import of one namespace would clash: B/A then shows the run-to-run noise."""
+    second import of one namespace would clash: B/A then shows the run-to-run noise (or, with forced_b, what
+    --b-force changes)."""
     kerns = {"ours": bc.load_kernel(a)}
+    if b is None and forced_b:
+        kerns["ours_b"] = kerns["ours"]
     if b is not None:
         ids = [json.loads(p.read_text()).get("id") if p.exists() else p for p in
                (Path(a) / "metadata.json", Path(b) / "metadata.json")]
         same = Path(a).resolve() == Path(b).resolve() or ids[0] == ids[1]
         kerns["ours_b"] = kerns["ours"] if same else bc.load_kernel(b)
-        if same:
+        if same and not forced_b:
             print(f"--variant-b is the same build as --variant ({ids[0]}): B/A is the noise floor", file=sys.stderr)
     return kerns
 
@@ -958,6 +985,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", default="build/torch-stable-abi210-cu130-x86_64-linux", help="the baseline build")
     ap.add_argument("--variant-b", default=None, help="a second build, timed in the same run (B/A column)")
+    ap.add_argument("--b-force", default=None, metavar="NAMES", help="B runs with WINATTN_FORCE_KERNEL=NAMES (B is "
+                    "--variant's build unless --variant-b names one)")
     ap.add_argument("--out", default="results/bench_shapes.json")
     ap.add_argument("--only", nargs="*", default=None, metavar="SUBSTR", help="rows whose name contains one (or "
                     "whose class is one) of these")
@@ -989,15 +1018,16 @@ def main(argv=None) -> int:
     def log(msg):
         print(f"[{time.perf_counter() - t_start:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    kerns = load_variants(args.variant, args.variant_b)
+    kerns = load_variants(args.variant, args.variant_b, forced_b=args.b_force is not None)
     labels = list(kerns)
     if cuda:
         bc.warm_up_gpu()
     opt = Options(reps=args.reps, device=args.device, bwd=not args.no_bwd, log=log,
-                  budget=FlexBudget(args.budget_s) if cuda else None, fwd_only=() if cuda else ("flex",))
+                  budget=FlexBudget(args.budget_s) if cuda else None, fwd_only=() if cuda else ("flex",),
+                  env={"ours_b": {"WINATTN_FORCE_KERNEL": args.b_force}} if args.b_force else {})
     meta = {"gpu": torch.cuda.get_device_name() if cuda else "cpu (dry run)", "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version() if cuda else None, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "variant": args.variant, "variant_b": args.variant_b, "modules": {k: m.__name__ for k, m in kerns.items()},
+            "variant": args.variant, "variant_b": args.variant_b, "b_force": args.b_force, "modules": {k: m.__name__ for k, m in kerns.items()},
             "reps": args.reps, "budget_s": args.budget_s, "peers": names, "fa4": fa4, "bwd": not args.no_bwd,
             "timing": "fwd alone; f+b = one region: forward + autograd.grad (no retain_graph)"}
     out_path = Path(args.out)

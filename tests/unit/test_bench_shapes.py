@@ -122,3 +122,29 @@ def test_two_builds_are_timed_in_both_positions(bs):
     assert rec["fwd_ms"] == 1.5 and rec["fb_ms"] == 4.0 and rec["setup_s"] == 1.0
     assert rec["runs"] == [{"fwd_ms": 1.0, "fb_ms": 3.0}, {"fwd_ms": 2.0, "fb_ms": 5.0}]
     assert "error" in bs.merge_runs([{"fwd_ms": 1.0}, {"error": "RuntimeError: boom"}])
+
+
+def test_b_force_sets_the_knob_while_b_alone_runs(bs, kernel, monkeypatch):
+    """--b-force: B is the same build with WINATTN_FORCE_KERNEL set around its timings only (A, B, B, A), and the
+    environment is as before afterwards."""
+    import os
+
+    if kernel.BUILD_DEVICE != "cpu":
+        pytest.skip("the dry run takes the CPU build")
+    monkeypatch.delenv("WINATTN_FORCE_KERNEL", raising=False)
+    seen = []
+
+    class Spy:
+        def __init__(self, label):
+            self.label = label
+
+        def attention(self, *args, **kwargs):
+            seen.append((self.label, os.environ.get("WINATTN_FORCE_KERNEL")))
+            return kernel.attention(*args, **kwargs)
+
+    row = bs.shrink(next(r for r in bs.ROWS if r.name == "vit_b16"))
+    opt = bs.Options(reps=1, device="cpu", env={"ours_b": {"WINATTN_FORCE_KERNEL": "fwd_v3_narrow"}})
+    bs.run_row(row, {"ours": Spy("a"), "ours_b": Spy("b")}, [], opt)
+    assert {label for label, _ in seen} == {"a", "b"}
+    assert all(knob == ("fwd_v3_narrow" if label == "b" else None) for label, knob in seen), seen
+    assert "WINATTN_FORCE_KERNEL" not in os.environ
