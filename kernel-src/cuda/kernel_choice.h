@@ -92,12 +92,12 @@ struct DeviceCaps {
 struct Forced {
   FwdKernel fwd = FwdKernel::kAuto;
   BwdKernel bwd = BwdKernel::kAuto;
-  int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide (the no-term path's key block)
+  int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short (the no-term path's key block)
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool bwd_two_stages = false, bwd_no_pair = false;
 };
 constexpr const char* kForceNames =
-    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
+    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
     "fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -118,6 +118,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3") f.fwd = FwdKernel::kV3;
     else if (n == "fwd_v3_narrow") f.fwd = FwdKernel::kV3, f.v3_tile = 1;
     else if (n == "fwd_v3_wide") f.fwd = FwdKernel::kV3, f.v3_tile = 2;
+    else if (n == "fwd_v3_short") f.fwd = FwdKernel::kV3, f.v3_tile = 3;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
@@ -295,7 +296,8 @@ struct FwdChoice {
   int mb_words = 0;              // a bool mask per window as bits (0: none), words per query row
   // v3
   int v3_terms = sm90::kTermsRaw;
-  bool v3_wide = false, v3_persistent = false;
+  int v3_tile = sm90::kV3Narrow;  // the raw path's tile (sm90::V3Tile)
+  bool v3_persistent = false;
   int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
   // decode: the keys' split and the partial rows' workspace
   int decode_splits = 1, decode_chunk = 0;
@@ -399,6 +401,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
                            const Forced& force) {
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
   using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
+  using Keys80 = typename sm90::FwdPipeShortTilesSm90<D>::keys80;
+  using Keys208 = typename sm90::FwdPipeShortTilesSm90<D>::keys208;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
@@ -426,7 +430,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     const int bytes = Narrow::kBlockM * Narrow::kBlockN * 2;
     if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
   }
-  bool wide = false;
+  int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
     c.v3_terms = sm90::kTermsRawBits;
   } else if (stage > 0) {
@@ -437,18 +441,33 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     c.v3_terms = sm90::kTermsGeneral;
   } else {
     c.v3_terms = sm90::kTermsRaw;
-    wide = !std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys);
+    // One key block sized to a short key set: forced only (fwd_v3_short) until it is measured against the narrow
+    // tile on the H200 (written 2026-12-04 in a session without device time; RESULTS v3.9 will say).
+    const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
+                           : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
+                                                                                               : sm90::kV3Narrow;
+    if (force.v3_tile == 3)
+      tile = short_tile;
+    else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
+      tile = sm90::kV3Wide;
   }
-  if (force.v3_tile == 2 && !wide) return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
+  if (force.v3_tile == 2 && tile != sm90::kV3Wide)
+    return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
+  if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys208)
+    return "fwd_v3_short: only the no-term path has short key blocks, at head dim 64 (Sk <= 80 or 208) and 96 "
+           "(Sk <= 80)";
   // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
   // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms. With a causal /
   // sliding-window band the static strided assignment is unbalanced (causal D=128 S=16k 2.50 vs 1.65 ms): one CTA
   // per tile, longest first, scheduled by the hardware.
   c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
-  c.v3_wide = wide;
+  c.v3_tile = tile;
   c.v3_stage_bytes = stage;
   c.block_m = Narrow::kBlockM;
-  c.block_n = wide ? Wide::kBlockN : Narrow::kBlockN;
+  c.block_n = tile == sm90::kV3Wide      ? Wide::kBlockN
+              : tile == sm90::kV3Keys80  ? Keys80::kBlockN
+              : tile == sm90::kV3Keys208 ? Keys208::kBlockN
+                                         : Narrow::kBlockN;
   c.kernel = FwdKernel::kV3;
   c.p = p;
   c.comb = comb;

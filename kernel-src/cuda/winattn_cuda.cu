@@ -528,7 +528,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   switch (pl.c.kernel) {
     case FwdKernel::kV3:
       dispatch_hdim(pl.c.dk, [&](auto d) {
-        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_wide, pl.c.v3_persistent,
+        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_tile, pl.c.v3_persistent,
                                                    pl.c.v3_stage_bytes, dev.sms, stream);
       });
       break;

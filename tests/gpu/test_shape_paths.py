@@ -182,6 +182,32 @@ def test_bool_mask_per_score_runs_as_bits(kernel, mshape, D, H, Hkv, kw):
         assert ran(names, "mask_bits_kernel") and ran(names, "fwd_pipelined_kernel_sm90"), sorted(names)
 
 
+@pytest.mark.parametrize("D,Sq,Sk,H,Hkv,kw", [
+    (64, 300, 77, 3, 3, {}), (40, 130, 80, 4, 2, {}), (64, 77, 77, 2, 2, {"causal": True}), (64, 5, 1, 2, 1, {}),
+    (72, 257, 77, 3, 3, {}), (80, 64, 33, 2, 2, {"window": (10, 5)}), (96, 129, 80, 2, 1, {}),
+    (64, 197, 197, 3, 3, {}), (48, 200, 208, 2, 1, {"causal": True}), (64, 333, 81, 2, 2, {}),
+    (64, 197, 150, 3, 3, {"key_padding": True}), (56, 197, 197, 2, 2, {"window": (64, 64)}),
+], ids=lambda v: str(v) if not isinstance(v, dict) else "-".join(v) or "plain")
+def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv, kw):
+    # fwd_v3_short (forced until measured, kernel_choice.h): one key block of 80 keys (head dims <= 96) or 208 (<= 64)
+    # for the whole key set; odd lengths, GQA, causal / sliding bands, key padding hiding a tail, a single key
+    if not hopper():
+        pytest.skip("fwd_v3_short is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_short")
+    kw = dict(kw)
+    inp = qkv(2, Sq, Sk, H, D, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        kpm = torch.ones(2, Sk, dtype=torch.bool, device="cuda")
+        kpm[0, 100:] = False
+        kpm[1, ::3] = False
+        inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    block = 80 if Sk <= 80 else 208
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
+                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2>"), sorted(names)
+
+
 def test_bool_key_mask_with_key_padding_stays_a_mask(kernel):
     inp = qkv(2, 200, 200, 2, 64)
     inp["mask"] = torch.rand(2, 1, 1, 200, device="cuda") > 0.3

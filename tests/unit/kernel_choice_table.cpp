@@ -100,7 +100,7 @@ std::string describe_fwd(const FwdChoice& c) {
   char buf[160];
   if (c.kernel == FwdKernel::kV3) {
     std::snprintf(buf, sizeof buf, " %dx%d terms=%s%s%s", c.block_m, c.block_n, terms_name(c.v3_terms).c_str(),
-                  c.v3_persistent ? " persistent" : " per-tile", c.v3_wide ? " wide" : "");
+                  c.v3_persistent ? " persistent" : " per-tile", c.v3_tile == sm90::kV3Wide ? " wide" : "");
     s += buf;
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");

@@ -52,7 +52,7 @@ def test_choice_matches_golden(table_exe):
 
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
-    for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_persistent",
+    for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
                  "bwd_v3_no_pair", "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
@@ -78,6 +78,19 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
         in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
     assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
+
+
+def test_short_key_blocks_are_sized_to_the_key_set(table_exe):
+    """fwd_v3_short: one key block of 80 keys for CLIP's 77, of 208 for ViT's 197 (head dim 64; DiT's 72 runs at 96,
+    which has the 80 only); a key set or term it has no tile for is refused with the reason."""
+    r = run_table(table_exe, "--force", "fwd_v3_short", "sdxl cross Sk77 D64")
+    assert "fwd_v3 128x80 terms=raw" in r.stdout, r.stdout
+    r = run_table(table_exe, "--force", "fwd_v3_short", "vit-b S197 D64")
+    assert "fwd_v3 128x208 terms=raw" in r.stdout, r.stdout
+    for shape in ["dit-xl D72 S256", "sd15 D40 S4096", "beit bias fp32"]:
+        r = run_table(table_exe, "--force", "fwd_v3_short", shape)
+        assert "this call cannot run it (fwd_v3_short: only the no-term path has short key blocks" in r.stdout, \
+            (shape, r.stdout)
 
 
 if __name__ == "__main__":

@@ -187,6 +187,8 @@ template <int D>
 struct FwdPipelinedSm90 {
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
   using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
+  using Keys80 = typename sm90::FwdPipeShortTilesSm90<D>::keys80;
+  using Keys208 = typename sm90::FwdPipeShortTilesSm90<D>::keys208;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
@@ -227,7 +229,7 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
 }
 
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, bool persistent, int stage_bytes,
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, int stage_bytes,
                             int sms, cudaStream_t stream) {
   using K = FwdPipelinedSm90<D>;
   sm90::FwdPipeParams P;
@@ -243,15 +245,19 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, bool wide, b
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBits>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsGeneral)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsGeneral>(P, dtype, persistent, sms, stream);
-  else if (wide)
+  else if (tile == sm90::kV3Wide)
     launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3Keys80)
+    launch_fwd_pipelined<K, typename K::Keys80, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3Keys208)
+    launch_fwd_pipelined<K, typename K::Keys208, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
 }
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
   template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
-  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, bool, bool, int, int, cudaStream_t);
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, bool, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
