@@ -94,11 +94,11 @@ struct Forced {
   BwdKernel bwd = BwdKernel::kAuto;
   int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short (the no-term path's key block)
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
-  bool bwd_two_stages = false, bwd_no_pair = false;
+  bool bwd_two_stages = false, bwd_no_pair = false, bwd_mask_bits = false;
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
-    "fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_windows, bwd_windows_wide";
+    "fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -127,6 +127,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3") f.bwd = BwdKernel::kV3;
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
     else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
+    else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = true;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
     else if (n == "bwd_windows_wide") f.bwd = BwdKernel::kWideWindows;
     else
@@ -568,7 +569,7 @@ struct BwdChoice {
   CombPlan comb;      // the prepared term
   BwdV3Buffers v3;    // bwd_v3: the dbias route, terms, pipeline
   int wide = 0;       // bwd_windows_wide: its window instance (128, 144, 256)
-  int mb_words = 0;   // bwd_windows_wide: a bool mask per window as transposed bits
+  int mb_words = 0;   // bwd_windows_wide, bwd_v3_bits: a bool mask as transposed bits (words per key row)
   int window_smem = 0;
   int block_m = 0, block_n = 0;
   std::string why;
@@ -697,6 +698,8 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
   // dbias atomics live in the global-terms kernel only (they cost the staged kernel registers otherwise)
   if (p.mask.ptr != nullptr || vb.dbias_mode == kDbiasAtomic || (p.bias.ptr != nullptr && Tr::kSplitD))
     vb.terms = kBwdTermsGlobal;
+  else if (p.mbits != nullptr)
+    vb.terms = kBwdTermsBits;
   else if (p.bias.ptr == nullptr)
     vb.terms = kBwdTermsNone;
   else if (v3_stageable(p.bias, p, dt))
@@ -737,7 +740,24 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   const int dt = dtype_code(bp.dtype);
   KParams p = user;
   CombPlan comb;
-  prepare_v3_term(p, comb, bp, dt);
+  // A bool mask per score without an additive term: transposed bits (a key's row of query bits: the backward's
+  // tiles are S^T), 1/16 of the bytes of the mask folded into a -inf term, without the fold's pass (T5-shaped
+  // [B, H, S, S]: the fold's backward 0.53 of 0.69 ms f+b, RESULTS v3.8). Forced only (bwd_v3_bits) until it is
+  // measured against the fold on the H200 (written 2026-12-04 in a session without device time).
+  const Operand4d& m = p.mask;
+  if (force.bwd_mask_bits && m.ptr != nullptr && m.rows == p.Sq && p.Sq > 1 && p.bias.ptr == nullptr &&
+      bp.rel_table == nullptr && p.scale > 0.f && bwd_v3_head_dim(p.D) <= 128) {
+    c.mb_words = (div_up(p.Sq, 32) + 3) / 4 * 4;  // (whole 16-byte rows, as the forward's; a query block = 2 words)
+    p.mb_period = m.period;
+    p.mb_heads = m.heads;
+    p.mb_rows = p.Sk;
+    p.mb_words = c.mb_words;
+    p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
+    p.mask = Operand4d{};
+  } else {
+    if (force.bwd_mask_bits) return "bwd_v3_bits: a bool mask per score without an additive term, head dim <= 128";
+    prepare_v3_term(p, comb, bp, dt);
+  }
   BwdV3Buffers vb;
   if (bp.dbias != nullptr) {
     const Broadcast4d& b = bp.bias;

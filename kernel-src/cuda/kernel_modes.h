@@ -34,9 +34,10 @@ enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys208 = 3 };
 // broadcast over rows / columns or rows TMA cannot address: summed in registers, then fp32 atomics.
 enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasStore16 = 3, kDbiasAtomic = 4 };
 // Backward v3: how the score terms are read: none (key padding and bands only), the additive term staged by TMA
-// with Q / dO, the term and the bool mask read from global memory per element, or a term broadcast over the queries
-// (one value per key: two per thread and step, the keys of a CTA fixed).
-enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2, kBwdTermsRow = 3 };
+// with Q / dO, the term and the bool mask read from global memory per element, a term broadcast over the queries
+// (one value per key: two per thread and step, the keys of a CTA fixed), or a bool mask per score without a term
+// as transposed bits (KParams::mbits: a key's row of query bits, two words per thread, key and query block).
+enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2, kBwdTermsRow = 3, kBwdTermsBits = 4 };
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 // The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split

@@ -658,7 +658,8 @@ void bwd(const BwdParams& params, void* workspace, void* stream_ptr) {
   }
   if (pl.c.comb.bytes > 0) launch_combine(params, p, pl.c.comb, at(pl.off_comb), stream);
   if (pl.c.mb_words > 0)
-    launch_mask_bits(params, p, kernel == BwdKernel::kWideWindows, static_cast<uint32_t*>(at(pl.off_mbits)), stream);
+    launch_mask_bits(params, p, /*transposed=*/kernel == BwdKernel::kWideWindows || kernel == BwdKernel::kV3,
+                     static_cast<uint32_t*>(at(pl.off_mbits)), stream);
 
   const int dt = dtype_code(params.dtype);
   if (kernel == BwdKernel::kV3) {

@@ -208,6 +208,39 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2>"), sorted(names)
 
 
+@pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 333)],
+                         ids=["bhqk", "1hqk", "b1qk", "11qk"])
+@pytest.mark.parametrize("D,H,Hkv,kw", [(64, 3, 3, {}), (128, 4, 2, {"causal": True}), (40, 2, 2, {"kp": True}),
+                                        (96, 4, 1, {"window": (100, 30)})],
+                         ids=["d64", "d128_gqa_causal", "d40_key_padding", "d96_gqa_window"])
+def test_bool_mask_per_score_backward_as_bits(kernel, monkeypatch, mshape, D, H, Hkv, kw):
+    # bwd_v3_bits (forced until measured, kernel_choice.h): the backward reads the mask as transposed bits (a key's
+    # row of query bits, two words per key and 64-query block) instead of folding it into a -inf term; rows with
+    # every key hidden, key padding, the band and the sequence ends (Sq = 250, Sk = 333: partial words and blocks)
+    if not hopper():
+        pytest.skip("bwd_v3_bits is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "bwd_v3_bits")
+    kw = dict(kw)
+    B, Sq, Sk = 2, 250, 333
+    mask = torch.rand(mshape[0], H if mshape[1] > 1 else 1, *mshape[2:], device="cuda") > 0.3
+    mask[..., 0] = True
+    mask[..., 249, :] = True  # (the band leaves the last rows their own keys)
+    mask[0, 0, 17] = False  # a query row with every key hidden
+    mask[..., 5:9, 300] = False  # (a column hidden for some rows: a key's bits differ within a word)
+    inp = qkv(B, Sq, Sk, H, D, Hkv=Hkv)
+    inp["mask"] = mask
+    if kw.pop("kp", False):
+        kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
+        kpm[1, 200:] = False
+        inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    names = kernels_run(lambda: torch.autograd.grad(
+        kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask, key_padding_mask=inp.get("key_padding_mask"),
+                         **kw).sum(), [inp["q"], inp["k"], inp["v"]]))
+    assert ran(names, "bwd_pipelined_kernel_sm90") and not ran(names, "combine_terms_kernel"), sorted(names)
+    assert sum("mask_bits_kernel" in n for n in names) == 2, sorted(names)  # (forward's, backward's transposed)
+
+
 def test_bool_key_mask_with_key_padding_stays_a_mask(kernel):
     inp = qkv(2, 200, 200, 2, 64)
     inp["mask"] = torch.rand(2, 1, 1, 200, device="cuda") > 0.3

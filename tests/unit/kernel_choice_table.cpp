@@ -116,7 +116,7 @@ std::string describe_fwd(const FwdChoice& c) {
 }
 std::string describe_bwd(const BwdChoice& c) {
   static const char* dbias[] = {"none", "store", "reduce", "store16", "atomic"};
-  static const char* terms[] = {"none", "staged", "global", "row"};
+  static const char* terms[] = {"none", "staged", "global", "row", "bits"};
   std::string s = name_of(c.kernel);
   char buf[200];
   if (c.kernel == BwdKernel::kV3) {

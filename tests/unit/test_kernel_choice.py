@@ -54,7 +54,7 @@ def test_choice_matches_golden(table_exe):
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
-                 "bwd_v3_no_pair", "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
+                 "bwd_v3_no_pair", "bwd_v3_bits", "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
     r = run_table(table_exe, "--force", "fwd_v9", "flux")
@@ -78,6 +78,20 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
         in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
     assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
+
+
+def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):
+    """bwd_v3_bits: a bool mask per score without an additive term as transposed bits (no fold into a -inf term, no
+    prepared copy); a mask broadcast over the queries, a bias, or head dim 256 are refused with the reason."""
+    for shape in ["bool mask [B,H,S,S] t5 S512", "bool mask [B,1,S,S] docs GQA S4096",
+                  "bool mask [1,H,S,S] dit D72 S1024"]:
+        r = run_table(table_exe, "--force", "bwd_v3_bits", shape)
+        bwd = next(line for line in r.stdout.splitlines() if "bwd_v3" in line)
+        assert "terms=bits" in bwd and "defer" in bwd and "prep=" not in bwd, (shape, r.stdout)
+    for shape in ["bool mask [1,H,1,S] vit S197", "bool mask [B,H,S,1] + bias [1,H,S,S] grad"]:
+        r = run_table(table_exe, "--force", "bwd_v3_bits", shape)
+        assert "this call cannot run it (bwd_v3_bits: a bool mask per score without an additive term" in r.stdout, \
+            (shape, r.stdout)
 
 
 def test_short_key_blocks_are_sized_to_the_key_set(table_exe):

@@ -148,6 +148,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         const int s = it % ST, buf = defer ? it % 3 : (it & 1), b = t.batch(bi);
         const uint32_t ka = sm.k(bi) + cw * 64 * RB, va = sm.v(bi) + cw * 64 * RB;  // M of S^T, dP^T: our keys
         const uint32_t kb_half = sm.k(bi) + cw * (DK / 64) * (BN * RB);              // B of dQ: head-dim half cw
+        uint2 key_bits[2] = {};
+        if constexpr (kTerms == kBwdTermsBits) load_key_bits<BM>(key_bits, p, b, h, m, j0);
         mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
 
         // S^T = K Q^T, then dP^T = V dO^T in a second group: P is computed while dP is on the tensor cores
@@ -173,7 +175,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
 
         // P^T (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e), then dS^T once dP^T is in
         p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), sm.bias(s, P.bias_stage_bytes), bias_off,
-                                                 key_ok[bi], b, h, m, t.n, j0, 0, qc);
+                                                 key_ok[bi], key_bits, b, h, m, t.n, j0, 0, qc);
         wgmma_wait<0>();
         fence_acc(acc_dp);
         ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), 0, qc);

@@ -94,8 +94,10 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       fence_acc(acc_s);
 
       // P^T (row = key j0 + 8 hf, column = query m * BM + q0 + nt * 8 + qc + e), then dS^T once dP^T is in
-      const int no_bias_off[2][2] = {};  // (no staged tile here)
-      p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), 0, no_bias_off, key_ok, b, h, m, t.n, j0, q0, qc);
+      const int no_bias_off[2][2] = {};  // (no staged tile here, no mask bits)
+      const uint2 no_bits[2] = {};
+      p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), 0, no_bias_off, key_ok, no_bits, b, h, m, t.n, j0,
+                                               q0, qc);
       wgmma_wait<0>();
       fence_acc(acc_dp);
       ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), q0, qc);

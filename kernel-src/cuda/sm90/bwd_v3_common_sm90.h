@@ -173,10 +173,12 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
 // m * BM + q0 + nt * 8 + qc + e): the score terms (the staged 16-bit tile at sB + bias_off, or the additive term
 // and bool mask read from global memory), key visibility (key_ok), the band, and exp2 against lse (lse: this
 // stage's lse * log2(e) entries). Shared by both consumers.
+// kBwdTermsBits: key_bits[hf], the query bits of key j0 + 8 hf in this query block (load_key_bits).
 template <typename Elem, int kTerms, int BM, int BN, int NTQ>
 __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParams& p, uint32_t lse, uint32_t sB,
-                                              const int (&bias_off)[2][2], const bool (&key_ok)[2], int b, int h,
-                                              int m, int n, int j0, int q0, int qc) {
+                                              const int (&bias_off)[2][2], const bool (&key_ok)[2],
+                                              const uint2 (&key_bits)[2], int b, int h, int m, int n, int j0, int q0,
+                                              int qc) {
   int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
   if (p.has_band && tile_needs_mask(p, m, n, BM, BN)) {
     const int64_t base = int64_t(j0) - (int64_t(m) * BM + q0 + qc);
@@ -227,10 +229,28 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
           if (p.mask.ptr != nullptr)
             vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq + j * p.mask.sk) != 0;
         }
-        if constexpr (kTerms != kBwdTermsNone) vis = vis && !(hides && t == -INFINITY);
+        if constexpr (kTerms == kBwdTermsBits) {  // (query column nt * 8 + qc + e of the block: word nt / 4)
+          const uint32_t w = nt < 4 ? key_bits[hf].x : key_bits[hf].y;
+          vis = vis && ((w >> ((nt % 4) * 8 + qc + e)) & 1u);
+        }
+        if constexpr (kTerms != kBwdTermsNone && kTerms != kBwdTermsBits) vis = vis && !(hides && t == -INFINITY);
         acc[nt][x] = vis ? fast_exp2(fmaf(acc[nt][x], p.scale_log2, z)) : 0.f;
       }
   }
+}
+
+// kBwdTermsBits: the query bits of query block m (BM = 64: two words) for this thread's keys j0 and j0 + 8 (rows
+// past Sk read the last key's: P is 0 there anyway), from the transposed bits [period][heads][Sk][mb_words] that
+// mask_bits_kernel<true> writes (mb_words a multiple of 4, so the word pair is 8-byte aligned). Loaded before the
+// step's GEMMs are waited on, so their latency hides behind the tensor cores.
+template <int BM>
+__device__ __forceinline__ void load_key_bits(uint2 (&bits)[2], const KParams& p, int b, int h, int m, int j0) {
+  static_assert(BM == 64, "two query words per key and block");
+  const uint32_t* plane = p.mbits + (int64_t(b % p.mb_period) * p.mb_heads + (p.mb_heads > 1 ? h : 0)) *
+                                        int64_t(p.mb_rows) * p.mb_words;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+    bits[hf] = __ldg(reinterpret_cast<const uint2*>(plane + int64_t(min(j0 + 8 * hf, p.Sk - 1)) * p.mb_words + 2 * m));
 }
 
 // dS^T = P^T (dP^T - delta), in place of dP^T (delta: this stage's delta entries; q0, qc as above).

@@ -18,10 +18,10 @@ struct BwdPipelinedSm90 {
   // deferred dQ (bwd_consume) wherever no dbias tile is staged: always without a term (no dbias then)
   template <typename T, typename Elem, int kTerms>
   static Fn pick_pair(bool pair, bool defer) {
-    if constexpr (D == 64 && kTerms != kBwdTermsRow)  // pair mode: dK / dV of two batches fit the registers at
-      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;  // head dim 64 only (dbias)
-    // (the split consumer has its own schedule; no dbias, so deferred dQ, without a term or with a row term)
-    if constexpr (T::kSplitD || kTerms == kBwdTermsNone || kTerms == kBwdTermsRow)
+    if constexpr (D == 64 && kTerms != kBwdTermsRow && kTerms != kBwdTermsBits)  // pair mode: dK / dV of two
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;  // batches fit at D = 64 (dbias)
+    // (the split consumer has its own schedule; no dbias, so deferred dQ, without a term, with a row term or bits)
+    if constexpr (T::kSplitD || kTerms == kBwdTermsNone || kTerms == kBwdTermsRow || kTerms == kBwdTermsBits)
       return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, !T::kSplitD>;
     else
       return defer ? sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, true>
@@ -32,6 +32,7 @@ struct BwdPipelinedSm90 {
     if constexpr (!Tr::kSplitD) {  // (the split head-dim consumer reads every term from global memory)
       if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair, defer);
       if (terms == kBwdTermsRow) return pick_pair<Tr, Elem, kBwdTermsRow>(pair, defer);
+      if (terms == kBwdTermsBits) return pick_pair<Tr, Elem, kBwdTermsBits>(pair, defer);
     }
     if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair, defer);
     return pick_pair<Tr, Elem, kBwdTermsNone>(pair, defer);
