@@ -114,6 +114,24 @@ def main():
         kern.attention(q, k, v, key_padding_mask=kp, bias=r(3, 8, 1, Sk, grad=False), causal=True)
     q, k, v = r(2, 4, 32, 128, grad=False), r(2, 2000, 8, 128, grad=False), r(2, 2000, 8, 128, grad=False)
     kern.attention(q, k, v, causal=True)
+    # 9. kernels chosen only when forced (WINATTN_FORCE_KERNEL): forward v3's key blocks sized to short key sets
+    #    (80 keys at D = 64 / 96, 208 at D = 64: more tiles than SMs, key padding, causal), and the backward's mask
+    #    bits (a bool mask per score as transposed bits; partial query words, GQA, a band)
+    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_short"
+    with torch.no_grad():
+        for D, Sq, Sk in ((64, 2000, 77), (72, 300, 80), (64, 197, 197)):
+            q, k, v = r(4, Sq, 4, D, grad=False), r(4, Sk, 2, D, grad=False), r(4, Sk, 2, D, grad=False)
+            kern.attention(q, k, v)
+            kern.attention(q, k, v, key_padding_mask=torch.rand(4, Sk, device=dev) > 0.2)
+            if Sq == Sk:
+                kern.attention(q, k, v, causal=True)
+    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
+    for D in (64, 128):
+        q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)
+        mask = torch.rand(2, 4, 250, 333, device=dev) > 0.3
+        kern.attention(q, k, v, mask=mask).sum().backward()
+        kern.attention(q, k, v, mask=mask[:1, :1], window=(100, 30)).sum().backward()
+    os.environ.pop("WINATTN_FORCE_KERNEL")
     torch.cuda.synchronize()
     print("sanitize cases done")
 
