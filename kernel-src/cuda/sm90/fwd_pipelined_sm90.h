@@ -56,21 +56,27 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 }
 
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
-// short of): Q | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice).
+// short of): Q slots | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice). One
+// Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one computes; slot 1's
+// barriers follow the others, so the one-slot layout is as it was).
 template <typename Tr>
 struct PipeSmem {
-  static constexpr int kK = Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes, kBars = kV + Tr::kStages * Tr::kKVBytes;
-  static constexpr int kBias = kBars + 1024;
+  static constexpr int kK = Tr::kQSlots * Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes;
+  static constexpr int kBars = kV + Tr::kStages * Tr::kKVBytes, kBias = kBars + 1024;
   uint32_t base;
-  __device__ __forceinline__ uint32_t q() const { return base; }
+  __device__ __forceinline__ uint32_t q(int slot = 0) const { return base + slot * Tr::kQBytes; }
   __device__ __forceinline__ uint32_t k(int s) const { return base + kK + s * Tr::kKVBytes; }
   __device__ __forceinline__ uint32_t v(int s) const { return base + kV + s * Tr::kKVBytes; }
-  __device__ __forceinline__ uint32_t q_full() const { return base + kBars; }
+  __device__ __forceinline__ uint32_t q_full(int slot = 0) const {
+    return base + kBars + (slot ? 8 * (2 + 4 * Tr::kStages) : 0);
+  }
   __device__ __forceinline__ uint32_t k_full(int s) const { return base + kBars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t k_empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const { return base + kBars + 8 * (1 + 2 * Tr::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return base + kBars + 8 * (1 + 3 * Tr::kStages + s); }
-  __device__ __forceinline__ uint32_t q_empty() const { return base + kBars + 8 * (1 + 4 * Tr::kStages); }
+  __device__ __forceinline__ uint32_t q_empty(int slot = 0) const {
+    return base + kBars + 8 * (1 + 4 * Tr::kStages) + (slot ? 16 : 0);
+  }
   __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
 };
 
@@ -103,8 +109,9 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
   return t;
 }
 
-// Producer (one thread): Q once, then per key block (last visible first) K with its bias tile, then V.
-// kb: key blocks this CTA loaded before this tile (the stage ring runs on across tiles); t: tiles before it.
+// Producer (one thread): Q once (into slot t % kQSlots), then per key block (last visible first) K with its bias
+// tile, then V. kb: key blocks this CTA loaded before this tile (the stage ring runs on across tiles); t: tiles
+// before it.
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, const PipeTile& tile, int kb,
                                         int t) {
@@ -114,10 +121,12 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   const int nblk = tile.n_hi - tile.n_lo;
   const int bb = P.bias_stage_bytes;
   const int bias_h = p.bias.heads > 1 ? h : 0, bias_b = b % p.bias.period;
-  if (t > 0) mbar_wait(sm.q_empty(), (t - 1) & 1);  // the consumers' last Q K^T of the previous tile is done
-  mbar_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
+  const int qslot = t % Tr::kQSlots, quse = t / Tr::kQSlots;
+  if (quse > 0) mbar_wait(sm.q_empty(qslot), (quse - 1) & 1);  // the last Q K^T of the slot's previous tile is done
+  mbar_arrive_expect_tx(sm.q_full(qslot), Tr::kQBytes);
 #pragma unroll
-  for (int c = 0; c < CB; ++c) tma_load_4d(sm.q() + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(), c * 32, i0, h, b);
+  for (int c = 0; c < CB; ++c)
+    tma_load_4d(sm.q(qslot) + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(qslot), c * 32, i0, h, b);
   for (int it = 0; it < nblk; ++it) {
     const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
@@ -267,6 +276,132 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                               reinterpret_cast<const float (&)[1][2]>(row_sum), qr, qc);
 }
 
+// The consumers of single-block tiles (Tr::kSingleBlock: the planner's short key blocks hold every key, so a tile
+// has one key block or none), as a loop over this CTA's tiles pipelined across them: a tile's P V is issued with the
+// next tile's Q K^T, so the next tile's softmax runs while the tensor cores do this one's P V, and this one's
+// epilogue follows. Tile by tile (consume) each was one serial chain, Q K^T, wait, softmax, P V, wait, epilogue
+// (v3.6's ncu of ViT-B/16: no eligible warp 55% of cycles, "wait" stalls on the wgmma / barrier chain). The next
+// tile's Q is in its own slot (Tr::kQSlots), loaded while this tile computes. The ping-pong turns are consume's: one
+// per Q K^T issue (the first tile's) and one per P V issue, warpgroup 1's last one skipped.
+template <typename Tr, typename Elem, int kMode>
+__device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, const PipeSmem<Tr> sm, int cw, int warp,
+                                                      int lane) {
+  static_assert(Tr::kSingleBlock && Tr::kQSlots == 2 && kMode == kTermsRaw, "the raw path's short key blocks");
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
+  constexpr int NT = Tr::kNT, DT = Tr::kDT;
+  const KParams& p = P.p;
+  const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
+  const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
+
+  // the first tile from index idx on (stride gridDim.x) that sees a key, the rows of those that see none written
+  // on the way (by both consumer warpgroups, as consume's caller does); ntiles when there is none
+  auto next_tile = [&](int idx, PipeTile& tile) {
+    for (; idx < ntiles; idx += gridDim.x) {
+      tile = decode_tile<BM, BN>(p, idx);
+      if (!tile.empty()) break;
+      const int i0 = tile.m_block * BM;
+      write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), threadIdx.x - 128, 256);
+    }
+    return idx;
+  };
+  float acc_s[NT][4], acc_o[1][DT][4];
+  uint32_t pf[NT / 2][4];
+  float s_max[2], s_sum[2];  // the softmax state of the tile whose S / P is in acc_s / pf
+  float o_max[2], o_sum[2];  // ... of the tile whose P V is in acc_o
+  // t: this CTA's tiles with a key before this one (the producer's count): Q slot t % 2, stage t % ST
+  auto issue_qk = [&](int t) {
+    const uint32_t qa = sm.q(t % 2) + cw * 64 * kSwizzleRowBytes, ka = sm.k(t % ST);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) {
+      const uint64_t da = make_desc(qa + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      const uint64_t db = make_desc(ka + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, da, db, ks > 0);
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int t) {  // (the first k step overwrites acc_o: no zeroing)
+    const uint32_t va = sm.v(t % ST);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ++ks)
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks],
+                  make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), ks > 0);
+    wgmma_commit();
+  };
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+  auto softmax = [&](const PipeTile& tile, int t) {  // S of the tile -> its unnormalized P and row state
+    fence_acc(acc_s);
+    float row[BN / 32];         // (the raw path reads neither)
+    uint32_t bits[2][BN / 32];
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, nullptr, row, bits, tile.b, tile.h,
+                                                            tile.m_block, tile.n_hi - 1, wr, lane);
+    release(sm.k_empty(t % ST));
+    release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float corr;  // (1: nothing carried in)
+      s_max[hf] = -INFINITY;
+      s_sum[hf] = 0.f;
+      softmax_step(acc_s, hf, sc, s_max[hf], s_sum[hf], corr);
+    }
+  };
+  auto to_pfrag = [&]() {
+    float (&s3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc_s);
+    uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
+    acc_to_afrag<Elem, 1, NT>(pf3, s3);
+  };
+  auto my_turn = [&]() { named_sync(kBarFwdTurn + cw, 256); };
+  auto your_turn = [&]() { named_arrive(kBarFwdTurn + 1 - cw, 256); };
+
+  PipeTile cur;
+  int idx = next_tile(blockIdx.x, cur);
+  if (idx >= ntiles) return;
+  if (cw == 1) your_turn();  // ping-pong: warpgroup 0 issues first
+  mbar_wait(sm.q_full(0), 0);
+  mbar_wait(sm.k_full(0), 0);
+  my_turn();
+  issue_qk(0);
+  your_turn();
+  wgmma_wait<0>();
+  softmax(cur, 0);
+  to_pfrag();
+  for (int t = 0;; ++t) {
+    PipeTile nxt;
+    const int nidx = next_tile(idx + gridDim.x, nxt);
+    const bool more = nidx < ntiles;
+    if (more) {
+      mbar_wait(sm.q_full((t + 1) % 2), uint32_t((t + 1) / 2) & 1u);
+      mbar_wait(sm.k_full((t + 1) % ST), uint32_t((t + 1) / ST) & 1u);
+    }
+    mbar_wait(sm.v_full(t % ST), uint32_t(t / ST) & 1u);
+    my_turn();
+    if (more) issue_qk(t + 1);
+    issue_pv(t);
+    if (cw == 0 || more) your_turn();  // the CTA's last hand-over: warpgroup 0 has no turn left to wait for
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) o_max[hf] = s_max[hf], o_sum[hf] = s_sum[hf];
+    if (more) {
+      wgmma_wait<1>();  // S of the next tile is in; this tile's P V still runs
+      softmax(nxt, t + 1);
+    }
+    wgmma_wait<0>();
+    fence_acc(acc_o[0]);
+    fence_frag(pf);
+    release(sm.v_empty(t % ST));
+    write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, cur.b, cur.h, cur.m_block * BM, wr, acc_o,
+                                reinterpret_cast<const float (&)[1][2]>(o_max),
+                                reinterpret_cast<const float (&)[1][2]>(o_sum), qr, qc);
+    if (!more) break;
+    to_pfrag();
+    cur = nxt;
+    idx = nidx;
+  }
+}
+
 template <typename Tr, typename Elem, int kMode>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -282,8 +417,10 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
 
   if (tid == 0) {
-    mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), Tr::kConsumerWarps);
+    for (int slot = 0; slot < Tr::kQSlots; ++slot) {
+      mbar_init(sm.q_full(slot), 1);
+      mbar_init(sm.q_empty(slot), Tr::kConsumerWarps);
+    }
     for (int s = 0; s < ST; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
@@ -309,6 +446,9 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
         ++t;
       }
     }
+  } else if constexpr (Tr::kSingleBlock) {
+    regs_alloc<Tr::kConsumerRegs>();
+    consume_single_blocks<Tr, Elem, kMode>(P, sm, wg - 1, warp, lane);
   } else {
     regs_alloc<Tr::kConsumerRegs>();
     const int cw = wg - 1;

@@ -10,14 +10,17 @@ namespace sm90 {
 // Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the
 // bias stages, sized at launch).
 // Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).
-template <int kHeadDim_, int kBlockN_, int kStages_>
+// kSingleBlock: every tile has one key block (the planner's short key blocks hold the whole key set); the consumers
+// then pipeline across tiles (consume_single_blocks), which needs the next tile's Q in a second slot (kQSlots).
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kSingleBlock_ = false>
 struct FwdPipeTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
-  static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr bool kSingleBlock = kSingleBlock_;
+  static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8, kQSlots = kSingleBlock ? 2 : 1;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + 1024;  // align slack, ..., mbarriers
+  static constexpr int kSmemBytes = 1024 + kQSlots * kQBytes + 2 * kStages * kKVBytes + 1024;  // slack, .., mbarriers
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "32-column blocks, k16 steps");
   static_assert(kKVBytes % 1024 == 0, "stages keep 1024-byte alignment");
 };
@@ -57,19 +60,19 @@ template <> struct FwdPipeTraitsSm90For<256> {
 
 // Raw-path tiles of one key block sized to a short key set (v3.6's ncu: ViT-B/16's S = 197 in 128 x 128 tiles is
 // 59% useful work, Sk = 77 in a 128-key block 60%): `keys80` for Sk <= 80 (CLIP's 77 text tokens), `keys208` for
-// Sk <= 208 (ViT's 197). Two stages: a tile has one key block, so the ring only carries the next tile's. A head dim
-// without one names its narrow tile (no instance of its own). D = 96 (DiT's 72, SD 1.5's 80) has keys80 only: no
-// model of the shape matrix has 81-208 keys at that head dim (its 208 compiles without spills too, ptxas 2026-12-04).
+// Sk <= 208 (ViT's 197), pipelined across tiles (kSingleBlock). Two stages: a tile has one key block, so the ring
+// only carries the next tile's. A head dim without one names its narrow tile (no instance of its own). D = 96
+// (DiT's 72, SD 1.5's 80) has keys80 only: no model of the shape matrix has 81-208 keys at that head dim.
 template <int D> struct FwdPipeShortTilesSm90 {
   using keys80 = typename FwdPipeTraitsSm90For<D>::narrow;
   using keys208 = keys80;
 };
 template <> struct FwdPipeShortTilesSm90<64> {
-  using keys80 = FwdPipeTraitsSm90<64, 80, 2>;
-  using keys208 = FwdPipeTraitsSm90<64, 208, 2>;
+  using keys80 = FwdPipeTraitsSm90<64, 80, 2, true>;
+  using keys208 = FwdPipeTraitsSm90<64, 208, 2, true>;
 };
 template <> struct FwdPipeShortTilesSm90<96> {
-  using keys80 = FwdPipeTraitsSm90<96, 80, 2>;
+  using keys80 = FwdPipeTraitsSm90<96, 80, 2, true>;
   using keys208 = FwdPipeTraitsSm90For<96>::narrow;
 };
 
