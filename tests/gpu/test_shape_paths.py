@@ -209,6 +209,27 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
 
 
+@pytest.mark.parametrize("D,Sk,kw", [(64, 77, {}), (72, 80, {"causal": True}), (64, 197, {"window": (40, 40)}),
+                                      (48, 150, {"key_padding": True})],
+                         ids=["d64_sk77", "d72_sk80_causal", "d64_sk197_band", "d48_sk150_key_padding"])
+def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
+    # More 128-query tiles than SMs (6 x 4 x 9 = 216), so each persistent CTA carries one tile's P V into the next
+    # tile's Q K^T (consume_single_blocks); with the band most tiles see no key and sit between tiles that do.
+    if not hopper():
+        pytest.skip("fwd_v3_short is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_short")
+    kw = dict(kw)
+    inp = qkv(6, 1100, Sk, 4, D, Hkv=2)
+    if kw.pop("key_padding", False):
+        kpm = torch.rand(6, Sk, device="cuda") > 0.3
+        kpm[2] = False  # an item whose every key is hidden
+        inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
+                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90", f", {80 if Sk <= 80 else 208}, 2, true>"), sorted(names)
+
+
 @pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 333)],
                          ids=["bhqk", "1hqk", "b1qk", "11qk"])
 @pytest.mark.parametrize("D,H,Hkv,kw", [(64, 3, 3, {}), (128, 4, 2, {"causal": True}), (40, 2, 2, {"kp": True}),
