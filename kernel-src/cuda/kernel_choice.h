@@ -403,6 +403,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
   using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
   using Keys80 = typename sm90::FwdPipeShortTilesSm90<D>::keys80;
+  using Keys128 = typename sm90::FwdPipeShortTilesSm90<D>::keys128;
   using Keys208 = typename sm90::FwdPipeShortTilesSm90<D>::keys208;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
@@ -445,6 +446,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     // One key block sized to a short key set: forced only (fwd_v3_short) until it is measured against the narrow
     // tile on the H200 (written 2026-12-04 in a session without device time; RESULTS v3.9 will say).
     const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
+                           : !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN ? sm90::kV3Keys128
                            : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
                                                                                                : sm90::kV3Narrow;
     if (force.v3_tile == 3)
@@ -454,9 +456,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   }
   if (force.v3_tile == 2 && tile != sm90::kV3Wide)
     return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
-  if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys208)
-    return "fwd_v3_short: only the no-term path has short key blocks, at head dim 64 (Sk <= 80 or 208) and 96 "
-           "(Sk <= 80)";
+  if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
+    return "fwd_v3_short: only the no-term path has short key blocks, at head dim 64 (Sk <= 208) and 96 (Sk <= 128)";
   // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
   // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms. With a causal /
   // sliding-window band the static strided assignment is unbalanced (causal D=128 S=16k 2.50 vs 1.65 ms): one CTA
@@ -467,6 +468,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   c.block_m = Narrow::kBlockM;
   c.block_n = tile == sm90::kV3Wide      ? Wide::kBlockN
               : tile == sm90::kV3Keys80  ? Keys80::kBlockN
+              : tile == sm90::kV3Keys128 ? Keys128::kBlockN
               : tile == sm90::kV3Keys208 ? Keys208::kBlockN
                                          : Narrow::kBlockN;
   c.kernel = FwdKernel::kV3;

@@ -24,8 +24,8 @@ enum TermsMode : int {
 };
 // Forward v3's tile on the raw path (kTermsRaw; kernel_traits_sm90.h FwdPipeTraitsSm90For): the narrow default, the
 // wide key blocks of long key sets, or one key block sized to a short key set (<= 80 keys: CLIP's 77 text tokens;
-// <= 208: ViT's 197), where 128-key blocks are 40-60% padding.
-enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys208 = 3 };
+// <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding.
+enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys208 = 3, kV3Keys128 = 4 };
 }  // namespace sm90
 
 // Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32

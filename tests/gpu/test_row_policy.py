@@ -55,12 +55,14 @@ KERNELS = [
     Fwd("fwd_v3_narrow", r"FwdPipeTraitsSm90<64,\s*128\b", D=64, S=300, H=2),
     # wide key blocks: the no-term path only (key padding is no term)
     Fwd("fwd_v3_wide", r"FwdPipeTraitsSm90<64,\s*192\b", D=64, S=300, H=2, bias=(), masks=False, table_W=None),
-    # one key block sized to a short key set: the no-term path (key padding is none), <= 80 keys (head dims 64 and
-    # 96) or <= 208 (64)
+    # one key block sized to a short key set: the no-term path (key padding is none), <= 80 or 128 keys (head dims
+    # 64 and 96) or <= 208 (64)
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<64,\s*208\b", D=64, S=197, H=2, bias=(), masks=False, table_W=None),
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<64,\s*80\b", D=64, S=77, Sq=300, H=2, bias=(), masks=False,
         table_W=None),
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<96,\s*80\b", D=72, S=77, Sq=200, H=2, bias=(), masks=False,
+        table_W=None),
+    Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<96,\s*128\b", D=72, S=120, Sq=200, H=2, bias=(), masks=False,
         table_W=None),
     Fwd("fwd_v3_persistent", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="persistent"),
     Fwd("fwd_v3_per_tile", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="per_tile"),

@@ -186,11 +186,12 @@ def test_bool_mask_per_score_runs_as_bits(kernel, mshape, D, H, Hkv, kw):
     (64, 300, 77, 3, 3, {}), (40, 130, 80, 4, 2, {}), (64, 77, 77, 2, 2, {"causal": True}), (64, 5, 1, 2, 1, {}),
     (72, 257, 77, 3, 3, {}), (80, 64, 33, 2, 2, {"window": (10, 5)}), (96, 129, 80, 2, 1, {}),
     (64, 197, 197, 3, 3, {}), (48, 200, 208, 2, 1, {"causal": True}), (64, 333, 81, 2, 2, {}),
+    (72, 300, 120, 2, 2, {"key_padding": True}), (96, 129, 128, 2, 1, {}), (64, 130, 129, 2, 2, {}),
     (64, 197, 150, 3, 3, {"key_padding": True}), (56, 197, 197, 2, 2, {"window": (64, 64)}),
 ], ids=lambda v: str(v) if not isinstance(v, dict) else "-".join(v) or "plain")
 def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv, kw):
-    # fwd_v3_short (forced until measured, kernel_choice.h): one key block of 80 keys (head dims <= 96) or 208 (<= 64)
-    # for the whole key set, the consumers pipelined across tiles (consume_single_blocks); odd lengths, GQA, causal /
+    # fwd_v3_short (forced until measured, kernel_choice.h): one key block of 80 or 128 keys (head dims <= 96) or
+    # 208 (<= 64) for the whole key set, the consumers pipelined across tiles (consume_single_blocks); odd lengths, GQA, causal /
     # sliding bands (tiles without a visible key between tiles with one), key padding hiding a tail, a single key
     if not hopper():
         pytest.skip("fwd_v3_short is a Hopper kernel")
@@ -203,7 +204,7 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
         kpm[1, ::3] = False
         inp["key_padding_mask"] = kpm
     run_case(kernel, inp, kw)
-    block = 80 if Sk <= 80 else 208
+    block = 80 if Sk <= 80 else 128 if Sk <= 128 else 208
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
@@ -227,7 +228,7 @@ def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
     run_case(kernel, inp, kw)
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
-    assert ran(names, "fwd_pipelined_kernel_sm90", f", {80 if Sk <= 80 else 208}, 2, true>"), sorted(names)
+    assert ran(names, "fwd_pipelined_kernel_sm90", f", {80 if Sk <= 80 else 128 if Sk <= 128 else 208}, 2, true>"), sorted(names)
 
 
 @pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 333)],

@@ -59,20 +59,24 @@ template <> struct FwdPipeTraitsSm90For<256> {
 };
 
 // Raw-path tiles of one key block sized to a short key set (v3.6's ncu: ViT-B/16's S = 197 in 128 x 128 tiles is
-// 59% useful work, Sk = 77 in a 128-key block 60%): `keys80` for Sk <= 80 (CLIP's 77 text tokens), `keys208` for
-// Sk <= 208 (ViT's 197), pipelined across tiles (kSingleBlock). Two stages: a tile has one key block, so the ring
-// only carries the next tile's. A head dim without one names its narrow tile (no instance of its own). D = 96
-// (DiT's 72, SD 1.5's 80) has keys80 only: no model of the shape matrix has 81-208 keys at that head dim.
+// 59% useful work, Sk = 77 in a 128-key block 60%): `keys80` for Sk <= 80 (CLIP's 77 text tokens), `keys128` for
+// Sk <= 128 (PixArt's 120 T5 tokens), `keys208` for Sk <= 208 (ViT's 197), pipelined across tiles (kSingleBlock).
+// Two stages: a tile has one key block, so the ring only carries the next tile's. A head dim without one names its
+// narrow tile (no instance of its own). D = 96 (DiT's 72, SD 1.5's 80, PixArt's 72) has no 208: no model of the
+// shape matrix has 129-208 keys at that head dim.
 template <int D> struct FwdPipeShortTilesSm90 {
   using keys80 = typename FwdPipeTraitsSm90For<D>::narrow;
+  using keys128 = keys80;
   using keys208 = keys80;
 };
 template <> struct FwdPipeShortTilesSm90<64> {
   using keys80 = FwdPipeTraitsSm90<64, 80, 2, true>;
+  using keys128 = FwdPipeTraitsSm90<64, 128, 2, true>;
   using keys208 = FwdPipeTraitsSm90<64, 208, 2, true>;
 };
 template <> struct FwdPipeShortTilesSm90<96> {
   using keys80 = FwdPipeTraitsSm90<96, 80, 2, true>;
+  using keys128 = FwdPipeTraitsSm90<96, 128, 2, true>;
   using keys208 = FwdPipeTraitsSm90For<96>::narrow;
 };
 

@@ -188,6 +188,7 @@ struct FwdPipelinedSm90 {
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
   using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
   using Keys80 = typename sm90::FwdPipeShortTilesSm90<D>::keys80;
+  using Keys128 = typename sm90::FwdPipeShortTilesSm90<D>::keys128;
   using Keys208 = typename sm90::FwdPipeShortTilesSm90<D>::keys208;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
@@ -249,6 +250,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
     launch_fwd_pipelined<K, typename K::Wide, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3Keys80)
     launch_fwd_pipelined<K, typename K::Keys80, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3Keys128)
+    launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3Keys208)
     launch_fwd_pipelined<K, typename K::Keys208, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
