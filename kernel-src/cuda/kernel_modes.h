@@ -25,7 +25,7 @@ enum TermsMode : int {
 // Forward v3's tile on the raw path (kTermsRaw; kernel_traits_sm90.h FwdPipeTraitsSm90For): the narrow default, the
 // wide key blocks of long key sets, or one key block sized to a short key set (<= 80 keys: CLIP's 77 text tokens;
 // <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding.
-enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys208 = 3, kV3Keys128 = 4 };
+enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys128 = 3, kV3Keys208 = 4 };
 }  // namespace sm90
 
 // Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32
@@ -37,7 +37,13 @@ enum BwdDbias : int { kDbiasNone = 0, kDbiasStore = 1, kDbiasReduce = 2, kDbiasS
 // with Q / dO, the term and the bool mask read from global memory per element, a term broadcast over the queries
 // (one value per key: two per thread and step, the keys of a CTA fixed), or a bool mask per score without a term
 // as transposed bits (KParams::mbits: a key's row of query bits, two words per thread, key and query block).
-enum BwdTerms : int { kBwdTermsNone = 0, kBwdTermsStaged = 1, kBwdTermsGlobal = 2, kBwdTermsRow = 3, kBwdTermsBits = 4 };
+enum BwdTerms : int {
+  kBwdTermsNone = 0,
+  kBwdTermsStaged = 1,
+  kBwdTermsGlobal = 2,
+  kBwdTermsRow = 3,
+  kBwdTermsBits = 4,
+};
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 // The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split

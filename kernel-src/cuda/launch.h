@@ -22,8 +22,9 @@ template <int D>
 int bwd_blocks_per_sm(int dtype, int smem, int cfg);
 
 // Hopper forward v3 (sm90/fwd_pipelined_sm90.h, TMA + warp specialization), every head dim of kernel_head_dim():
-// `terms` / `tile` (sm90::V3Tile) / `persistent` / `stage_bytes` as kernel_choice.h's FwdChoice says. fwd_pipelined_sm90_ready:
-// whether this binary holds sm_90a code (built with 9.0a) on this device, i.e. whether any sm90 kernel can run.
+// `terms` / `tile` (sm90::V3Tile) / `persistent` / `stage_bytes` as kernel_choice.h's FwdChoice says.
+// fwd_pipelined_sm90_ready: whether this binary holds sm_90a code (built with 9.0a) on this device, i.e. whether any
+// sm90 kernel can run.
 template <int D>
 bool fwd_pipelined_sm90_ready(int dtype);
 template <int D>

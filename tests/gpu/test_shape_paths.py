@@ -191,8 +191,8 @@ def test_bool_mask_per_score_runs_as_bits(kernel, mshape, D, H, Hkv, kw):
 ], ids=lambda v: str(v) if not isinstance(v, dict) else "-".join(v) or "plain")
 def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv, kw):
     # fwd_v3_short (forced until measured, kernel_choice.h): one key block of 80 or 128 keys (head dims <= 96) or
-    # 208 (<= 64) for the whole key set, the consumers pipelined across tiles (consume_single_blocks); odd lengths, GQA, causal /
-    # sliding bands (tiles without a visible key between tiles with one), key padding hiding a tail, a single key
+    # 208 (<= 64) for the whole key set; odd lengths, GQA, causal / sliding bands, key padding hiding a tail, a
+    # single key
     if not hopper():
         pytest.skip("fwd_v3_short is a Hopper kernel")
     monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_short")
@@ -228,7 +228,8 @@ def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
     run_case(kernel, inp, kw)
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
-    assert ran(names, "fwd_pipelined_kernel_sm90", f", {80 if Sk <= 80 else 128 if Sk <= 128 else 208}, 2, true>"), sorted(names)
+    block = 80 if Sk <= 80 else 128 if Sk <= 128 else 208
+    assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
 
 
 @pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 333)],
