@@ -708,6 +708,8 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
     vb.terms = kBwdTermsStaged;
   else
     vb.terms = row_term(p.bias, p) && vb.dbias_mode == kDbiasNone ? kBwdTermsRow : kBwdTermsGlobal;
+  // (the global-terms kernel checks p.term_hides itself: a branch per element is noise there)
+  vb.hides = p.term_hides && (vb.terms == kBwdTermsStaged || vb.terms == kBwdTermsRow);
   // Pair mode when exactly two batches share each dbias element and no heads do, at head dim 64 (dK / dV of two
   // batches fit the registers there only): H200, dense bias [1, 16, 4096, 4096] with B = 2: 2.06 vs 2.23 ms.
   vb.pair = false;

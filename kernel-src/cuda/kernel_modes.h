@@ -43,7 +43,16 @@ enum BwdTerms : int {
   kBwdTermsGlobal = 2,
   kBwdTermsRow = 3,
   kBwdTermsBits = 4,
+  // kernel instances of the staged and the row term that came with a folded bool mask (BwdV3Buffers::hides): a -inf
+  // entry hides its key whatever the score. Instances of their own, so the plain staged and row backward check
+  // nothing: a run-time predicate in the shared loop cost them 1.5-3% (RESULTS v3.8).
+  kBwdTermsStagedHiding = 5,
+  kBwdTermsRowHiding = 6,
 };
+// How an instance reads its term (its BwdTerms without the hiding).
+constexpr int bwd_terms_read(int terms) {
+  return terms == kBwdTermsStagedHiding ? kBwdTermsStaged : terms == kBwdTermsRowHiding ? kBwdTermsRow : terms;
+}
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 // The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
@@ -66,6 +75,7 @@ struct BwdV3Buffers {
   int dbias_bufs = 1;  // staging tiles (two where they fit)
   bool pair = false;   // pair mode: one CTA owns the two batches that share a dbias tile
   int terms = kBwdTermsNone;
+  bool hides = false;  // the staged or row term was folded with a bool mask (its kernel instance: *Hiding)
   bool deep = false;   // three stages (no additive term)
   bool defer = false;  // deferred dQ (no dbias tile staged)
   int smem = 0;

@@ -174,11 +174,15 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
 // and bool mask read from global memory), key visibility (key_ok), the band, and exp2 against lse (lse: this
 // stage's lse * log2(e) entries). Shared by both consumers.
 // kBwdTermsBits: key_bits[hf], the query bits of key j0 + 8 hf in this query block (load_key_bits).
+// A -inf term folded from a bool mask hides its key (P = 0) whatever the score (score_mod.h add_term): the *Hiding
+// instances and the global-terms one check it (p.term_hides), the plain staged and row ones do not.
 template <typename Elem, int kTerms, int BM, int BN, int NTQ>
 __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParams& p, uint32_t lse, uint32_t sB,
                                               const int (&bias_off)[2][2], const bool (&key_ok)[2],
                                               const uint2 (&key_bits)[2], int b, int h, int m, int n, int j0, int q0,
                                               int qc) {
+  constexpr int kRead = bwd_terms_read(kTerms);
+  constexpr bool kHides = kRead != kTerms;
   int lo = -(1 << 30), hi = 1 << 30;  // j - i = 8 hf - 8 nt - e + base must lie in [band_lo, band_hi]
   if (p.has_band && tile_needs_mask(p, m, n, BM, BN)) {
     const int64_t base = int64_t(j0) - (int64_t(m) * BM + q0 + qc);
@@ -187,7 +191,7 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
   }
   // kBwdTermsRow: the term of this thread's two keys (broadcast over the queries), in log2 units
   float row_z[2] = {0.f, 0.f};
-  if constexpr (kTerms == kBwdTermsRow) {
+  if constexpr (kRead == kBwdTermsRow) {
     const int64_t g = int64_t(b % p.bias.period) * p.bias.sb + int64_t(p.bias.heads > 1 ? h : 0) * p.bias.sh;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf)
@@ -195,12 +199,10 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
   }
   // kBwdTermsGlobal: this (b, h)'s planes of the additive term and the bool mask (broadcast dims: stride 0)
   int64_t gb = 0, gm = 0;
-  if constexpr (kTerms == kBwdTermsGlobal) {
+  if constexpr (kRead == kBwdTermsGlobal) {
     gb = int64_t(b % p.bias.period) * p.bias.sb + int64_t(h) * p.bias.sh;
     gm = int64_t(b % p.mask.period) * p.mask.sb + int64_t(h) * p.mask.sh;
   }
-  // A -inf term folded from a bool mask hides its key (P = 0) whatever the score (score_mod.h add_term). A runtime
-  // predicate here, not with_term_hides: two copies of this loop cost pair mode (D = 64) 388 bytes of spills.
   const bool hides = p.term_hides;
 #pragma unroll
   for (int nt = 0; nt < NTQ; ++nt) {
@@ -212,15 +214,15 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
         const int x = 2 * hf + e, d = 8 * hf - 8 * nt - e;
         float z = -(e ? l2.y : l2.x), t = 0.f;
         bool vis = key_ok[hf] && d >= lo && d <= hi;
-        if constexpr (kTerms == kBwdTermsStaged) {
+        if constexpr (kRead == kBwdTermsStaged) {
           t = half_to_float<Elem>(lds_u16(sB + bias_off[hf][e] + nt * 1024));
           z = fmaf(t, kLog2e, z);
         }
-        if constexpr (kTerms == kBwdTermsRow) {
+        if constexpr (kRead == kBwdTermsRow) {
           t = row_z[hf];
           z += t;
         }
-        if constexpr (kTerms == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
+        if constexpr (kRead == kBwdTermsGlobal) {  // (clamped into range: P is 0 past Sq / Sk anyway)
           const int64_t i = min(m * BM + q0 + nt * 8 + qc + e, p.Sq - 1), j = min(j0 + 8 * hf, p.Sk - 1);
           if (p.bias.ptr != nullptr) {
             t = ld_scalar(p.bias.ptr, p.bias.dtype, gb + i * p.bias.sq + j * p.bias.sk);
@@ -233,7 +235,9 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
           const uint32_t w = nt < 4 ? key_bits[hf].x : key_bits[hf].y;
           vis = vis && ((w >> ((nt % 4) * 8 + qc + e)) & 1u);
         }
-        if constexpr (kTerms != kBwdTermsNone && kTerms != kBwdTermsBits) vis = vis && !(hides && t == -INFINITY);
+        // (the hiding instances check at run time too: so their code is what every staged / row instance had
+        // before; with a compile-time check, ptxas spilled 36 bytes in the D = 128 lock-step staged instance)
+        if constexpr (kHides || kRead == kBwdTermsGlobal) vis = vis && !(hides && t == -INFINITY);
         acc[nt][x] = vis ? fast_exp2(fmaf(acc[nt][x], p.scale_log2, z)) : 0.f;
       }
   }

@@ -18,27 +18,33 @@ struct BwdPipelinedSm90 {
   // deferred dQ (bwd_consume) wherever no dbias tile is staged: always without a term (no dbias then)
   template <typename T, typename Elem, int kTerms>
   static Fn pick_pair(bool pair, bool defer) {
-    if constexpr (D == 64 && kTerms != kBwdTermsRow && kTerms != kBwdTermsBits)  // pair mode: dK / dV of two
+    constexpr int kRead = bwd_terms_read(kTerms);
+    if constexpr (D == 64 && kRead != kBwdTermsRow && kRead != kBwdTermsBits)  // pair mode: dK / dV of two
       if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;  // batches fit at D = 64 (dbias)
     // (the split consumer has its own schedule; no dbias, so deferred dQ, without a term, with a row term or bits)
-    if constexpr (T::kSplitD || kTerms == kBwdTermsNone || kTerms == kBwdTermsRow || kTerms == kBwdTermsBits)
+    if constexpr (T::kSplitD || kRead == kBwdTermsNone || kRead == kBwdTermsRow || kRead == kBwdTermsBits)
       return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, !T::kSplitD>;
     else
       return defer ? sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, true>
                    : sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, false>;
   }
   template <typename Elem>
-  static Fn pick_terms(int terms, bool pair, bool defer) {
+  static Fn pick_terms(int terms, bool hides, bool pair, bool defer) {
     if constexpr (!Tr::kSplitD) {  // (the split head-dim consumer reads every term from global memory)
-      if (terms == kBwdTermsStaged) return pick_pair<Tr, Elem, kBwdTermsStaged>(pair, defer);
-      if (terms == kBwdTermsRow) return pick_pair<Tr, Elem, kBwdTermsRow>(pair, defer);
+      if (terms == kBwdTermsStaged)
+        return hides ? pick_pair<Tr, Elem, kBwdTermsStagedHiding>(pair, defer)
+                     : pick_pair<Tr, Elem, kBwdTermsStaged>(pair, defer);
+      if (terms == kBwdTermsRow)
+        return hides ? pick_pair<Tr, Elem, kBwdTermsRowHiding>(pair, defer)
+                     : pick_pair<Tr, Elem, kBwdTermsRow>(pair, defer);
       if (terms == kBwdTermsBits) return pick_pair<Tr, Elem, kBwdTermsBits>(pair, defer);
     }
     if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair, defer);
     return pick_pair<Tr, Elem, kBwdTermsNone>(pair, defer);
   }
-  static Fn pick(int dtype, int terms, bool pair, bool defer) {
-    return dtype == 0 ? pick_terms<__half>(terms, pair, defer) : pick_terms<__nv_bfloat16>(terms, pair, defer);
+  static Fn pick(int dtype, int terms, bool hides, bool pair, bool defer) {
+    return dtype == 0 ? pick_terms<__half>(terms, hides, pair, defer)
+                      : pick_terms<__nv_bfloat16>(terms, hides, pair, defer);
   }
   // no additive term: three stages (WINATTN_FORCE_KERNEL=bwd_v3_two_stages keeps two, for A/B runs)
   static Fn pick_deep(int dtype) {
@@ -105,7 +111,7 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     }
   }
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, pair, buf.defer);
+  auto kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), buf.smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), buf.smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
