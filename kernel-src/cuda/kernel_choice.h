@@ -432,32 +432,38 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     const int bytes = Narrow::kBlockM * Narrow::kBlockN * 2;
     if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
   }
+  // One key block sized to a short key set (FwdPipeShortTilesSm90): forced only (fwd_v3_short) until it is measured
+  // against the narrow tile on the H200 (written 2026-12-04 in a session without device time). The raw path takes
+  // every short tile; the row term and the mask bits the 128-key one (whole 32-key words, Sk <= 128).
+  const bool keys128 = !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN;
+  const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
+                         : keys128                                                           ? sm90::kV3Keys128
+                         : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
+                                                                                             : sm90::kV3Narrow;
+  const bool want_short = force.v3_tile == 3;
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
     c.v3_terms = sm90::kTermsRawBits;
+    if (want_short && keys128) tile = sm90::kV3Keys128;
   } else if (stage > 0) {
     c.v3_terms = p.term_hides ? sm90::kTermsRawBiasMasked : sm90::kTermsRawBias;
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
     c.v3_terms = sm90::kTermsRawRow;
+    if (want_short && keys128) tile = sm90::kV3Keys128;
   } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {
     c.v3_terms = sm90::kTermsGeneral;
   } else {
     c.v3_terms = sm90::kTermsRaw;
-    // One key block sized to a short key set: forced only (fwd_v3_short) until it is measured against the narrow
-    // tile on the H200 (written 2026-12-04 in a session without device time; RESULTS v3.9 will say).
-    const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
-                           : !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN ? sm90::kV3Keys128
-                           : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
-                                                                                               : sm90::kV3Narrow;
-    if (force.v3_tile == 3)
+    if (want_short)
       tile = short_tile;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;
   }
   if (force.v3_tile == 2 && tile != sm90::kV3Wide)
     return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
-  if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
-    return "fwd_v3_short: only the no-term path has short key blocks, at head dim 64 (Sk <= 208) and 96 (Sk <= 128)";
+  if (want_short && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
+    return "fwd_v3_short: short key blocks take no term, a row term or mask bits (Sk <= 128; no term: Sk <= 208) at "
+           "head dim 64, and Sk <= 128 at 96";
   // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
   // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms. With a causal /
   // sliding-window band the static strided assignment is unbalanced (causal D=128 S=16k 2.50 vs 1.65 ms): one CTA

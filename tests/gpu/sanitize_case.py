@@ -116,7 +116,7 @@ def main():
     kern.attention(q, k, v, causal=True)
     # 9. kernels chosen only when forced (WINATTN_FORCE_KERNEL): forward v3's key blocks sized to short key sets
     #    (80 / 128 keys at D = 64 / 96, 208 at D = 64; more tiles than SMs: the cross-tile pipeline; key padding,
-    #    causal), and the backward's mask bits (a bool mask per score as transposed bits; partial query words, GQA,
+    #    causal, a row term, mask bits), and the backward's mask bits (a bool mask per score as transposed bits; partial query words, GQA,
     #    a band)
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_short"
     with torch.no_grad():
@@ -126,6 +126,10 @@ def main():
             kern.attention(q, k, v, key_padding_mask=torch.rand(4, Sk, device=dev) > 0.2)
             if Sq == Sk:
                 kern.attention(q, k, v, causal=True)
+        # the 128-key tile with a row term (the next tile's loaded ahead) and with mask bits
+        q, k, v = r(4, 1100, 4, 72, grad=False), r(4, 120, 2, 72, grad=False), r(4, 120, 2, 72, grad=False)
+        kern.attention(q, k, v, bias=torch.randn(4, 1, 1, 120, device=dev, dtype=dt))
+        kern.attention(q, k, v, mask=torch.rand(4, 4, 1100, 120, device=dev) > 0.3)
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
     for D in (64, 128):
         q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)

@@ -232,6 +232,39 @@ def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
 
 
+@pytest.mark.parametrize("term", ["float [B,1,1,Sk] -inf", "float [1,H,1,Sk] fp32", "bool [1,1,Sq,Sk]",
+                                  "bool [B,H,Sq,Sk]", "bool [1,H,1,Sk]"])
+@pytest.mark.parametrize("D,Sk", [(64, 77), (72, 120), (64, 128)])
+def test_short_key_blocks_with_a_row_term_or_mask_bits(kernel, monkeypatch, term, D, Sk):
+    # fwd_v3_short's 128-key tile also takes a term broadcast over the queries (kTermsRawRow) and a bool mask as bits
+    # (kTermsRawBits), each loaded for the next tile while the GEMMs run; more tiles than SMs (6 x 4 x 9), rows with
+    # every key hidden
+    if not hopper():
+        pytest.skip("fwd_v3_short is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_short")
+    B, H, Sq = 6, 4, 1100
+    inp = qkv(B, Sq, Sk, H, D, Hkv=2)
+    if term.startswith("float"):
+        shape = (B, 1, 1, Sk) if "[B,1,1,Sk]" in term else (1, H, 1, Sk)
+        keep = torch.rand(shape, device="cuda") > 0.3
+        keep[0] = False  # (item 0: every key hidden)
+        if "-inf" in term:
+            inp["bias"] = torch.zeros(shape, device="cuda", dtype=BF16).masked_fill(~keep, float("-inf"))
+        else:
+            inp["bias"] = torch.randn(shape, device="cuda", dtype=FP32)
+    else:
+        shape = {"bool [1,1,Sq,Sk]": (1, 1, Sq, Sk), "bool [B,H,Sq,Sk]": (B, H, Sq, Sk),
+                 "bool [1,H,1,Sk]": (1, H, 1, Sk)}[term]
+        inp["mask"] = torch.rand(shape, device="cuda") > 0.3
+        inp["mask"][..., 0] = True
+        if shape[2] == Sq:
+            inp["mask"][0, 0, 17] = False  # a query row with every key hidden
+    run_case(kernel, inp, {})
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"),
+                                                 mask=inp.get("mask")))
+    assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true>"), sorted(names)
+
+
 @pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 333)],
                          ids=["bhqk", "1hqk", "b1qk", "11qk"])
 @pytest.mark.parametrize("D,H,Hkv,kw", [(64, 3, 3, {}), (128, 4, 2, {"causal": True}), (40, 2, 2, {"kp": True}),

@@ -100,7 +100,8 @@ std::string describe_fwd(const FwdChoice& c) {
   char buf[160];
   if (c.kernel == FwdKernel::kV3) {
     std::snprintf(buf, sizeof buf, " %dx%d terms=%s%s%s", c.block_m, c.block_n, terms_name(c.v3_terms).c_str(),
-                  c.v3_persistent ? " persistent" : " per-tile", c.v3_tile == sm90::kV3Wide ? " wide" : "");
+                  c.v3_persistent ? " persistent" : " per-tile",
+                  c.v3_tile == sm90::kV3Wide ? " wide" : c.v3_tile != sm90::kV3Narrow ? " one-block" : "");
     s += buf;
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
@@ -168,6 +169,8 @@ int main(int argc, char** argv) {
   // cross-attention
   add(make("sdxl cross Sk77 D64", 4, 4096, 77, 10, 10, 64));
   { Call c = make("pixart cross Sk120 kp", 4, 4096, 120, 16, 16, 72); add(padding(c)); }
+  { Call c = make("pixart cross Sk120 float mask [B,1,1,S]", 4, 4096, 120, 16, 16, 72); add(bias(c, b16, 4, 1, 1, 120)); }
+  { Call c = make("sdxl cross Sk77 bool mask [1,1,Sq,Sk]", 4, 4096, 77, 10, 10, 64); add(mask(c, 1, 1, 4096, 77)); }
   { Call c = make("qwenimage key padding S4352", 2, 4352, 4352, 24, 24, 128); add(padding(c)); }
   // additive terms
   { Call c = make("beit bias fp32 [1,H,N,N] N197 grad", 128, 197, 197, 12, 12, 64); add(bias(c, f32, 1, 12, 197, 197, true)); }

@@ -96,17 +96,23 @@ def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):
 
 def test_short_key_blocks_are_sized_to_the_key_set(table_exe):
     """fwd_v3_short: one key block of 80 keys for CLIP's 77, 128 for PixArt's 120, 208 for ViT's 197 (head dim 64;
-    DiT's 72 runs at 96, which stops at 128); a key set or term it has no tile for is refused with the reason."""
+    DiT's 72 runs at 96, which stops at 128), the 128 one for row terms and mask bits too; a key set or term it has no
+    tile for is refused with the reason."""
     r = run_table(table_exe, "--force", "fwd_v3_short", "sdxl cross Sk77 D64")
-    assert "fwd_v3 128x80 terms=raw" in r.stdout, r.stdout
+    assert "fwd_v3 128x80 terms=raw persistent one-block" in r.stdout, r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_short", "vit-b S197 D64")
-    assert "fwd_v3 128x208 terms=raw" in r.stdout, r.stdout
+    assert "fwd_v3 128x208 terms=raw persistent one-block" in r.stdout, r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_short", "pixart cross Sk120 kp")  # (key padding: the raw path)
-    assert "fwd_v3 128x128 terms=raw" in r.stdout, r.stdout
-    for shape in ["dit-xl D72 S256", "sd15 D40 S4096", "beit bias fp32"]:
+    assert "fwd_v3 128x128 terms=raw persistent one-block" in r.stdout, r.stdout
+    # a row term and mask bits take the 128-key tile (whole 32-key words)
+    r = run_table(table_exe, "--force", "fwd_v3_short", "pixart cross Sk120 float mask")
+    assert "fwd_v3 128x128 terms=row persistent one-block" in r.stdout, r.stdout
+    r = run_table(table_exe, "--force", "fwd_v3_short", "sdxl cross Sk77 bool mask")
+    assert "fwd_v3 128x128 terms=mask-bits persistent one-block" in r.stdout, r.stdout
+    for shape in ["dit-xl D72 S256", "sd15 D40 S4096", "beit bias fp32", "bool mask [1,H,1,S] vit S197"]:
         r = run_table(table_exe, "--force", "fwd_v3_short", shape)
-        assert "this call cannot run it (fwd_v3_short: only the no-term path has short key blocks" in r.stdout, \
-            (shape, r.stdout)
+        assert "this call cannot run it (fwd_v3_short: short key blocks take no term, a row term or mask bits" \
+            in r.stdout, (shape, r.stdout)
 
 
 if __name__ == "__main__":

@@ -282,11 +282,14 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
 // epilogue follows. Tile by tile (consume) each was one serial chain, Q K^T, wait, softmax, P V, wait, epilogue
 // (v3.6's ncu of ViT-B/16: no eligible warp 55% of cycles, "wait" stalls on the wgmma / barrier chain). The next
 // tile's Q is in its own slot (Tr::kQSlots), loaded while this tile computes. The ping-pong turns are consume's: one
-// per Q K^T issue (the first tile's) and one per P V issue, warpgroup 1's last one skipped.
+// per Q K^T issue (the first tile's) and one per P V issue, warpgroup 1's last one skipped. Terms: the raw path's,
+// and at whole 32-key words the row term and the mask bits, each loaded for the next tile while the GEMMs run.
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, const PipeSmem<Tr> sm, int cw, int warp,
                                                       int lane) {
-  static_assert(Tr::kSingleBlock && Tr::kQSlots == 2 && kMode == kTermsRaw, "the raw path's short key blocks");
+  static_assert(Tr::kSingleBlock && Tr::kQSlots == 2, "one key block per tile, two Q slots");
+  static_assert(kMode == kTermsRaw || ((kMode == kTermsRawRow || kMode == kTermsRawBits) && Tr::kBlockN % 32 == 0),
+                "the raw path, or a row term / mask bits in whole words");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
   const KParams& p = P.p;
@@ -308,6 +311,12 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
   uint32_t pf[NT / 2][4];
   float s_max[2], s_sum[2];  // the softmax state of the tile whose S / P is in acc_s / pf
   float o_max[2], o_sum[2];  // ... of the tile whose P V is in acc_o
+  float row[BN / 32];         // kTermsRawRow / kTermsRawBits: the term of the tile whose S comes next
+  uint32_t bits[2][BN / 32];
+  auto load_terms = [&](const PipeTile& tile) {
+    if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, tile.b, tile.h, 0, lane);
+    if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, tile.b, tile.h, tile.m_block * BM, 0, wr, lane);
+  };
   // t: this CTA's tiles with a key before this one (the producer's count): Q slot t % 2, stage t % ST
   auto issue_qk = [&](int t) {
     const uint32_t qa = sm.q(t % 2) + cw * 64 * kSwizzleRowBytes, ka = sm.k(t % ST);
@@ -335,8 +344,6 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
   };
   auto softmax = [&](const PipeTile& tile, int t) {  // S of the tile -> its unnormalized P and row state
     fence_acc(acc_s);
-    float row[BN / 32];         // (the raw path reads neither)
-    uint32_t bits[2][BN / 32];
     const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, nullptr, row, bits, tile.b, tile.h,
                                                             tile.m_block, tile.n_hi - 1, wr, lane);
     release(sm.k_empty(t % ST));
@@ -366,6 +373,7 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
   my_turn();
   issue_qk(0);
   your_turn();
+  load_terms(cur);
   wgmma_wait<0>();
   softmax(cur, 0);
   to_pfrag();
@@ -385,6 +393,7 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) o_max[hf] = s_max[hf], o_sum[hf] = s_sum[hf];
     if (more) {
+      load_terms(nxt);
       wgmma_wait<1>();  // S of the next tile is in; this tile's P V still runs
       softmax(nxt, t + 1);
     }

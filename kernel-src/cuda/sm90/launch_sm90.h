@@ -238,10 +238,14 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
   P.bias_stage_bytes = stage_bytes;
   if (terms == sm90::kTermsRawBias)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawRow && tile == sm90::kV3Keys128)
+    launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRawRow>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawRow)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawRow>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawBiasMasked)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBiasMasked>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawBits && tile == sm90::kV3Keys128)
+    launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRawBits>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawBits)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBits>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsGeneral)
