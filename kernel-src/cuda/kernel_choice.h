@@ -92,13 +92,14 @@ struct DeviceCaps {
 struct Forced {
   FwdKernel fwd = FwdKernel::kAuto;
   BwdKernel bwd = BwdKernel::kAuto;
-  int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short (the no-term path's key block)
+  int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool bwd_two_stages = false, bwd_no_pair = false, bwd_mask_bits = false;
 };
 constexpr const char* kForceNames =
-    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, "
-    "fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_windows, bwd_windows_wide";
+    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_persistent, fwd_v3_per_tile, "
+    "fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_windows, "
+    "bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -119,6 +120,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_narrow") f.fwd = FwdKernel::kV3, f.v3_tile = 1;
     else if (n == "fwd_v3_wide") f.fwd = FwdKernel::kV3, f.v3_tile = 2;
     else if (n == "fwd_v3_short") f.fwd = FwdKernel::kV3, f.v3_tile = 3;
+    else if (n == "fwd_v3_stream") f.fwd = FwdKernel::kV3, f.v3_tile = 4;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
@@ -402,9 +404,10 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
                            const Forced& force) {
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
   using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
-  using Keys80 = typename sm90::FwdPipeShortTilesSm90<D>::keys80;
-  using Keys128 = typename sm90::FwdPipeShortTilesSm90<D>::keys128;
-  using Keys208 = typename sm90::FwdPipeShortTilesSm90<D>::keys208;
+  using Keys80 = typename sm90::FwdPipeStreamTilesSm90<D>::keys80;
+  using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
+  using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
+  using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
@@ -432,9 +435,10 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     const int bytes = Narrow::kBlockM * Narrow::kBlockN * 2;
     if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
   }
-  // One key block sized to a short key set (FwdPipeShortTilesSm90): forced only (fwd_v3_short) until it is measured
-  // against the narrow tile on the H200 (written 2026-12-04 in a session without device time). The raw path takes
-  // every short tile; the row term and the mask bits the 128-key one (whole 32-key words, Sk <= 128).
+  // Streamed tiles (FwdPipeStreamTilesSm90), forced only until they are measured against the narrow tile on the H200
+  // (written 2026-12-04 in a session without device time): fwd_v3_short, one key block sized to a short key set (the
+  // raw path takes every short tile; the row term and the mask bits the 128-key one: whole 32-key words,
+  // Sk <= 128); fwd_v3_stream, 128-key blocks for any key set (the raw path).
   const bool keys128 = !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN;
   const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
                          : keys128                                                           ? sm90::kV3Keys128
@@ -456,11 +460,15 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     c.v3_terms = sm90::kTermsRaw;
     if (want_short)
       tile = short_tile;
+    else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
+      tile = sm90::kV3Stream;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;
   }
   if (force.v3_tile == 2 && tile != sm90::kV3Wide)
     return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
+  if (force.v3_tile == 4 && tile != sm90::kV3Stream)
+    return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
   if (want_short && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
     return "fwd_v3_short: short key blocks take no term, a row term or mask bits (Sk <= 128; no term: Sk <= 208) at "
            "head dim 64, and Sk <= 128 at 96";
@@ -476,6 +484,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
               : tile == sm90::kV3Keys80  ? Keys80::kBlockN
               : tile == sm90::kV3Keys128 ? Keys128::kBlockN
               : tile == sm90::kV3Keys208 ? Keys208::kBlockN
+              : tile == sm90::kV3Stream  ? Stream::kBlockN
                                          : Narrow::kBlockN;
   c.kernel = FwdKernel::kV3;
   c.p = p;

@@ -22,10 +22,11 @@ enum TermsMode : int {
   kTermsRawBits = 4,
   kTermsRawBiasMasked = 5,
 };
-// Forward v3's tile on the raw path (kTermsRaw; kernel_traits_sm90.h FwdPipeTraitsSm90For): the narrow default, the
-// wide key blocks of long key sets, or one key block sized to a short key set (<= 80 keys: CLIP's 77 text tokens;
-// <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding.
-enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys128 = 3, kV3Keys208 = 4 };
+// Forward v3's tile (kernel_traits_sm90.h FwdPipeTraitsSm90For / FwdPipeStreamTilesSm90): the narrow default, the
+// wide key blocks of long key sets (the raw path), one key block sized to a short key set (<= 80 keys: CLIP's 77
+// text tokens; <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding, or 128-key blocks
+// streamed for any key set (the last three pipelined across tiles: consume_stream).
+enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys128 = 3, kV3Keys208 = 4, kV3Stream = 5 };
 }  // namespace sm90
 
 // Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32

@@ -130,6 +130,13 @@ def main():
         q, k, v = r(4, 1100, 4, 72, grad=False), r(4, 120, 2, 72, grad=False), r(4, 120, 2, 72, grad=False)
         kern.attention(q, k, v, bias=torch.randn(4, 1, 1, 120, device=dev, dtype=dt))
         kern.attention(q, k, v, mask=torch.rand(4, 4, 1100, 120, device=dev) > 0.3)
+    #    streamed tiles of several key blocks (persistent: tiles of different lengths, empty ones between)
+    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_stream,fwd_v3_persistent"
+    with torch.no_grad():
+        for D in (64, 128):
+            q, k, v = r(4, 1100, 4, D, grad=False), r(4, 700, 2, D, grad=False), r(4, 700, 2, D, grad=False)
+            kern.attention(q, k, v, key_padding_mask=torch.rand(4, 700, device=dev) > 0.2)
+            kern.attention(q, k, v, window=(60, 60))
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
     for D in (64, 128):
         q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)

@@ -215,7 +215,7 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
                          ids=["d64_sk77", "d72_sk80_causal", "d64_sk197_band", "d48_sk150_key_padding"])
 def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
     # More 128-query tiles than SMs (6 x 4 x 9 = 216), so each persistent CTA carries one tile's P V into the next
-    # tile's Q K^T (consume_single_blocks); with the band most tiles see no key and sit between tiles that do.
+    # tile's Q K^T (consume_stream); with the band most tiles see no key and sit between tiles that do.
     if not hopper():
         pytest.skip("fwd_v3_short is a Hopper kernel")
     monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_short")
@@ -230,6 +230,31 @@ def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
     block = 80 if Sk <= 80 else 128 if Sk <= 128 else 208
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
+
+
+@pytest.mark.parametrize("D,B,H,Hkv,Sq,Sk,kw", [
+    (72, 32, 4, 4, 256, 256, {}),                                            # DiT: 2 key blocks, 256 tiles
+    (64, 4, 8, 2, 1000, 1000, {"causal": True}),                             # 1 .. 8 key blocks per tile
+    (128, 6, 4, 4, 1100, 256, {"window": (40, 40)}),                         # empty tiles between the others
+    (80, 4, 6, 2, 600, 700, {"key_padding": True}),                          # GQA, key padding, ragged ends
+], ids=["dit_d72", "causal_gqa_d64", "band_empty_tiles_d128", "key_padding_d80"])
+def test_streamed_tiles_across_tile_boundaries(kernel, monkeypatch, D, B, H, Hkv, Sq, Sk, kw):
+    # fwd_v3_stream (forced until measured): 128-key blocks, the consumers' loop pipelined across tile boundaries
+    # (consume_stream: a tile's last P V issued with the next tile's first Q K^T, the running softmax restarted, the
+    # finished tile's epilogue after); persistent, so each CTA walks tiles of different lengths
+    if not hopper():
+        pytest.skip("fwd_v3_stream is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_stream,fwd_v3_persistent")
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, D, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        kpm = torch.rand(B, Sk, device="cuda") > 0.2
+        kpm[1, 300:] = False
+        inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
+                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true>"), sorted(names)
 
 
 @pytest.mark.parametrize("term", ["float [B,1,1,Sk] -inf", "float [1,H,1,Sk] fp32", "bool [1,1,Sq,Sk]",

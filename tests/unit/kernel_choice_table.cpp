@@ -101,7 +101,10 @@ std::string describe_fwd(const FwdChoice& c) {
   if (c.kernel == FwdKernel::kV3) {
     std::snprintf(buf, sizeof buf, " %dx%d terms=%s%s%s", c.block_m, c.block_n, terms_name(c.v3_terms).c_str(),
                   c.v3_persistent ? " persistent" : " per-tile",
-                  c.v3_tile == sm90::kV3Wide ? " wide" : c.v3_tile != sm90::kV3Narrow ? " one-block" : "");
+                  c.v3_tile == sm90::kV3Wide     ? " wide"
+                  : c.v3_tile == sm90::kV3Stream ? " streamed"
+                  : c.v3_tile != sm90::kV3Narrow ? " one-block"
+                                                 : "");
     s += buf;
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");

@@ -52,7 +52,8 @@ def test_choice_matches_golden(table_exe):
 
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
-    for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_persistent",
+    for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
+                 "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
                  "bwd_v3_no_pair", "bwd_v3_bits", "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
@@ -78,6 +79,18 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
         in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
     assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
+
+
+def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
+    """fwd_v3_stream: 128-key blocks for any key set, the consumers pipelined across tile boundaries (head dims 64, 96
+    and 128; DiT's 72 and SD 1.5's 40 run at 96 and 64); a term or another head dim is refused with the reason."""
+    for shape in ["dit-xl D72 S256", "sd15 D40 S4096", "flux S4608 D128", "vit-b S197 D64"]:
+        r = run_table(table_exe, "--force", "fwd_v3_stream", shape)
+        assert "fwd_v3 128x128 terms=raw persistent streamed" in r.stdout, (shape, r.stdout)
+    for shape in ["beit bias fp32", "S16k D256", "bool mask [B,H,S,S] t5"]:
+        r = run_table(table_exe, "--force", "fwd_v3_stream", shape)
+        assert "this call cannot run it (fwd_v3_stream: streamed tiles take the no-term path" in r.stdout, \
+            (shape, r.stdout)
 
 
 def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):

@@ -276,20 +276,23 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                               reinterpret_cast<const float (&)[1][2]>(row_sum), qr, qc);
 }
 
-// The consumers of single-block tiles (Tr::kSingleBlock: the planner's short key blocks hold every key, so a tile
-// has one key block or none), as a loop over this CTA's tiles pipelined across them: a tile's P V is issued with the
-// next tile's Q K^T, so the next tile's softmax runs while the tensor cores do this one's P V, and this one's
-// epilogue follows. Tile by tile (consume) each was one serial chain, Q K^T, wait, softmax, P V, wait, epilogue
-// (v3.6's ncu of ViT-B/16: no eligible warp 55% of cycles, "wait" stalls on the wgmma / barrier chain). The next
-// tile's Q is in its own slot (Tr::kQSlots), loaded while this tile computes. The ping-pong turns are consume's: one
-// per Q K^T issue (the first tile's) and one per P V issue, warpgroup 1's last one skipped. Terms: the raw path's,
-// and at whole 32-key words the row term and the mask bits, each loaded for the next tile while the GEMMs run.
+// The consumers of streamed tiles (Tr::kStream): one loop over this CTA's key blocks, tile after tile, pipelined
+// across the tile boundaries too. Each step issues the Q K^T of the next block (the next tile's first block at a
+// boundary) with the P V of this one, so the next block's softmax runs while the tensor cores do this one's P V; at a
+// boundary this tile's epilogue follows. Tile by tile (consume), the first block's Q K^T and the last block's P V
+// of each tile had nothing beside them, and a tile of one key block (short key sets) was one serial chain: Q K^T,
+// wait, softmax, P V, wait, epilogue (v3.6's ncu of ViT-B/16: no eligible warp 55% of cycles, "wait" stalls on the
+// wgmma / barrier chain). The next tile's Q is in its own slot (Tr::kQSlots), loaded while this tile computes. The
+// ping-pong turns are consume's: one per Q K^T issue of the CTA's first block and one per P V issue, warpgroup 1's
+// last one skipped. Terms: the raw path, the staged tile, and at whole 32-key words the row term and the mask bits,
+// loaded for the next block after its Q K^T is issued.
 template <typename Tr, typename Elem, int kMode>
-__device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, const PipeSmem<Tr> sm, int cw, int warp,
-                                                      int lane) {
-  static_assert(Tr::kSingleBlock && Tr::kQSlots == 2, "one key block per tile, two Q slots");
-  static_assert(kMode == kTermsRaw || ((kMode == kTermsRawRow || kMode == kTermsRawBits) && Tr::kBlockN % 32 == 0),
-                "the raw path, or a row term / mask bits in whole words");
+__device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const PipeSmem<Tr> sm,
+                                               const unsigned char* smem_base, int cw, int warp, int lane) {
+  static_assert(Tr::kStream && Tr::kQSlots == 2, "streamed tiles, two Q slots");
+  static_assert(kMode == kTermsRaw || kMode == kTermsRawBias || kMode == kTermsRawBiasMasked ||
+                    ((kMode == kTermsRawRow || kMode == kTermsRawBits) && Tr::kBlockN % 32 == 0),
+                "the general path has its own kernel");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
   const KParams& p = P.p;
@@ -309,17 +312,18 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
   };
   float acc_s[NT][4], acc_o[1][DT][4];
   uint32_t pf[NT / 2][4];
-  float s_max[2], s_sum[2];  // the softmax state of the tile whose S / P is in acc_s / pf
-  float o_max[2], o_sum[2];  // ... of the tile whose P V is in acc_o
-  float row[BN / 32];         // kTermsRawRow / kTermsRawBits: the term of the tile whose S comes next
+  float row_max[2], row_sum[2], corr[2];  // the running softmax of the tile whose latest block is in acc_s / pf
+  float o_max[2], o_sum[2];               // a finished tile's, for its epilogue
+  float row[BN / 32];                     // kTermsRawRow / kTermsRawBits: the term of the block whose S comes next
   uint32_t bits[2][BN / 32];
-  auto load_terms = [&](const PipeTile& tile) {
-    if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, tile.b, tile.h, 0, lane);
-    if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, tile.b, tile.h, tile.m_block * BM, 0, wr, lane);
+  auto load_terms = [&](const PipeTile& tile, int n) {
+    if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, tile.b, tile.h, n, lane);
+    if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, tile.b, tile.h, tile.m_block * BM, n, wr, lane);
   };
-  // t: this CTA's tiles with a key before this one (the producer's count): Q slot t % 2, stage t % ST
-  auto issue_qk = [&](int t) {
-    const uint32_t qa = sm.q(t % 2) + cw * 64 * kSwizzleRowBytes, ka = sm.k(t % ST);
+  // g: this CTA's key blocks before this one (the producer's kb + it): stage g % ST; t: its tiles with a key before
+  // this one (the producer's t): Q slot t % 2
+  auto issue_qk = [&](int t, int g) {
+    const uint32_t qa = sm.q(t % 2) + cw * 64 * kSwizzleRowBytes, ka = sm.k(g % ST);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
@@ -329,32 +333,33 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
     }
     wgmma_commit();
   };
-  auto issue_pv = [&](int t) {  // (the first k step overwrites acc_o: no zeroing)
-    const uint32_t va = sm.v(t % ST);
+  auto issue_pv = [&](int g, bool first) {  // (a tile's first P V overwrites acc_o: no zeroing)
+    const uint32_t va = sm.v(g % ST);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
       wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks],
-                  make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), ks > 0);
+                  make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), ks > 0 || !first);
     wgmma_commit();
   };
   auto release = [&](uint32_t bar) {
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  auto softmax = [&](const PipeTile& tile, int t) {  // S of the tile -> its unnormalized P and row state
+  // S of block n of `tile` (stage g % ST) -> its unnormalized P, the running row state and corr; a tile's first
+  // block starts the state; its last one frees the tile's Q slot
+  auto softmax = [&](const PipeTile& tile, int n, int t, int g) {
     fence_acc(acc_s);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, nullptr, row, bits, tile.b, tile.h,
-                                                            tile.m_block, tile.n_hi - 1, wr, lane);
-    release(sm.k_empty(t % ST));
-    release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
+    const unsigned char* sB = smem_base + (sm.bias(g % ST, P.bias_stage_bytes) - sm.base);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, bits, tile.b, tile.h, tile.m_block, n,
+                                                            wr, lane);
+    release(sm.k_empty(g % ST));
+    if (n == tile.n_lo) release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
+    if (n == tile.n_hi - 1)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float corr;  // (1: nothing carried in)
-      s_max[hf] = -INFINITY;
-      s_sum[hf] = 0.f;
-      softmax_step(acc_s, hf, sc, s_max[hf], s_sum[hf], corr);
-    }
+      for (int hf = 0; hf < 2; ++hf) row_max[hf] = -INFINITY, row_sum[hf] = 0.f;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) softmax_step(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
   };
   auto to_pfrag = [&]() {
     float (&s3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc_s);
@@ -368,46 +373,68 @@ __device__ __forceinline__ void consume_single_blocks(const FwdPipeParams& P, co
   int idx = next_tile(blockIdx.x, cur);
   if (idx >= ntiles) return;
   if (cw == 1) your_turn();  // ping-pong: warpgroup 0 issues first
+  // the CTA's first block: S, terms, softmax (blocks go from the last visible one down, as the producer loads them)
   mbar_wait(sm.q_full(0), 0);
   mbar_wait(sm.k_full(0), 0);
   my_turn();
-  issue_qk(0);
+  issue_qk(0, 0);
   your_turn();
-  load_terms(cur);
+  load_terms(cur, cur.n_hi - 1);
   wgmma_wait<0>();
-  softmax(cur, 0);
+  softmax(cur, cur.n_hi - 1, 0, 0);
   to_pfrag();
-  for (int t = 0;; ++t) {
-    PipeTile nxt;
-    const int nidx = next_tile(idx + gridDim.x, nxt);
-    const bool more = nidx < ntiles;
+  int n = cur.n_hi - 1, t = 0, g = 0;  // the block whose P is in pf: n of tile cur, its tile count and block count
+  bool first = true;                   // ... and whether it is its tile's first (its P V starts acc_o)
+  for (;;) {
+    // the next block: this tile's next one down, or the next tile's first
+    const bool same = n > cur.n_lo;
+    PipeTile nxt = cur;
+    int nidx = idx;
+    if (!same) nidx = next_tile(idx + gridDim.x, nxt);
+    const bool more = same || nidx < ntiles;
+    const int tn = same ? t : t + 1, nn = same ? n - 1 : nxt.n_hi - 1;
     if (more) {
-      mbar_wait(sm.q_full((t + 1) % 2), uint32_t((t + 1) / 2) & 1u);
-      mbar_wait(sm.k_full((t + 1) % ST), uint32_t((t + 1) / ST) & 1u);
+      if (!same) mbar_wait(sm.q_full(tn % 2), uint32_t(tn / 2) & 1u);
+      mbar_wait(sm.k_full((g + 1) % ST), uint32_t((g + 1) / ST) & 1u);
     }
-    mbar_wait(sm.v_full(t % ST), uint32_t(t / ST) & 1u);
+    mbar_wait(sm.v_full(g % ST), uint32_t(g / ST) & 1u);
     my_turn();
-    if (more) issue_qk(t + 1);
-    issue_pv(t);
+    if (more) issue_qk(tn, g + 1);
+    issue_pv(g, first);
     if (cw == 0 || more) your_turn();  // the CTA's last hand-over: warpgroup 0 has no turn left to wait for
+    if (!same)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) o_max[hf] = s_max[hf], o_sum[hf] = s_sum[hf];
+      for (int hf = 0; hf < 2; ++hf) o_max[hf] = row_max[hf], o_sum[hf] = row_sum[hf];
     if (more) {
-      load_terms(nxt);
-      wgmma_wait<1>();  // S of the next tile is in; this tile's P V still runs
-      softmax(nxt, t + 1);
+      load_terms(nxt, nn);
+      wgmma_wait<1>();  // S of the next block is in; this block's P V still runs
+      softmax(nxt, nn, tn, g + 1);
     }
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
-    release(sm.v_empty(t % ST));
-    write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, cur.b, cur.h, cur.m_block * BM, wr, acc_o,
-                                reinterpret_cast<const float (&)[1][2]>(o_max),
-                                reinterpret_cast<const float (&)[1][2]>(o_sum), qr, qc);
-    if (!more) break;
+    release(sm.v_empty(g % ST));
+    if (same) {  // rescale this tile's O to the new running max, then the next block's P
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        acc_o[0][dt][0] *= corr[0];
+        acc_o[0][dt][1] *= corr[0];
+        acc_o[0][dt][2] *= corr[1];
+        acc_o[0][dt][3] *= corr[1];
+      }
+    } else {
+      write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, cur.b, cur.h, cur.m_block * BM, wr, acc_o,
+                                  reinterpret_cast<const float (&)[1][2]>(o_max),
+                                  reinterpret_cast<const float (&)[1][2]>(o_sum), qr, qc);
+      if (!more) break;
+    }
     to_pfrag();
+    first = !same;
     cur = nxt;
     idx = nidx;
+    n = nn;
+    t = tn;
+    ++g;
   }
 }
 
@@ -455,9 +482,9 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(co
         ++t;
       }
     }
-  } else if constexpr (Tr::kSingleBlock) {
+  } else if constexpr (Tr::kStream) {
     regs_alloc<Tr::kConsumerRegs>();
-    consume_single_blocks<Tr, Elem, kMode>(P, sm, wg - 1, warp, lane);
+    consume_stream<Tr, Elem, kMode>(P, sm, smem, wg - 1, warp, lane);
   } else {
     regs_alloc<Tr::kConsumerRegs>();
     const int cw = wg - 1;

@@ -10,13 +10,13 @@ namespace sm90 {
 // Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the
 // bias stages, sized at launch).
 // Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).
-// kSingleBlock: every tile has one key block (the planner's short key blocks hold the whole key set); the consumers
-// then pipeline across tiles (consume_single_blocks), which needs the next tile's Q in a second slot (kQSlots).
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kSingleBlock_ = false>
+// kStream: the consumers run one loop over the CTA's key blocks, pipelined across tile boundaries too
+// (consume_stream), which needs the next tile's Q in a second slot (kQSlots).
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false>
 struct FwdPipeTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
-  static constexpr bool kSingleBlock = kSingleBlock_;
-  static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8, kQSlots = kSingleBlock ? 2 : 1;
+  static constexpr bool kStream = kStream_;
+  static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8, kQSlots = kStream ? 2 : 1;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
@@ -58,26 +58,36 @@ template <> struct FwdPipeTraitsSm90For<256> {
   using wide = narrow;
 };
 
-// Raw-path tiles of one key block sized to a short key set (v3.6's ncu: ViT-B/16's S = 197 in 128 x 128 tiles is
-// 59% useful work, Sk = 77 in a 128-key block 60%): `keys80` for Sk <= 80 (CLIP's 77 text tokens), `keys128` for
-// Sk <= 128 (PixArt's 120 T5 tokens), `keys208` for Sk <= 208 (ViT's 197), pipelined across tiles (kSingleBlock).
-// Two stages: a tile has one key block, so the ring only carries the next tile's. A head dim without one names its
-// narrow tile (no instance of its own). D = 96 (DiT's 72, SD 1.5's 80, PixArt's 72) has no 208: no model of the
-// shape matrix has 129-208 keys at that head dim.
-template <int D> struct FwdPipeShortTilesSm90 {
+// Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one
+// key block sized to a short key set (v3.6's ncu: ViT-B/16's S = 197 in 128 x 128 tiles is 59% useful work, Sk = 77
+// in a 128-key block 60%): Sk <= 80 (CLIP's 77 text tokens), <= 128 (PixArt's 120 T5 tokens), <= 208 (ViT's 197).
+// `any`: 128-key blocks for any key set (DiT, SD 1.5 self-attention: tiles of a few key blocks). Two stages (a tile
+// of one key block only has the next tile's to prefetch). A head dim without a tile names its narrow tile (no
+// instance of its own). D = 96 (DiT's 72, SD 1.5's 80, PixArt's 72) has no 208: no model of the shape matrix has
+// 129-208 keys at that head dim.
+template <int D> struct FwdPipeStreamTilesSm90 {
   using keys80 = typename FwdPipeTraitsSm90For<D>::narrow;
   using keys128 = keys80;
   using keys208 = keys80;
+  using any = keys80;
 };
-template <> struct FwdPipeShortTilesSm90<64> {
+template <> struct FwdPipeStreamTilesSm90<64> {
   using keys80 = FwdPipeTraitsSm90<64, 80, 2, true>;
   using keys128 = FwdPipeTraitsSm90<64, 128, 2, true>;
   using keys208 = FwdPipeTraitsSm90<64, 208, 2, true>;
+  using any = keys128;
 };
-template <> struct FwdPipeShortTilesSm90<96> {
+template <> struct FwdPipeStreamTilesSm90<96> {
   using keys80 = FwdPipeTraitsSm90<96, 80, 2, true>;
   using keys128 = FwdPipeTraitsSm90<96, 128, 2, true>;
   using keys208 = FwdPipeTraitsSm90For<96>::narrow;
+  using any = keys128;
+};
+template <> struct FwdPipeStreamTilesSm90<128> {
+  using keys80 = FwdPipeTraitsSm90For<128>::narrow;
+  using keys128 = keys80;
+  using keys208 = keys80;
+  using any = FwdPipeTraitsSm90<128, 128, 2, true>;
 };
 
 // Pipelined backward v3 (bwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 keys each

@@ -187,9 +187,10 @@ template <int D>
 struct FwdPipelinedSm90 {
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
   using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
-  using Keys80 = typename sm90::FwdPipeShortTilesSm90<D>::keys80;
-  using Keys128 = typename sm90::FwdPipeShortTilesSm90<D>::keys128;
-  using Keys208 = typename sm90::FwdPipeShortTilesSm90<D>::keys208;
+  using Keys80 = typename sm90::FwdPipeStreamTilesSm90<D>::keys80;
+  using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
+  using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
+  using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
@@ -258,6 +259,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
     launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3Keys208)
     launch_fwd_pipelined<K, typename K::Keys208, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3Stream)
+    launch_fwd_pipelined<K, typename K::Stream, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
 }
