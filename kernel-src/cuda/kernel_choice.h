@@ -94,12 +94,13 @@ struct Forced {
   BwdKernel bwd = BwdKernel::kAuto;
   int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
-  bool bwd_two_stages = false, bwd_no_pair = false, bwd_mask_bits = false;
+  bool bwd_two_stages = false, bwd_no_pair = false;
+  int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_persistent, fwd_v3_per_tile, "
-    "fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_windows, "
-    "bwd_windows_wide";
+    "fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, "
+    "bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -129,7 +130,8 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3") f.bwd = BwdKernel::kV3;
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
     else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
-    else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = true;
+    else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
+    else if (n == "bwd_v3_fold") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 0;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
     else if (n == "bwd_windows_wide") f.bwd = BwdKernel::kWideWindows;
     else
@@ -396,6 +398,7 @@ inline std::string try_fwd_windows(FwdChoice& c, const FwdParams& fp, const KPar
 }
 
 // Forward v3's tile, term path and schedule.
+constexpr int kShortMaxKeys = 128;  // one short key block per tile up to here (try_fwd_v3_for: fwd_v3_short)
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
 // 0.790 vs 0.778, where the last 176-key block is mostly padding)
@@ -435,16 +438,19 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     const int bytes = Narrow::kBlockM * Narrow::kBlockN * 2;
     if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
   }
-  // Streamed tiles (FwdPipeStreamTilesSm90), forced only until they are measured against the narrow tile on the H200
-  // (written 2026-12-04 in a session without device time): fwd_v3_short, one key block sized to a short key set (the
-  // raw path takes every short tile; the row term and the mask bits the 128-key one: whole 32-key words,
-  // Sk <= 128); fwd_v3_stream, 128-key blocks for any key set (the raw path).
+  // Streamed tiles (FwdPipeStreamTilesSm90, consume_stream: one loop over a CTA's key blocks across its tiles).
+  // fwd_v3_short: one key block sized to a short key set (the raw path takes every short tile; the row term and the
+  // mask bits the 128-key one: whole 32-key words, Sk <= 128). The table takes it up to 128 keys (H200 kernel time,
+  // benchmarks/kernel_time.py: SD 1.5 cross-attention to 77 tokens 0.057 vs 0.079 ms, SDXL 0.038 vs 0.055; PixArt's
+  // 120 and the row / bits rows at or above the narrow tile, RESULTS v3.9). The 208-key tile stays forced only:
+  // ViT-B/16 (197 keys) 0.152 vs 0.148 ms. fwd_v3_stream (128-key blocks for any key set) likewise: 0.68-0.80x on
+  // the long rows, 0.80-1.04x on the short ones.
   const bool keys128 = !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN;
   const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
                          : keys128                                                           ? sm90::kV3Keys128
                          : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
                                                                                              : sm90::kV3Narrow;
-  const bool want_short = force.v3_tile == 3;
+  const bool want_short = force.v3_tile == 3 || (force.v3_tile == 0 && p.Sk <= kShortMaxKeys);
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
     c.v3_terms = sm90::kTermsRawBits;
@@ -469,7 +475,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
   if (force.v3_tile == 4 && tile != sm90::kV3Stream)
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
-  if (want_short && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
+  if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
     return "fwd_v3_short: short key blocks take no term, a row term or mask bits (Sk <= 128; no term: Sk <= 208) at "
            "head dim 64, and Sk <= 128 at 96";
   // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
@@ -760,11 +766,11 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   KParams p = user;
   CombPlan comb;
   // A bool mask per score without an additive term: transposed bits (a key's row of query bits: the backward's
-  // tiles are S^T), 1/16 of the bytes of the mask folded into a -inf term, without the fold's pass (T5-shaped
-  // [B, H, S, S]: the fold's backward 0.53 of 0.69 ms f+b, RESULTS v3.8). Forced only (bwd_v3_bits) until it is
-  // measured against the fold on the H200 (written 2026-12-04 in a session without device time).
+  // tiles are S^T), 1/16 of the bytes of the mask folded into a -inf term, without the fold's pass. H200, T5-shaped
+  // [B, H, S, S] mask: f+b 0.616 vs 0.699 ms folded; the DiT / SDXL / Llama-documents mask rows unchanged (RESULTS
+  // v3.9). bwd_v3_fold forces the fold (A/B).
   const Operand4d& m = p.mask;
-  if (force.bwd_mask_bits && m.ptr != nullptr && m.rows == p.Sq && p.Sq > 1 && p.bias.ptr == nullptr &&
+  if (force.bwd_mask_bits != 0 && m.ptr != nullptr && m.rows == p.Sq && p.Sq > 1 && p.bias.ptr == nullptr &&
       bp.rel_table == nullptr && p.scale > 0.f && bwd_v3_head_dim(p.D) <= 128) {
     c.mb_words = (div_up(p.Sq, 32) + 3) / 4 * 4;  // (whole 16-byte rows, as the forward's; a query block = 2 words)
     p.mb_period = m.period;
@@ -774,7 +780,7 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
     p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
     p.mask = Operand4d{};
   } else {
-    if (force.bwd_mask_bits) return "bwd_v3_bits: a bool mask per score without an additive term, head dim <= 128";
+    if (force.bwd_mask_bits == 1) return "bwd_v3_bits: a bool mask per score without an additive term, head dim <= 128";
     prepare_v3_term(p, comb, bp, dt);
   }
   BwdV3Buffers vb;

@@ -173,6 +173,8 @@ int64_t mask_bits_bytes(const KParams& p) { return int64_t(p.mb_period) * p.mb_h
 
 // ---- term preparation (the run) ---------------------------------------------------------------------------------
 void launch_mask_bits(const FwdParams& fp, KParams& p, bool transposed, uint32_t* out, cudaStream_t stream) {
+  if (out == nullptr)  // (a plan that chose mask bits must have carved their workspace)
+    throw std::logic_error("window_attention (cuda): mask bits chosen without a workspace region for them");
   const int64_t words = mask_bits_bytes(p) / 4;
   const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
   const Operand4d mask = operand(fp.mask, p.Sk, true);
@@ -293,6 +295,7 @@ void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
   pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * 4);
   pl.off_delta = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * 4);
   if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
+  if (pl.c.mb_words > 0) pl.off_mbits = cv.take(mask_bits_bytes(p));  // bwd_v3_bits: the transposed mask bits
   pl.ws_bytes = cv.size;
 }
 
@@ -573,12 +576,13 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   else prep(__nv_bfloat16());
   dispatch_bwd_v3_hdim(pl.c.dk, [&](auto d) { run_bwd_pipelined_sm90<decltype(d)::value>(p, vb, dt, stream); });
   const int mblocks = vb.sq_pad / kBwdV3BlockM;
-  const int64_t n4 = int64_t(p.B) * p.H * vb.sq_pad * pl.c.dk / 4;
-  const int cblocks = int(std::min<int64_t>((n4 + 255) / 256, 65535 * 4));
+  const int64_t tiles = int64_t(p.B) * p.H * mblocks;  // one CTA per 64-row tile (< 2^31: B H Sq / 64 elements)
   auto convert = [&](auto elem) {
     using E = decltype(elem);
-    dq_frag_convert_kernel<E><<<cblocks, 256, 0, stream>>>(static_cast<E*>(params.dq), vb.dq_acc, p.B, p.Sq, p.H,
-                                                          p.D, pl.c.dk, mblocks, p.scale);
+    dispatch_bwd_v3_hdim(pl.c.dk, [&](auto d) {
+      dq_frag_convert_kernel<E, decltype(d)::value><<<unsigned(tiles), 256, 0, stream>>>(
+          static_cast<E*>(params.dq), vb.dq_acc, p.Sq, p.H, p.D, mblocks, p.scale);
+    });
     check_cuda(cudaGetLastError(), "window_attention bwd v3 dq conversion");
   };
   if (dt == 0) convert(__half());

@@ -114,10 +114,10 @@ def main():
         kern.attention(q, k, v, key_padding_mask=kp, bias=r(3, 8, 1, Sk, grad=False), causal=True)
     q, k, v = r(2, 4, 32, 128, grad=False), r(2, 2000, 8, 128, grad=False), r(2, 2000, 8, 128, grad=False)
     kern.attention(q, k, v, causal=True)
-    # 9. kernels chosen only when forced (WINATTN_FORCE_KERNEL): forward v3's key blocks sized to short key sets
-    #    (80 / 128 keys at D = 64 / 96, 208 at D = 64; more tiles than SMs: the cross-tile pipeline; key padding,
-    #    causal, a row term, mask bits), and the backward's mask bits (a bool mask per score as transposed bits; partial query words, GQA,
-    #    a band)
+    # 9. streamed tiles (WINATTN_FORCE_KERNEL): forward v3's key blocks sized to short key sets (80 / 128 keys at
+    #    D = 64 / 96, the table's choice; 208 at D = 64, forced only; more tiles than SMs: the cross-tile pipeline;
+    #    key padding, causal, a row term, mask bits), and the backward's mask bits (a bool mask per score as
+    #    transposed bits, the table's choice; partial query words, GQA, a band)
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_short"
     with torch.no_grad():
         for D, Sq, Sk in ((64, 2000, 77), (72, 300, 80), (72, 1100, 120), (64, 197, 197)):

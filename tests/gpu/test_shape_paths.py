@@ -190,9 +190,9 @@ def test_bool_mask_per_score_runs_as_bits(kernel, mshape, D, H, Hkv, kw):
     (64, 197, 150, 3, 3, {"key_padding": True}), (56, 197, 197, 2, 2, {"window": (64, 64)}),
 ], ids=lambda v: str(v) if not isinstance(v, dict) else "-".join(v) or "plain")
 def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv, kw):
-    # fwd_v3_short (forced until measured, kernel_choice.h): one key block of 80 or 128 keys (head dims <= 96) or
-    # 208 (<= 64) for the whole key set; odd lengths, GQA, causal / sliding bands, key padding hiding a tail, a
-    # single key
+    # fwd_v3_short (kernel_choice.h: the table's choice up to 128 keys, forced here so that the 208-key tile runs
+    # too): one key block of 80 or 128 keys (head dims <= 96) or 208 (<= 64) for the whole key set; odd lengths,
+    # GQA, causal / sliding bands, key padding hiding a tail, a single key
     if not hopper():
         pytest.skip("fwd_v3_short is a Hopper kernel")
     monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_short")
@@ -290,18 +290,20 @@ def test_short_key_blocks_with_a_row_term_or_mask_bits(kernel, monkeypatch, term
     assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true>"), sorted(names)
 
 
+@pytest.mark.parametrize("how", ["bwd_v3_bits", "bwd_v3_fold"])
 @pytest.mark.parametrize("mshape", [(2, 3, 250, 333), (1, 3, 250, 333), (2, 1, 250, 333), (1, 1, 250, 333)],
                          ids=["bhqk", "1hqk", "b1qk", "11qk"])
 @pytest.mark.parametrize("D,H,Hkv,kw", [(64, 3, 3, {}), (128, 4, 2, {"causal": True}), (40, 2, 2, {"kp": True}),
                                         (96, 4, 1, {"window": (100, 30)})],
                          ids=["d64", "d128_gqa_causal", "d40_key_padding", "d96_gqa_window"])
-def test_bool_mask_per_score_backward_as_bits(kernel, monkeypatch, mshape, D, H, Hkv, kw):
-    # bwd_v3_bits (forced until measured, kernel_choice.h): the backward reads the mask as transposed bits (a key's
-    # row of query bits, two words per key and 64-query block) instead of folding it into a -inf term; rows with
-    # every key hidden, key padding, the band and the sequence ends (Sq = 250, Sk = 333: partial words and blocks)
+def test_bool_mask_per_score_backward_as_bits(kernel, monkeypatch, how, mshape, D, H, Hkv, kw):
+    # bwd_v3_bits (kernel_choice.h, the table's choice): the backward reads the mask as transposed bits (a key's
+    # row of query bits, two words per key and 64-query block); bwd_v3_fold folds it into a -inf term instead (the
+    # A/B path). Rows with every key hidden, key padding, the band and the sequence ends (Sq = 250, Sk = 333:
+    # partial words and blocks)
     if not hopper():
         pytest.skip("bwd_v3_bits is a Hopper kernel")
-    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "bwd_v3_bits")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", how)
     kw = dict(kw)
     B, Sq, Sk = 2, 250, 333
     mask = torch.rand(mshape[0], H if mshape[1] > 1 else 1, *mshape[2:], device="cuda") > 0.3

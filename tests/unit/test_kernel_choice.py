@@ -55,7 +55,8 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
-                 "bwd_v3_no_pair", "bwd_v3_bits", "bwd_windows", "bwd_windows_wide", "fwd_v3, bwd_v1"]:
+                 "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
+                 "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
     r = run_table(table_exe, "--force", "fwd_v9", "flux")
@@ -105,6 +106,27 @@ def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):
         r = run_table(table_exe, "--force", "bwd_v3_bits", shape)
         assert "this call cannot run it (bwd_v3_bits: a bool mask per score without an additive term" in r.stdout, \
             (shape, r.stdout)
+
+
+def test_backward_mask_bits_by_default_and_the_fold_on_request(table_exe):
+    """The table reads a bool mask per score as bits in the backward (measured: RESULTS v3.9); bwd_v3_fold forces
+    v3.8's fold into a -inf term for A/B runs."""
+    r = run_table(table_exe, "bool mask [B,H,S,S] t5 S512")
+    assert "terms=bits" in next(line for line in r.stdout.splitlines() if "bwd_v3" in line), r.stdout
+    r = run_table(table_exe, "--force", "bwd_v3_fold", "bool mask [B,H,S,S] t5 S512")
+    bwd = next(line for line in r.stdout.splitlines() if "bwd_v3" in line)
+    assert "terms=staged+hides" in bwd and "prep=" in bwd, r.stdout
+
+
+def test_short_key_sets_take_one_key_block_by_default_up_to_128_keys(table_exe):
+    """The table takes fwd_v3_short's 80- and 128-key tiles (CLIP's 77 tokens, PixArt's 120), not the 208-key one
+    (ViT's 197: measured no faster); fwd_v3_narrow forces the 128-key blocks back (A/B)."""
+    r = run_table(table_exe, "sdxl cross Sk77 D64")
+    assert "fwd_v3 128x80 terms=raw persistent one-block" in r.stdout, r.stdout
+    r = run_table(table_exe, "vit-b S197 D64")
+    assert "fwd_v3 128x128 terms=raw persistent" in r.stdout and "one-block" not in r.stdout, r.stdout
+    r = run_table(table_exe, "--force", "fwd_v3_narrow", "sdxl cross Sk77 D64")
+    assert "fwd_v3 128x128 terms=raw persistent" in r.stdout and "one-block" not in r.stdout, r.stdout
 
 
 def test_short_key_blocks_are_sized_to_the_key_set(table_exe):

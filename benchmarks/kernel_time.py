@@ -1,0 +1,107 @@
+"""Device time and host time per call of a bench_shapes.py row, for ours (optionally also with a forced kernel) and
+SDPA's cuDNN / efficient backends: which side of a short row is slow, the kernels or the host.
+
+    python3 benchmarks/kernel_time.py --variant DIR [--force fwd_v3_short] --only vit_b16 sdxl_cross_4096
+
+bench_shapes.py times each call between device events with the calls queued back to back. On rows of ~0.1 ms that
+reads the host's pace whenever the host issues a call more slowly than the GPU runs it, and the H200's host is
+bimodal run to run. Here, per call:
+  * kernels: the sum of the device time of every kernel (and memset / memcpy) the call launched, from torch.profiler
+    (CUPTI), over `--reps` calls: what the GPU spends, whatever the host does;
+  * host: the wall time to issue one call with the GPU kept busy (a sleep kernel queued first), so the host never
+    waits for the GPU: what the Python + dispatch path costs;
+  * the row's kernels by device time (the three longest), to see which one a change should go after.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_cuda as bc  # noqa: E402
+import bench_shapes as bs  # noqa: E402
+
+
+def device_ms(step, reps):
+    """(kernel ms per call, [(kernel name, ms per call)] longest first) of `reps` calls of step()."""
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+    per_kernel = {}
+    for e in prof.key_averages():
+        us = e.self_device_time_total
+        if us > 0:
+            per_kernel[e.key] = per_kernel.get(e.key, 0.0) + us / 1e3 / reps
+    return sum(per_kernel.values()), sorted(per_kernel.items(), key=lambda kv: -kv[1])
+
+
+def host_ms(step, reps):
+    """Wall ms to issue one call while a sleep kernel keeps the GPU busy (the host never waits on it)."""
+    step()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e8))  # ~0.1 s of GPU cycles queued ahead of the calls: the queue never drains
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        step()
+    ms = (time.perf_counter() - t0) * 1e3 / reps
+    torch.cuda.synchronize()
+    return ms
+
+
+def short_name(kernel: str) -> str:
+    name = kernel.split("(")[0].split("<")[0]
+    return name.replace("void ", "").split("::")[-1][:40]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--force", default="", help="also run ours with WINATTN_FORCE_KERNEL set to this")
+    ap.add_argument("--only", nargs="+", required=True, help="row names or classes (bench_shapes.py --list)")
+    ap.add_argument("--peers", default="cudnn,efficient")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args(argv)
+    kern = bc.load_kernel(args.variant)
+    bc.warm_up_gpu()
+    peers = [p for p in bs.PEERS if p.name in args.peers.split(",")]
+    print(f"{'row':26s} {'impl':10s} {'pass':4s} {'kernels ms':>10s} {'host ms':>8s}  longest kernels (ms per call)")
+    for row in bs.select(bs.ROWS, args.only):
+        torch.manual_seed(0)
+        x = bs.make_inputs(row, "cuda")
+        learn = bs.learnable(x)
+        leaves = [t for t in (x["q"], x["k"], x["v"], learn) if t is not None and t.requires_grad]
+        impls = [("ours", lambda: bs.ours_call(kern, row, x, learn, "cuda"))]
+        if args.force:
+            env = {"WINATTN_FORCE_KERNEL": args.force}
+            impls.append(("ours_b", lambda: bs.ours_call(kern, row, x, learn, "cuda", env)))
+        impls += [(p.name, lambda p=p: p.call(row, x, learn, "cuda")) for p in peers]
+        for label, make in impls:
+            try:
+                fwd, ctx, _ = make()
+                dout = None
+                with ctx():
+                    out = fwd()
+                    dout = torch.randn_like(out)
+                    passes = [("fwd", fwd)]
+                    if leaves:
+                        passes.append(("f+b", lambda: torch.autograd.grad(fwd(), leaves, dout)))
+                    for pname, step in passes:
+                        dev, kernels = device_ms(step, args.reps)
+                        host = host_ms(step, args.reps)
+                        top = ", ".join(f"{short_name(k)} {ms:.3f}" for k, ms in kernels[:3])
+                        print(f"{row.name:26s} {label:10s} {pname:4s} {dev:10.3f} {host:8.3f}  {top}", flush=True)
+            except Exception as e:  # a row an implementation cannot run is reported, not fatal
+                print(f"{row.name:26s} {label:10s} error: {bs.one_line(e)}", flush=True)
+                torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
