@@ -69,6 +69,7 @@ and agree; its times mean nothing (tests/unit/test_bench_shapes.py runs it on a 
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import statistics
@@ -958,20 +959,37 @@ def summaries(results: list, labels: list) -> list:
 
 # ------------------------------------------------------------------------------------------------------------------
 
+def same_build(a: str, b: str) -> bool:
+    """Whether two variant folders hold one build: the same path, or the same op namespace id and the same library
+    bytes. Two different builds with one id (built from one git tree with different uncommitted changes: the
+    device's checkouts all share a tree) cannot be loaded side by side, since the second import would resolve to
+    the first's ops: that is an error naming the fix, not a B/A of 1.00."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    meta = [Path(v) / "metadata.json" for v in (a, b)]
+    ids = [json.loads(p.read_text()).get("id") if p.exists() else str(p) for p in meta]
+    if ids[0] != ids[1]:
+        return False
+    libs = [sorted(Path(v).rglob("*.so")) for v in (a, b)]
+    digests = [[hashlib.sha256(p.read_bytes()).hexdigest() for p in ps] for ps in libs]
+    if digests[0] != digests[1]:
+        raise SystemExit(f"--variant and --variant-b are different builds with the same op namespace id ({ids[0]}): "
+                         "they cannot be loaded in one process. Build one with `python3 -m winattn build "
+                         "--unique-id NAME`.")
+    return True
+
+
 def load_variants(a: str, b: Optional[str], forced_b: bool = False) -> dict:
-    """{"ours": A} or {"ours": A, "ours_b": B}; the same build twice (same op namespace id) is loaded once, since a
-    second import of one namespace would clash: B/A then shows the run-to-run noise (or, with forced_b, what
-    --b-force changes)."""
+    """{"ours": A} or {"ours": A, "ours_b": B}; the same build twice is loaded once (same_build): B/A then shows the
+    run-to-run noise (or, with forced_b, what --b-force changes)."""
     kerns = {"ours": bc.load_kernel(a)}
     if b is None and forced_b:
         kerns["ours_b"] = kerns["ours"]
     if b is not None:
-        ids = [json.loads(p.read_text()).get("id") if p.exists() else p for p in
-               (Path(a) / "metadata.json", Path(b) / "metadata.json")]
-        same = Path(a).resolve() == Path(b).resolve() or ids[0] == ids[1]
+        same = same_build(a, b)
         kerns["ours_b"] = kerns["ours"] if same else bc.load_kernel(b)
         if same and not forced_b:
-            print(f"--variant-b is the same build as --variant ({ids[0]}): B/A is the noise floor", file=sys.stderr)
+            print("--variant-b is the same build as --variant: B/A is the noise floor", file=sys.stderr)
     return kerns
 
 

@@ -148,3 +148,21 @@ def test_b_force_sets_the_knob_while_b_alone_runs(bs, kernel, monkeypatch):
     assert {label for label, _ in seen} == {"a", "b"}
     assert all(knob == ("fwd_v3_narrow" if label == "b" else None) for label, knob in seen), seen
     assert "WINATTN_FORCE_KERNEL" not in os.environ
+
+
+def test_two_different_builds_with_one_namespace_id_are_refused(bs, tmp_path):
+    """Two builds of one id cannot be loaded side by side (the second import resolves to the first's ops): the same
+    bytes are one build (the noise floor), different bytes are an error that names --unique-id."""
+    def variant(name, lib):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metadata.json").write_text('{"id": "d6ad013_dirty"}')
+        (d / "_window_attention_cuda_d6ad013_dirty.abi3.so").write_bytes(lib)
+        return str(d)
+
+    a, same, other = variant("a", b"one"), variant("same", b"one"), variant("other", b"two")
+    assert bs.same_build(a, a) and bs.same_build(a, same)
+    with pytest.raises(SystemExit, match="--unique-id"):
+        bs.same_build(a, other)
+    (Path(other) / "metadata.json").write_text('{"id": "v39b"}')
+    assert not bs.same_build(a, other)
