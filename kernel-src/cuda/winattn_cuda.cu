@@ -178,7 +178,12 @@ void launch_mask_bits(const FwdParams& fp, KParams& p, bool transposed, uint32_t
   const int64_t words = mask_bits_bytes(p) / 4;
   const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
   const Operand4d mask = operand(fp.mask, p.Sk, true);
-  if (transposed)
+  const bool quads = mask.sk == 1 && p.mb_rows % 4 == 0 && reinterpret_cast<uintptr_t>(mask.ptr) % 4 == 0 &&
+                     mask.sb % 4 == 0 && mask.sh % 4 == 0 && mask.sq % 4 == 0;
+  if (transposed && quads)
+    mask_bits_transposed4_kernel<<<unsigned(std::min<int64_t>((words / 4 + 255) / 256, 8 * 65535)), 256, 0, stream>>>(
+        out, mask, p.mb_rows, p.Sq, p.mb_words);
+  else if (transposed)
     mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sq, p.mb_words);
   else
     mask_bits_kernel<false><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sk, p.mb_words);

@@ -143,6 +143,8 @@ def main():
         mask = torch.rand(2, 4, 250, 333, device=dev) > 0.3
         kern.attention(q, k, v, mask=mask).sum().backward()
         kern.attention(q, k, v, mask=mask[:1, :1], window=(100, 30)).sum().backward()
+    q, k, v = r(2, 250, 4, 64), r(2, 336, 2, 64), r(2, 336, 2, 64)  # (four keys per thread: Sk % 4 == 0)
+    kern.attention(q, k, v, mask=torch.rand(2, 4, 250, 336, device=dev) > 0.3).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
     torch.cuda.synchronize()
     print("sanitize cases done")

@@ -332,6 +332,26 @@ def test_bool_mask_per_score_backward_as_bits(kernel, monkeypatch, how, mshape, 
         assert sum("mask_bits_kernel" in n for n in names) == 1, sorted(names)
 
 
+@pytest.mark.parametrize("layout", ["rows_of_4_bytes", "odd_row_stride"])
+def test_backward_mask_bits_four_keys_per_thread(kernel, layout):
+    # The backward's transposed bits read four keys per thread where every mask row is contiguous and 4-byte
+    # aligned with Sk % 4 == 0 (mask_bits_transposed4_kernel); a mask viewed out of a wider tensor (row stride 337)
+    # takes the byte-wise kernel. Both against the reference: partial query words (Sq = 250), a row with every key
+    # hidden, GQA.
+    B, Sq, Sk, H = 2, 250, 336, 4
+    wide = torch.rand(B, H, Sq, Sk + 1, device="cuda") > 0.3
+    mask = wide[..., :Sk].contiguous() if layout == "rows_of_4_bytes" else wide[..., :Sk]
+    mask[..., 0] = True
+    mask[1, 2, 40] = False
+    inp = qkv(B, Sq, Sk, H, 64, Hkv=2)
+    inp["mask"] = mask
+    run_case(kernel, inp, {})
+    if hopper():
+        names = kernels_run(lambda: torch.autograd.grad(
+            kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask).sum(), [inp["q"], inp["k"], inp["v"]]))
+        assert ran(names, "mask_bits_transposed4_kernel") == (layout == "rows_of_4_bytes"), sorted(names)
+
+
 def test_bool_key_mask_with_key_padding_stays_a_mask(kernel):
     inp = qkv(2, 200, 200, 2, 64)
     inp["mask"] = torch.rand(2, 1, 1, 200, device="cuda") > 0.3
