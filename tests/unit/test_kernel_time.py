@@ -1,0 +1,34 @@
+"""benchmarks/kernel_time.py without a GPU: its command line and the kernel names it prints (the timing itself needs
+CUPTI on the H200: RESULTS v3.9)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def kt():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("kernel_time", REPO_ROOT / "benchmarks" / "kernel_time.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kernel_names_are_shortened_to_what_tells_them_apart(kt):
+    name = ("void sm90::fwd_pipelined_kernel_sm90<sm90::FwdPipeTraitsSm90<64, 128, 3, 0>, __nv_bfloat16, 0>"
+            "(sm90::FwdPipeParams)")
+    assert kt.short_name(name) == "fwd_pipelined_kernel_sm90"
+    assert kt.short_name("void winattn::cuda::mask_bits_transposed4_kernel(unsigned int*, ...)") == \
+        "mask_bits_transposed4_kernel"
+    assert kt.short_name("Memset (Device)") == "Memset "
+
+
+def test_rows_and_variant_are_required(kt, capsys):
+    with pytest.raises(SystemExit):
+        kt.main(["--variant", "build/x"])  # (no --only)
+    assert "--only" in capsys.readouterr().err
