@@ -470,6 +470,11 @@ def learnable(x: dict) -> Optional[torch.Tensor]:
     return next((x[n] for n in ("bias", "table") if n in x and x[n].requires_grad), None)
 
 
+def grad_leaves(x: dict, learn) -> list:
+    """The tensors a row's backward differentiates: q, k, v where they require grad, and the learnable term."""
+    return [t for t in (x["q"], x["k"], x["v"], learn) if t is not None and t.requires_grad]
+
+
 def gather_table(table, index):
     """[(2W-1)^2, H] table -> [1, H, N, N] bias."""
     return table[index].permute(2, 0, 1)[None]

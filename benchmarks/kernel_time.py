@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         x = bs.make_inputs(row, "cuda")
         learn = bs.learnable(x)
-        leaves = [t for t in (x["q"], x["k"], x["v"], learn) if t is not None and t.requires_grad]
+        leaves = bs.grad_leaves(x, learn)
         impls = [("ours", lambda: bs.ours_call(kern, row, x, learn, "cuda"))]
         if args.force:
             env = {"WINATTN_FORCE_KERNEL": args.force}

@@ -29,7 +29,7 @@ def main(argv=None) -> int:
         x = bs.make_inputs(row, "cuda")
         learn = bs.learnable(x)
         fwd, _, _ = bs.ours_call(kern, row, x, learn, "cuda")
-        leaves = [t for t in (x["q"], x["k"], x["v"], learn) if t is not None and t.requires_grad]
+        leaves = bs.grad_leaves(x, learn)
 
         def step():
             out = fwd()

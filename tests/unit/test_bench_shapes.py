@@ -166,3 +166,13 @@ def test_two_different_builds_with_one_namespace_id_are_refused(bs, tmp_path):
         bs.same_build(a, other)
     (Path(other) / "metadata.json").write_text('{"id": "v39b"}')
     assert not bs.same_build(a, other)
+
+
+def test_grad_leaves_are_qkv_and_the_learnable_term(bs):
+    row = bs.shrink(next(r for r in bs.ROWS if r.name == "beit_b16_fp32"))
+    x = bs.make_inputs(row, "cpu")
+    learn = bs.learnable(x)
+    assert bs.grad_leaves(x, learn) == [x["q"], x["k"], x["v"], learn]
+    row = bs.shrink(next(r for r in bs.ROWS if r.name == "vit_l16_infer"))  # (inference: nothing to differentiate)
+    x = bs.make_inputs(row, "cpu")
+    assert bs.grad_leaves(x, bs.learnable(x)) == []
