@@ -139,8 +139,8 @@ def test_bool_per_head_key_mask_runs_as_a_row_term(kernel, shape):
 def test_bool_mask_per_score_is_folded_into_the_staged_term(kernel, mshape, bias, D):
     # A bool mask per score (document masks, per-head masks) with or without a bias, with its gradient: on Hopper
     # folded with the bias into one term of the input dtype (-inf where hidden) that TMA stages (without a bias both
-    # directions read bits: the next tests). The general path
-    # read a byte per score: 0.17-0.25x cuDNN (RESULTS v3.6). Hidden rows give 0.
+    # directions read bits: the next tests). The general path read a byte per score: 0.17-0.25x cuDNN (RESULTS
+    # v3.6). Hidden rows give 0.
     B, Sq, Sk = 2, 250, 333
     mask = torch.rand(*mshape, device="cuda") > 0.3
     mask[..., 0] = True
@@ -242,9 +242,10 @@ def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
     (80, 4, 6, 2, 600, 700, {"key_padding": True}),                          # GQA, key padding, ragged ends
 ], ids=["dit_d72", "causal_gqa_d64", "band_empty_tiles_d128", "key_padding_d80"])
 def test_streamed_tiles_across_tile_boundaries(kernel, monkeypatch, D, B, H, Hkv, Sq, Sk, kw):
-    # fwd_v3_stream (forced only: slower than the narrow tile, RESULTS v3.9): 128-key blocks, the consumers' loop pipelined across tile boundaries
-    # (consume_stream: a tile's last P V issued with the next tile's first Q K^T, the running softmax restarted, the
-    # finished tile's epilogue after); persistent, so each CTA walks tiles of different lengths
+    # fwd_v3_stream (forced only: slower than the narrow tile, RESULTS v3.9): 128-key blocks, the consumers' loop
+    # pipelined across tile boundaries (consume_stream: a tile's last P V issued with the next tile's first Q K^T,
+    # the running softmax restarted, the finished tile's epilogue after); persistent, so each CTA walks tiles of
+    # different lengths
     if not hopper():
         pytest.skip("fwd_v3_stream is a Hopper kernel")
     monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_stream,fwd_v3_persistent")
