@@ -202,8 +202,9 @@ def R(name, cls, model, B, H, Sq, Sk, D, **kw) -> Row:
 
 # Classes: short (no terms, S <= 1024), long (no terms, S >= 4k), cross (Sk of a text encoder), relbias (a
 # learnable or frozen relative-position bias), swin (window_attention), keypad (diffusers' key padding in its
-# three forms), mask (the other mask forms), causal (LLM prefill), decode (Sq = 1). Rows with terms come first
-# within the image models, so that Flex's budget goes to them (FlexBudget).
+# three forms), mask (the other mask forms), causal (LLM prefill), decode (Sq = 1), dense (plain attention at 16k
+# tokens: the FA4 comparison). Rows with terms come first within the image models, so that Flex's budget goes to
+# them (FlexBudget).
 ROWS = [
     # timm ViT family: many short sequences
     R("vit_b16", "short", "timm vit_base_patch16_224, train batch 128", 128, 12, 197, 197, 64),
@@ -311,8 +312,15 @@ ROWS = [
       qkv_grad=False),
     R("llama3_8b_decode_b32_kpm", "decode", "Llama-3-8B decode, batch 32 with ragged cache lengths (key padding)",
       32, 32, 1, 8192, 128, Hkv=8, qkv_grad=False, terms=(KPM,)),
+    # plain long attention at the three tile head dims, no terms: issue 30's FA4 comparison (bench_fwd.py's
+    # nobias_* workloads, here so that FA4 runs beside them in the same process)
+    R("dense_d64_16k", "dense", "plain attention S = 16k, D = 64 (issue 30)", 2, 16, 16384, 16384, 64),
+    R("dense_d128_16k", "dense", "plain attention S = 16k, D = 128 (issue 30)", 2, 16, 16384, 16384, 128),
+    R("dense_d256_16k", "dense", "plain attention S = 16k, D = 256, 8 heads (issue 30)", 2, 8, 16384, 16384, 256),
+    R("dense_causal_d128_16k", "dense", "causal attention S = 16k, D = 128 (issue 30)", 2, 16, 16384, 16384, 128,
+      causal=True),
 ]
-CLASSES = ("short", "long", "cross", "relbias", "swin", "keypad", "mask", "causal", "decode")
+CLASSES = ("short", "long", "cross", "relbias", "swin", "keypad", "mask", "causal", "decode", "dense")
 
 
 def row_problems(row: Row) -> list:
