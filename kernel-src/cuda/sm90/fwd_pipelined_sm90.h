@@ -109,11 +109,9 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
   return t;
 }
 
-// Producer (one thread), in FA3's order: the tile's first K before the wait for its Q slot (the slot frees only when
-// the previous tile's last Q K^T is done, and the first K need not wait for that), then Q (into slot t % kQSlots),
-// then K of block j + 1 before V of block j (V's stage frees one P V later than K's: waiting for it first held the
-// next K back). Key blocks go from the last visible one down. kb: key blocks this CTA loaded before this tile (the
-// stage ring runs on across tiles); t: tiles before it.
+// Producer (one thread): Q once (into slot t % kQSlots), then per key block (last visible first) K with its bias
+// tile, then V. kb: key blocks this CTA loaded before this tile (the stage ring runs on across tiles); t: tiles
+// before it.
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, const PipeTile& tile, int kb,
                                         int t) {
@@ -123,7 +121,13 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   const int nblk = tile.n_hi - tile.n_lo;
   const int bb = P.bias_stage_bytes;
   const int bias_h = p.bias.heads > 1 ? h : 0, bias_b = b % p.bias.period;
-  auto load_k = [&](int it) {  // K of block n_hi - 1 - it with its bias tile
+  const int qslot = t % Tr::kQSlots, quse = t / Tr::kQSlots;
+  if (quse > 0) mbar_wait(sm.q_empty(qslot), (quse - 1) & 1);  // the last Q K^T of the slot's previous tile is done
+  mbar_arrive_expect_tx(sm.q_full(qslot), Tr::kQBytes);
+#pragma unroll
+  for (int c = 0; c < CB; ++c)
+    tma_load_4d(sm.q(qslot) + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(qslot), c * 32, i0, h, b);
+  for (int it = 0; it < nblk; ++it) {
     const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), Tr::kKVBytes + bb);
@@ -134,38 +138,17 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
 #pragma unroll
       for (int c = 0; c < BN / 64; ++c)
         tma_load_4d(sm.bias(s, bb) + c * BM * 128, &P.tb, sm.k_full(s), n * BN + c * 64, i0, bias_h, bias_b);
-  };
-  auto load_v = [&](int it) {
-    const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.v_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.v_full(s), Tr::kKVBytes);
 #pragma unroll
     for (int c = 0; c < CB; ++c)
       tma_load_4d(sm.v(s) + c * BN * kSwizzleRowBytes, &P.tv, sm.v_full(s), c * 32, n * BN, hkv, b);
-  };
-  load_k(0);
-  const int qslot = t % Tr::kQSlots, quse = t / Tr::kQSlots;
-  if (quse > 0) mbar_wait(sm.q_empty(qslot), (quse - 1) & 1);  // the last Q K^T of the slot's previous tile is done
-  mbar_arrive_expect_tx(sm.q_full(qslot), Tr::kQBytes);
-#pragma unroll
-  for (int c = 0; c < CB; ++c)
-    tma_load_4d(sm.q(qslot) + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(qslot), c * 32, i0, h, b);
-  for (int it = 0; it < nblk; ++it) {
-    if (it + 1 < nblk) load_k(it + 1);
-    load_v(it);
   }
 }
 
-// Consumer warpgroup cw (0 or 1): tile rows [64 cw, 64 cw + 64). Within a warpgroup the Q K^T of the next block is
-// issued before the P V of the current one, so the next softmax runs while the tensor cores do P V.
-// Head dims <= 128: the two warpgroups also take turns issuing their GEMMs (named barriers 1 + cw: "cw may issue"),
-// so one's softmax runs while the other's wgmmas use the tensor cores (FA3's ping-pong). Every GEMM issue takes a
-// turn, a tile's first Q K^T and last P V too: FA3 and FA4 leave those two ungated, and here that cost 10% on ViT-B/16
-// (kernel time 0.146 -> 0.161 ms, H200, RESULTS v4.0): with one or two key blocks per tile the two warpgroups then
-// run in step, their softmaxes side by side and the tensor cores idle, where the gated first Q K^T starts them
-// apart.
-// Head dims > 128 (FA3's and FA4's choice): no turns (a turn around 64-key blocks cost "barrier" stalls, v3 ncu at
-// D = 256) and O is rescaled right after the next Q K^T is issued, under it, instead of after the P V wait.
+// Consumer warpgroup cw (0 or 1): tile rows [64 cw, 64 cw + 64). The two warpgroups take turns issuing their
+// GEMMs (named barriers 1 + cw: "cw may issue"), so one's softmax runs while the other's wgmmas use the tensor
+// cores (FA3's ping-pong); within a warpgroup the QK^T of the next block is issued before the P V of the current.
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
@@ -173,7 +156,6 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
-  constexpr bool kPingPong = DK <= 128, kRescaleFirst = !kPingPong;
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
@@ -216,12 +198,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   uint32_t bits[2][BN / 32];
   if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, b, h, n_hi - 1, lane);
   if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
-  // the terms of block n (stage s), then its stage is released (the staged bias tile is read; K was read by the
-  // finished Q K^T), then the softmax: the producer's next K load need not wait for the softmax
   auto terms = [&](int s, int n) {
     const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
     const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, bits, b, h, m_block, n, wr, lane);
-    release(sm.k_empty(s));
     if constexpr (kMode == kTermsRawRow)
       if (n > tile.n_lo) load_row_term<BN>(row, p, b, h, n - 1, lane);
     if constexpr (kMode == kTermsRawBits)
@@ -234,21 +213,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
     acc_to_afrag<Elem, 1, NT>(pf3, s3);
   };
-  auto my_turn = [&]() {
-    if constexpr (kPingPong) named_sync(kBarFwdTurn + cw, 256);
-  };
-  auto your_turn = [&]() {
-    if constexpr (kPingPong) named_arrive(kBarFwdTurn + 1 - cw, 256);
-  };
-  auto rescale_o = [&]() {
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      acc_o[0][dt][0] *= corr[0];
-      acc_o[0][dt][1] *= corr[0];
-      acc_o[0][dt][2] *= corr[1];
-      acc_o[0][dt][3] *= corr[1];
-    }
-  };
+  auto my_turn = [&]() { named_sync(kBarFwdTurn + cw, 256); };
+  auto your_turn = [&]() { named_arrive(kBarFwdTurn + 1 - cw, 256); };
 
   auto stage = [&](int it) { return (kb + it) % ST; };
   auto phase = [&](int it) { return uint32_t((kb + it) / ST) & 1u; };
@@ -262,6 +228,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   wgmma_wait<0>();
   fence_acc(acc_s);
   terms(stage(0), n_hi - 1);
+  release(sm.k_empty(stage(0)));
   to_pfrag();
 
   for (int it = 1; it < nblk; ++it) {
@@ -270,25 +237,28 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     mbar_wait(sm.v_full(sp), phase(it - 1));
     my_turn();
     issue_qk(s);
-    if constexpr (kRescaleFirst)
-      if (it > 1) rescale_o();  // to the max of block it - 1, under the Q K^T (O is zero before block 0's P V)
     issue_pv(sp);
     your_turn();
     wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
     fence_acc(acc_s);
     terms(s, n);
+    release(sm.k_empty(s));
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
     release(sm.v_empty(sp));
-    if constexpr (!kRescaleFirst) rescale_o();
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      acc_o[0][dt][0] *= corr[0];
+      acc_o[0][dt][1] *= corr[0];
+      acc_o[0][dt][2] *= corr[1];
+      acc_o[0][dt][3] *= corr[1];
+    }
     to_pfrag();
   }
   release(sm.q_empty());  // every Q K^T of this tile is done: the producer may load the next tile's Q
   {
     const int sp = stage(nblk - 1);
-    if constexpr (kRescaleFirst)
-      if (nblk > 1) rescale_o();
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
     my_turn();
     issue_pv(sp);
