@@ -718,8 +718,13 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
   // the term: staged by TMA where it can be (the split head-dim consumer reads every term from global memory); the
-  // dbias atomics live in the global-terms kernel only (they cost the staged kernel registers otherwise)
-  if (p.mask.ptr != nullptr || vb.dbias_mode == kDbiasAtomic || (p.bias.ptr != nullptr && Tr::kSplitD))
+  // dbias atomics live in the global-terms kernel (they cost the staged kernel registers otherwise), but for a row
+  // term's gradient per key, summed in the registers of its own row instance (kBwdTermsRowKeyGrad)
+  const bool key_grad = vb.dbias_mode == kDbiasAtomic && vb.dbias_rows == 1 && vb.dbias_cols == p.Sk &&
+                        p.mask.ptr == nullptr && !p.term_hides && !Tr::kSplitD && row_term(p.bias, p);
+  if (key_grad)
+    vb.terms = kBwdTermsRowKeyGrad;
+  else if (p.mask.ptr != nullptr || vb.dbias_mode == kDbiasAtomic || (p.bias.ptr != nullptr && Tr::kSplitD))
     vb.terms = kBwdTermsGlobal;
   else if (p.mbits != nullptr)
     vb.terms = kBwdTermsBits;

@@ -49,10 +49,17 @@ enum BwdTerms : int {
   // nothing: a run-time predicate in the shared loop cost them 1.5-3% (RESULTS v3.8).
   kBwdTermsStagedHiding = 5,
   kBwdTermsRowHiding = 6,
+  // the row term with its gradient per key ([B or 1, H or 1, 1, Sk] with kDbiasAtomic): each thread sums the dS of
+  // its two keys over the CTA's query blocks in registers and adds the sums once per (batch, head) with fp32
+  // atomics. That went through the global-terms kernel (the term read per score, an atomic per key per query block):
+  // EVA-02-shaped [1, H, 1, S] key bias, backward kernel 1.23 ms against 0.45 without the bias (RESULTS v3.9).
+  kBwdTermsRowKeyGrad = 7,
 };
-// How an instance reads its term (its BwdTerms without the hiding).
+// How an instance reads its term (its BwdTerms without the hiding or the key gradient).
 constexpr int bwd_terms_read(int terms) {
-  return terms == kBwdTermsStagedHiding ? kBwdTermsStaged : terms == kBwdTermsRowHiding ? kBwdTermsRow : terms;
+  return terms == kBwdTermsStagedHiding                                      ? kBwdTermsStaged
+         : terms == kBwdTermsRowHiding || terms == kBwdTermsRowKeyGrad ? kBwdTermsRow
+                                                                             : terms;
 }
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)

@@ -86,10 +86,32 @@ def test_terms_broadcast_over_the_queries(kernel, shape):
 
 
 def test_row_term_with_gradient_still_correct(kernel):
-    # with dbias the row term goes the general path (atomics per key): checked here so the route stays covered
+    # with dbias the row term's backward sums dbias per key in registers (kernel_modes.h kBwdTermsRowKeyGrad)
     inp = qkv(2, 150, 150, 2, 64)
     inp["bias"] = rand(2, 1, 1, 150, dtype=FP32, grad=True)
     run_case(kernel, inp, {})
+
+
+# The row term's gradient per key summed over the CTA's query blocks in registers, one atomic per key and (batch,
+# head): several query and key blocks, odd Sk, GQA (a CTA runs the heads of its KV group one after the other: the
+# sums restart per head), dbias shared over heads or batches, key padding, a causal band, hidden (-inf) keys
+@pytest.mark.parametrize("bshape,dtype,D,Hkv", [((1, 4, 1, 333), BF16, 64, 2), ((2, 1, 1, 333), FP32, 128, 4),
+                                                ((2, 4, 1, 333), FP16, 64, 1), ((1, 1, 1, 333), BF16, 128, 2)],
+                         ids=["heads_gqa", "batch_fp32_d128", "per_item_fp16", "shared_gqa_d128"])
+@pytest.mark.parametrize("extra", ["plain", "key_padding", "causal"])
+def test_key_bias_gradient_summed_per_key(kernel, bshape, dtype, D, Hkv, extra):
+    inp = qkv(2, 300, 333, 4, D, FP16 if dtype == FP16 else BF16, Hkv=Hkv)
+    bias = rand(*bshape, dtype=dtype)
+    bias[..., 5] = float("-inf")  # a key no query sees: dbias 0 there
+    inp["bias"] = bias.requires_grad_(True)
+    kwargs = {}
+    if extra == "key_padding":
+        kp = torch.ones(2, 333, dtype=torch.bool, device="cuda")
+        kp[1, 200:] = False
+        inp["key_padding_mask"] = kp
+    if extra == "causal":
+        kwargs["causal"] = True
+    run_case(kernel, inp, kwargs)
 
 
 def test_fully_hidden_rows_under_a_float_mask(kernel):

@@ -120,7 +120,7 @@ std::string describe_fwd(const FwdChoice& c) {
 }
 std::string describe_bwd(const BwdChoice& c) {
   static const char* dbias[] = {"none", "store", "reduce", "store16", "atomic"};
-  static const char* terms[] = {"none", "staged", "global", "row", "bits"};
+  static const char* terms[] = {"none", "staged", "global", "row", "bits", "staged", "row", "row+key-grad"};
   std::string s = name_of(c.kernel);
   char buf[200];
   if (c.kernel == BwdKernel::kV3) {
@@ -187,6 +187,10 @@ int main(int argc, char** argv) {
   { Call c = make("float mask bf16 [B,1,S,S] S1024", 2, 1024, 1024, 16, 16, 64); add(bias(c, b16, 2, 1, 1024, 1024)); }
   { Call c = make("bias fp16 on bf16 [1,H,S,S] S1024", 2, 1024, 1024, 16, 16, 64); add(bias(c, f16, 1, 16, 1024, 1024)); }
   { Call c = make("bias [1,H,1,S] bf16 S2048", 2, 2048, 2048, 16, 16, 64); add(bias(c, b16, 1, 16, 1, 2048)); }
+  { Call c = make("eva02 key bias [1,H,1,S] bf16 grad", 128, 257, 257, 12, 12, 64); add(bias(c, b16, 1, 12, 1, 257, true)); }
+  { Call c = make("key bias fp32 [B,1,1,S] grad D128", 2, 4608, 4608, 24, 24, 128); add(bias(c, f32, 2, 1, 1, 4608, true)); }
+  { Call c = make("query bias [1,H,S,1] grad", 2, 1024, 1024, 16, 16, 64); add(bias(c, b16, 1, 16, 1024, 1, true)); }
+  { Call c = make("key bias [1,H,1,S] grad D256", 2, 2048, 2048, 8, 8, 256); add(bias(c, b16, 1, 8, 1, 2048, true)); }
   // bool masks
   { Call c = make("bool mask [B,1,S,S] S1024", 2, 1024, 1024, 16, 16, 64); add(mask(c, 2, 1, 1024, 1024)); }
   { Call c = make("bool mask [B,1,1,S] S4096", 2, 4096, 4096, 16, 16, 128); add(mask(c, 2, 1, 1, 4096)); }

@@ -139,6 +139,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   int it = 0, unit = 0;  // sub-steps (stages) and dbias tiles done
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g;
+    float key_grad[2] = {0.f, 0.f};  // kBwdTermsRowKeyGrad: this thread's share of dbias of its two keys for (b, h)
     for (int k = 0; k < cnt; ++k, ++unit) {
       const int m = t.m_at(k);
       const int sbuf = P.dbias_bufs == 2 ? (unit & 1) : 0;
@@ -181,6 +182,11 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), 0, qc);
         if constexpr (kTerms == kBwdTermsGlobal)
           if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane);
+        if constexpr (kTerms == kBwdTermsRowKeyGrad)
+#pragma unroll
+          for (int nt = 0; nt < NTQ; ++nt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) key_grad[hf] += acc_dp[nt][2 * hf] + acc_dp[nt][2 * hf + 1];
 
         uint32_t pf[NTQ / 2][4], dsf[NTQ / 2][4];
         {
@@ -294,6 +300,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         }
       }
     }
+    if constexpr (kTerms == kBwdTermsRowKeyGrad) dbias_key_sums_add(P, key_grad, t.batch(0), h, j0, lane);
   }
   if (defer && it > 0) {  // the last step's dQ
     named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);

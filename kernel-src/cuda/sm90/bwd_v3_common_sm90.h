@@ -331,6 +331,20 @@ __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const f
   }
 }
 
+// kBwdTermsRowKeyGrad: dbias [.., 1, Sk] of (b, h) from this thread's sums over its queries of its two keys (j0,
+// j0 + 8): the quad's sums, then one fp32 atomic per key.
+__device__ __forceinline__ void dbias_key_sums_add(const BwdPipeParams& P, float (&key_grad)[2], int b, int h, int j0,
+                                                   int lane) {
+  float* db = P.dbias_f32 + (int64_t(b % P.db_period) * P.db_heads + (P.db_heads > 1 ? h : 0)) * int64_t(P.db_cols);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float s = key_grad[hf];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if ((lane & 3) == 0 && j0 + 8 * hf < P.p.Sk) atomicAdd(db + j0 + 8 * hf, s);
+  }
+}
+
 // Deterministic dQ: the adds of the key blocks into one query tile's accumulator run in key-block order, passed on
 // by a ticket per tile. dq_turn_wait: the two consumer warpgroups wait until the ticket names key block n (its rank
 // among the key blocks that see query tile m); dq_turn_pass: after their adds, the next key block's turn.

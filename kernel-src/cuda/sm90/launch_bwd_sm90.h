@@ -38,6 +38,7 @@ struct BwdPipelinedSm90 {
         return hides ? pick_pair<Tr, Elem, kBwdTermsRowHiding>(pair, defer)
                      : pick_pair<Tr, Elem, kBwdTermsRow>(pair, defer);
       if (terms == kBwdTermsBits) return pick_pair<Tr, Elem, kBwdTermsBits>(pair, defer);
+      if (terms == kBwdTermsRowKeyGrad) return pick_pair<Tr, Elem, kBwdTermsRowKeyGrad>(pair, defer);
     }
     if (terms == kBwdTermsGlobal) return pick_pair<Tr, Elem, kBwdTermsGlobal>(pair, defer);
     return pick_pair<Tr, Elem, kBwdTermsNone>(pair, defer);
