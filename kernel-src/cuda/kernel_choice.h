@@ -92,13 +92,14 @@ struct DeviceCaps {
 struct Forced {
   FwdKernel fwd = FwdKernel::kAuto;
   BwdKernel bwd = BwdKernel::kAuto;
-  int v3_tile = 0;         // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream
+  int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool bwd_two_stages = false, bwd_no_pair = false;
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
 };
 constexpr const char* kForceNames =
-    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_persistent, fwd_v3_per_tile, "
+    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_persistent, "
+    "fwd_v3_per_tile, "
     "fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, "
     "bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
@@ -122,6 +123,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_wide") f.fwd = FwdKernel::kV3, f.v3_tile = 2;
     else if (n == "fwd_v3_short") f.fwd = FwdKernel::kV3, f.v3_tile = 3;
     else if (n == "fwd_v3_stream") f.fwd = FwdKernel::kV3, f.v3_tile = 4;
+    else if (n == "fwd_v3_two_ctas") f.fwd = FwdKernel::kV3, f.v3_tile = 5;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
@@ -411,6 +413,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
   using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
+  using TwoCtas = typename sm90::FwdPipeTraitsSm90For<D>::two_ctas;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
@@ -468,6 +471,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
       tile = short_tile;
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
+    else if (force.v3_tile == 5 && !std::is_same<TwoCtas, Narrow>::value)
+      tile = sm90::kV3TwoCtas;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;
   }
@@ -475,6 +480,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
   if (force.v3_tile == 4 && tile != sm90::kV3Stream)
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
+  if (force.v3_tile == 5 && tile != sm90::kV3TwoCtas)
+    return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dim 64";
   if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
     return "fwd_v3_short: short key blocks take no term, a row term or mask bits (Sk <= 128; no term: Sk <= 208) at "
            "head dim 64, and Sk <= 128 at 96";
@@ -491,6 +498,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
               : tile == sm90::kV3Keys128 ? Keys128::kBlockN
               : tile == sm90::kV3Keys208 ? Keys208::kBlockN
               : tile == sm90::kV3Stream  ? Stream::kBlockN
+              : tile == sm90::kV3TwoCtas ? TwoCtas::kBlockN
                                          : Narrow::kBlockN;
   c.kernel = FwdKernel::kV3;
   c.p = p;

@@ -25,8 +25,17 @@ enum TermsMode : int {
 // Forward v3's tile (kernel_traits_sm90.h FwdPipeTraitsSm90For / FwdPipeStreamTilesSm90): the narrow default, the
 // wide key blocks of long key sets (the raw path), one key block sized to a short key set (<= 80 keys: CLIP's 77
 // text tokens; <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding, or 128-key blocks
-// streamed for any key set (the last three pipelined across tiles: consume_stream).
-enum V3Tile : int { kV3Narrow = 0, kV3Wide = 1, kV3Keys80 = 2, kV3Keys128 = 3, kV3Keys208 = 4, kV3Stream = 5 };
+// streamed for any key set (the last three pipelined across tiles: consume_stream), or 64-key blocks in half the
+// registers so that two CTAs share an SM (kV3TwoCtas, head dim 64).
+enum V3Tile : int {
+  kV3Narrow = 0,
+  kV3Wide = 1,
+  kV3Keys80 = 2,
+  kV3Keys128 = 3,
+  kV3Keys208 = 4,
+  kV3Stream = 5,
+  kV3TwoCtas = 6,
+};
 }  // namespace sm90
 
 // Backward v3: how dS leaves as dbias. kDbiasStore: fp32, one contributor per element; kDbiasReduce: an fp32

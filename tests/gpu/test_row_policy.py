@@ -67,6 +67,9 @@ KERNELS = [
     # 128-key blocks streamed across tiles for any key set (the no-term path, head dims 64 / 96 / 128)
     Fwd("fwd_v3_stream", r"FwdPipeTraitsSm90<128,\s*128,\s*2,\s*true>", D=128, S=600, H=2, bias=(), masks=False,
         table_W=None),
+    # 64-key blocks, two CTAs per SM (the no-term path, head dim 64)
+    Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<64,\s*64,\s*2,\s*false,\s*2>", D=64, S=300, H=2, bias=(),
+        masks=False, table_W=None),
     Fwd("fwd_v3_persistent", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="persistent"),
     Fwd("fwd_v3_per_tile", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="per_tile"),
     # windows: one key block per window (64 keys at D = 64; 160 / 256 at D = 32: the fp32 and fp16 term tables)

@@ -103,6 +103,7 @@ std::string describe_fwd(const FwdChoice& c) {
                   c.v3_persistent ? " persistent" : " per-tile",
                   c.v3_tile == sm90::kV3Wide     ? " wide"
                   : c.v3_tile == sm90::kV3Stream ? " streamed"
+                  : c.v3_tile == sm90::kV3TwoCtas ? " two-ctas"
                   : c.v3_tile != sm90::kV3Narrow ? " one-block"
                                                  : "");
     s += buf;

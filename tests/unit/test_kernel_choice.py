@@ -53,7 +53,7 @@ def test_choice_matches_golden(table_exe):
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
-                 "fwd_v3_persistent",
+                 "fwd_v3_two_ctas", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
                  "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
@@ -91,6 +91,18 @@ def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
     for shape in ["beit bias fp32", "S16k D256", "bool mask [B,H,S,S] t5"]:
         r = run_table(table_exe, "--force", "fwd_v3_stream", shape)
         assert "this call cannot run it (fwd_v3_stream: streamed tiles take the no-term path" in r.stdout, \
+            (shape, r.stdout)
+
+
+def test_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
+    """fwd_v3_two_ctas: 64-key blocks in 104 consumer registers, two CTAs per SM (head dim 64, SD 1.5's 40 runs at
+    64); a term or another head dim is refused with the reason."""
+    for shape in ["vit-b S197 D64", "eva02 S257 D64", "sd15 D40 S4096", "decode Sq2 Sk1000 GQA 8/2 D64"]:
+        r = run_table(table_exe, "--force", "fwd_v3_two_ctas", shape)
+        assert "fwd_v3 128x64 terms=raw persistent two-ctas" in r.stdout, (shape, r.stdout)
+    for shape in ["flux S4608 D128", "beit bias fp32", "dit-xl D72 S256"]:
+        r = run_table(table_exe, "--force", "fwd_v3_two_ctas", shape)
+        assert "this call cannot run it (fwd_v3_two_ctas: the two-CTA tile takes the no-term path" in r.stdout, \
             (shape, r.stdout)
 
 

@@ -399,17 +399,19 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     }
     mbar_wait(sm.v_full(g % ST), uint32_t(g / ST) & 1u);
     my_turn();
-    if (more) issue_qk(tn, g + 1);
+    // The Q K^T is issued in every step, after the CTA's last block too (of whatever that stage and Q slot hold: the
+    // loads are done, and the result is dropped), so that the wgmma groups and their waits do not depend on a
+    // branch: with `if (more)` around them ptxas serialized every wgmma of these kernels (C7514, "non wgmma
+    // instructions reading accumulator registers ... between start and end of the pipeline stage").
+    issue_qk(tn, g + 1);
     issue_pv(g, first);
     if (cw == 0 || more) your_turn();  // the CTA's last hand-over: warpgroup 0 has no turn left to wait for
     if (!same)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) o_max[hf] = row_max[hf], o_sum[hf] = row_sum[hf];
-    if (more) {
-      load_terms(nxt, nn);
-      wgmma_wait<1>();  // S of the next block is in; this block's P V still runs
-      softmax(nxt, nn, tn, g + 1);
-    }
+    if (more) load_terms(nxt, nn);
+    wgmma_wait<1>();  // S of the next block is in; this block's P V still runs
+    if (more) softmax(nxt, nn, tn, g + 1);
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
@@ -439,7 +441,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
 }
 
 template <typename Tr, typename Elem, int kMode>
-__global__ void __launch_bounds__(Tr::kNThreads, 1) fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
+__global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks) fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
   const KParams& p = P.p;

@@ -12,12 +12,17 @@ namespace sm90 {
 // Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).
 // kStream: the consumers run one loop over the CTA's key blocks, pipelined across tile boundaries too
 // (consume_stream), which needs the next tile's Q in a second slot (kQSlots).
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false>
+// kMinBlocks: CTAs per SM (launch bounds). A CTA starts with kLaunchRegs per thread (65536 / (384 kMinBlocks), down
+// to a multiple of 8) and setmaxnreg moves the producer's spare ones to the consumers, which must not ask for more
+// than the CTA holds (setmaxnreg.inc would wait forever): 240 at one CTA, 104 at two.
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int kMinBlocks_ = 1>
 struct FwdPipeTraitsSm90 {
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_, kMinBlocks = kMinBlocks_;
   static constexpr bool kStream = kStream_;
   static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8, kQSlots = kStream ? 2 : 1;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kProducerRegs = 24, kLaunchRegs = 65536 / (kNThreads * kMinBlocks) / 8 * 8;
+  static constexpr int kConsumerRegs = (kNThreads * kLaunchRegs - 128 * kProducerRegs) / 256 / 8 * 8;
+  static_assert(kMinBlocks > 1 || kConsumerRegs == 240, "one CTA per SM: FA3's 24 / 240");
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = 1024 + kQSlots * kQBytes + 2 * kStages * kKVBytes + 1024;  // slack, .., mbarriers
@@ -26,36 +31,46 @@ struct FwdPipeTraitsSm90 {
 };
 // Tiles per head dim (FA3's choices, hopper/tile_size.h, one size down where our terms need room): `narrow` for the
 // staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
-// `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
+// `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks; `two_ctas`
+// (D = 64, the raw path): 64-key blocks in 104 consumer registers, so that two CTAs share an SM (short sequences:
+// one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its wgmma / barrier chain, ncu of
+// ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of its own).
 template <int D> struct FwdPipeTraitsSm90For {
   using narrow = FwdPipeTraitsSm90<D, 128, 2>;
   using wide = narrow;
+  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<32> {
   using narrow = FwdPipeTraitsSm90<32, 128, 4>;
   using wide = narrow;
+  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<64> {
   using narrow = FwdPipeTraitsSm90<64, 128, 3>;
   using wide = FwdPipeTraitsSm90<64, 192, 3>;
+  using two_ctas = FwdPipeTraitsSm90<64, 64, 2, false, 2>;
 };
 template <> struct FwdPipeTraitsSm90For<128> {
   using narrow = FwdPipeTraitsSm90<128, 128, 2>;
   using wide = FwdPipeTraitsSm90<128, 176, 2>;
+  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<160> {
   using narrow = FwdPipeTraitsSm90<160, 96, 2>;
   using wide = narrow;
+  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<192> {
   using narrow = FwdPipeTraitsSm90<192, 96, 2>;
   using wide = narrow;
+  using two_ctas = narrow;
 };
 // D = 256: 80-key blocks (FA3's) fill the shared memory to 1 KB of the limit and failed the sequence-length tests
 // at 4+ key blocks (2026-12-01, cause not found in the session); 64 stays.
 template <> struct FwdPipeTraitsSm90For<256> {
   using narrow = FwdPipeTraitsSm90<256, 64, 2>;
   using wide = narrow;
+  using two_ctas = narrow;
 };
 
 // Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one

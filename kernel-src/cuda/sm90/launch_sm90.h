@@ -191,6 +191,7 @@ struct FwdPipelinedSm90 {
   using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
   using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
+  using TwoCtas = typename sm90::FwdPipeTraitsSm90For<D>::two_ctas;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
@@ -211,7 +212,8 @@ bool fwd_pipelined_sm90_ready(int dtype) {
 }
 
 // Launches what the plan chose (kernel_choice.h try_fwd_v3_for): the term path, the tile, the schedule. Persistent:
-// one CTA per SM walks the tiles (its epilogue overlapping the next tile's loads); else one CTA per tile.
+// one CTA per SM (Tr::kMinBlocks of them) walks the tiles (its epilogue overlapping the next tile's loads); else one
+// CTA per tile.
 template <typename K, typename Tr, int kMode>
 void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, int sms, cudaStream_t stream) {
   const KParams& p = P.p;
@@ -223,7 +225,7 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
                                Tr::kBlockM);
   const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
-  const int64_t grid = persistent ? std::min<int64_t>(tiles, sms) : tiles;
+  const int64_t grid = persistent ? std::min<int64_t>(tiles, int64_t(sms) * Tr::kMinBlocks) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
@@ -261,6 +263,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
     launch_fwd_pipelined<K, typename K::Keys208, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3Stream)
     launch_fwd_pipelined<K, typename K::Stream, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3TwoCtas)
+    launch_fwd_pipelined<K, typename K::TwoCtas, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
 }
