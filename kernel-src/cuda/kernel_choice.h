@@ -401,6 +401,10 @@ inline std::string try_fwd_windows(FwdChoice& c, const FwdParams& fp, const KPar
 
 // Forward v3's tile, term path and schedule.
 constexpr int kShortMaxKeys = 128;  // one short key block per tile up to here (try_fwd_v3_for: fwd_v3_short)
+// The two-CTA tile (head dim 64, no term) past kShortMaxKeys up to here: H200 kernel time ViT-B/16 (197 keys) 0.148
+// -> 0.114 ms, EVA-02-B (257) 0.244 -> 0.189, but SDXL's 1024 keys 0.060 -> 0.074 and SD 1.5's cross-attention to 77
+// keys 0.056 -> 0.059 against the short tile (RESULTS v4.0); key counts between 257 and 1024 were not measured.
+constexpr int kTwoCtasMaxKeys = 320;
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
 // 0.790 vs 0.778, where the last 176-key block is mostly padding)
@@ -471,7 +475,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
       tile = short_tile;
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
-    else if (force.v3_tile == 5 && !std::is_same<TwoCtas, Narrow>::value)
+    else if (!std::is_same<TwoCtas, Narrow>::value &&
+             (force.v3_tile == 5 || (force.v3_tile == 0 && p.Sk > kShortMaxKeys && p.Sk <= kTwoCtasMaxKeys)))
       tile = sm90::kV3TwoCtas;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;

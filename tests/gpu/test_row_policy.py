@@ -65,7 +65,7 @@ KERNELS = [
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<96,\s*128\b", D=72, S=120, Sq=200, H=2, bias=(), masks=False,
         table_W=None),
     # 128-key blocks streamed across tiles for any key set (the no-term path, head dims 64 / 96 / 128)
-    Fwd("fwd_v3_stream", r"FwdPipeTraitsSm90<128,\s*128,\s*2,\s*true>", D=128, S=600, H=2, bias=(), masks=False,
+    Fwd("fwd_v3_stream", r"FwdPipeTraitsSm90<128,\s*128,\s*2,\s*true\b", D=128, S=600, H=2, bias=(), masks=False,
         table_W=None),
     # 64-key blocks, two CTAs per SM (the no-term path, head dim 64)
     Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<64,\s*64,\s*2,\s*false,\s*2>", D=64, S=300, H=2, bias=(),

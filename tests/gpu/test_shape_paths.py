@@ -232,7 +232,7 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
     block = 80 if Sk <= 80 else 128 if Sk <= 128 else 208
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
-    assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
+    assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true,"), sorted(names)
 
 
 @pytest.mark.parametrize("D,Sk,kw", [(64, 77, {}), (72, 80, {"causal": True}), (64, 197, {"window": (40, 40)}),
@@ -254,7 +254,7 @@ def test_short_key_blocks_pipeline_across_tiles(kernel, monkeypatch, D, Sk, kw):
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
     block = 80 if Sk <= 80 else 128 if Sk <= 128 else 208
-    assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true>"), sorted(names)
+    assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true,"), sorted(names)
 
 
 @pytest.mark.parametrize("D,B,H,Hkv,Sq,Sk,kw", [
@@ -280,7 +280,7 @@ def test_streamed_tiles_across_tile_boundaries(kernel, monkeypatch, D, B, H, Hkv
     run_case(kernel, inp, kw)
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
-    assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true>"), sorted(names)
+    assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true,"), sorted(names)
 
 
 @pytest.mark.parametrize("term", ["float [B,1,1,Sk] -inf", "float [1,H,1,Sk] fp32", "bool [1,1,Sq,Sk]",
@@ -313,7 +313,7 @@ def test_short_key_blocks_with_a_row_term_or_mask_bits(kernel, monkeypatch, term
     run_case(kernel, inp, {})
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"),
                                                  mask=inp.get("mask")))
-    assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true>"), sorted(names)
+    assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true,"), sorted(names)
 
 
 @pytest.mark.parametrize("how", ["bwd_v3_bits", "bwd_v3_fold"])
