@@ -99,9 +99,8 @@ struct Forced {
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_persistent, "
-    "fwd_v3_per_tile, "
-    "fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, "
-    "bwd_windows, bwd_windows_wide";
+    "fwd_v3_per_tile, fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, "
+    "bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -417,7 +416,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
   using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
-  using TwoCtas = typename sm90::FwdPipeTraitsSm90For<D>::two_ctas;
+  using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;

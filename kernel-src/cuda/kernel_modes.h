@@ -66,9 +66,8 @@ enum BwdTerms : int {
 };
 // How an instance reads its term (its BwdTerms without the hiding or the key gradient).
 constexpr int bwd_terms_read(int terms) {
-  return terms == kBwdTermsStagedHiding                                      ? kBwdTermsStaged
-         : terms == kBwdTermsRowHiding || terms == kBwdTermsRowKeyGrad ? kBwdTermsRow
-                                                                             : terms;
+  if (terms == kBwdTermsStagedHiding) return kBwdTermsStaged;
+  return terms == kBwdTermsRowHiding || terms == kBwdTermsRowKeyGrad ? kBwdTermsRow : terms;
 }
 
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)

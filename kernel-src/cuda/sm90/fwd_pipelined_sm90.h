@@ -441,7 +441,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
 }
 
 template <typename Tr, typename Elem, int kMode>
-__global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks) fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
+__global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
+    fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
   const KParams& p = P.p;

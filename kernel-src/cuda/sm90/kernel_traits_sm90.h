@@ -31,46 +31,46 @@ struct FwdPipeTraitsSm90 {
 };
 // Tiles per head dim (FA3's choices, hopper/tile_size.h, one size down where our terms need room): `narrow` for the
 // staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
-// `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks; `two_ctas`
-// (D = 64, the raw path): 64-key blocks in 104 consumer registers, so that two CTAs share an SM (short sequences:
-// one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its wgmma / barrier chain, ncu of
-// ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of its own).
+// `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
 template <int D> struct FwdPipeTraitsSm90For {
   using narrow = FwdPipeTraitsSm90<D, 128, 2>;
   using wide = narrow;
-  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<32> {
   using narrow = FwdPipeTraitsSm90<32, 128, 4>;
   using wide = narrow;
-  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<64> {
   using narrow = FwdPipeTraitsSm90<64, 128, 3>;
   using wide = FwdPipeTraitsSm90<64, 192, 3>;
-  using two_ctas = FwdPipeTraitsSm90<64, 64, 2, false, 2>;
 };
 template <> struct FwdPipeTraitsSm90For<128> {
   using narrow = FwdPipeTraitsSm90<128, 128, 2>;
   using wide = FwdPipeTraitsSm90<128, 176, 2>;
-  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<160> {
   using narrow = FwdPipeTraitsSm90<160, 96, 2>;
   using wide = narrow;
-  using two_ctas = narrow;
 };
 template <> struct FwdPipeTraitsSm90For<192> {
   using narrow = FwdPipeTraitsSm90<192, 96, 2>;
   using wide = narrow;
-  using two_ctas = narrow;
 };
 // D = 256: 80-key blocks (FA3's) fill the shared memory to 1 KB of the limit and failed the sequence-length tests
 // at 4+ key blocks (2026-12-01, cause not found in the session); 64 stays.
 template <> struct FwdPipeTraitsSm90For<256> {
   using narrow = FwdPipeTraitsSm90<256, 64, 2>;
   using wide = narrow;
-  using two_ctas = narrow;
+};
+
+// The two-CTA tile (the raw path, D = 64): 64-key blocks in 104 consumer registers, so that two CTAs share an SM
+// (short sequences: one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its wgmma / barrier chain,
+// ncu of ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of its own).
+template <int D> struct FwdPipeTwoCtasTileSm90 {
+  using type = typename FwdPipeTraitsSm90For<D>::narrow;
+};
+template <> struct FwdPipeTwoCtasTileSm90<64> {
+  using type = FwdPipeTraitsSm90<64, 64, 2, false, 2>;
 };
 
 // Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one

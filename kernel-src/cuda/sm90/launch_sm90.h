@@ -191,7 +191,7 @@ struct FwdPipelinedSm90 {
   using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
   using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
-  using TwoCtas = typename sm90::FwdPipeTraitsSm90For<D>::two_ctas;
+  using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
