@@ -449,8 +449,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // mask bits the 128-key one: whole 32-key words, Sk <= 128). The table takes it up to 128 keys (H200 kernel time,
   // benchmarks/kernel_time.py: SD 1.5 cross-attention to 77 tokens 0.057 vs 0.079 ms, SDXL 0.038 vs 0.055; PixArt's
   // 120 and the row / bits rows at or above the narrow tile, RESULTS v3.9). The 208-key tile stays forced only:
-  // ViT-B/16 (197 keys) 0.152 vs 0.148 ms. fwd_v3_stream (128-key blocks for any key set) likewise: 0.68-0.80x on
-  // the long rows, 0.80-1.04x on the short ones.
+  // ViT-B/16 (197 keys) 0.140 ms against the narrow tile's 0.148 and the two-CTA tile's 0.114 (RESULTS v4.0).
+  // fwd_v3_stream (128-key blocks for any key set) likewise: Flux 0.442 vs 0.416 ms, SD 1.5 32x32 0.061 vs 0.057.
   const bool keys128 = !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN;
   const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
                          : keys128                                                           ? sm90::kV3Keys128
