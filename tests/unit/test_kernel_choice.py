@@ -33,6 +33,17 @@ def run_table(exe: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
 
 
+def check_forced(exe: Path, name: str, takes=(), taken="", refuses=(), reason=""):
+    """WINATTN_FORCE_KERNEL=name: each shape of `takes` prints the choice `taken`; each of `refuses` the error that
+    names `reason` (a forced kernel that cannot take a call says why, it never falls back)."""
+    for shape in takes:
+        r = run_table(exe, "--force", name, shape)
+        assert taken in r.stdout, (shape, r.stdout)
+    for shape in refuses:
+        r = run_table(exe, "--force", name, shape)
+        assert f"this call cannot run it ({name}: {reason}" in r.stdout, (shape, r.stdout)
+
+
 @pytest.fixture(scope="module")
 def table_exe(tmp_path_factory):
     try:
@@ -85,13 +96,11 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
     """fwd_v3_stream: 128-key blocks for any key set, the consumers pipelined across tile boundaries (head dims 64, 96
     and 128; DiT's 72 and SD 1.5's 40 run at 96 and 64); a term or another head dim is refused with the reason."""
-    for shape in ["dit-xl D72 S256", "sd15 D40 S4096", "flux S4608 D128", "vit-b S197 D64"]:
-        r = run_table(table_exe, "--force", "fwd_v3_stream", shape)
-        assert "fwd_v3 128x128 terms=raw persistent streamed" in r.stdout, (shape, r.stdout)
-    for shape in ["beit bias fp32", "S16k D256", "bool mask [B,H,S,S] t5"]:
-        r = run_table(table_exe, "--force", "fwd_v3_stream", shape)
-        assert "this call cannot run it (fwd_v3_stream: streamed tiles take the no-term path" in r.stdout, \
-            (shape, r.stdout)
+    check_forced(table_exe, "fwd_v3_stream",
+                 takes=["dit-xl D72 S256", "sd15 D40 S4096", "flux S4608 D128", "vit-b S197 D64"],
+                 taken="fwd_v3 128x128 terms=raw persistent streamed",
+                 refuses=["beit bias fp32", "S16k D256", "bool mask [B,H,S,S] t5"],
+                 reason="streamed tiles take the no-term path")
 
 
 def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
@@ -110,13 +119,11 @@ def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
 def test_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
     """fwd_v3_two_ctas: 64-key blocks in 104 consumer registers, two CTAs per SM (head dim 64, SD 1.5's 40 runs at
     64); a term or another head dim is refused with the reason."""
-    for shape in ["vit-b S197 D64", "eva02 S257 D64", "sd15 D40 S4096", "decode Sq2 Sk1000 GQA 8/2 D64"]:
-        r = run_table(table_exe, "--force", "fwd_v3_two_ctas", shape)
-        assert "fwd_v3 128x64 terms=raw persistent two-ctas" in r.stdout, (shape, r.stdout)
-    for shape in ["flux S4608 D128", "beit bias fp32", "dit-xl D72 S256"]:
-        r = run_table(table_exe, "--force", "fwd_v3_two_ctas", shape)
-        assert "this call cannot run it (fwd_v3_two_ctas: the two-CTA tile takes the no-term path" in r.stdout, \
-            (shape, r.stdout)
+    check_forced(table_exe, "fwd_v3_two_ctas",
+                 takes=["vit-b S197 D64", "eva02 S257 D64", "sd15 D40 S4096", "decode Sq2 Sk1000 GQA 8/2 D64"],
+                 taken="fwd_v3 128x64 terms=raw persistent two-ctas",
+                 refuses=["flux S4608 D128", "beit bias fp32", "dit-xl D72 S256"],
+                 reason="the two-CTA tile takes the no-term path")
 
 
 def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):
@@ -127,10 +134,9 @@ def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):
         r = run_table(table_exe, "--force", "bwd_v3_bits", shape)
         bwd = next(line for line in r.stdout.splitlines() if "bwd_v3" in line)
         assert "terms=bits" in bwd and "defer" in bwd and "prep=" not in bwd, (shape, r.stdout)
-    for shape in ["bool mask [1,H,1,S] vit S197", "bool mask [B,H,S,1] + bias [1,H,S,S] grad"]:
-        r = run_table(table_exe, "--force", "bwd_v3_bits", shape)
-        assert "this call cannot run it (bwd_v3_bits: a bool mask per score without an additive term" in r.stdout, \
-            (shape, r.stdout)
+    check_forced(table_exe, "bwd_v3_bits",
+                 refuses=["bool mask [1,H,1,S] vit S197", "bool mask [B,H,S,1] + bias [1,H,S,S] grad"],
+                 reason="a bool mask per score without an additive term")
 
 
 def test_backward_mask_bits_by_default_and_the_fold_on_request(table_exe):
@@ -171,10 +177,9 @@ def test_short_key_blocks_are_sized_to_the_key_set(table_exe):
     assert "fwd_v3 128x128 terms=row persistent one-block" in r.stdout, r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_short", "sdxl cross Sk77 bool mask")
     assert "fwd_v3 128x128 terms=mask-bits persistent one-block" in r.stdout, r.stdout
-    for shape in ["dit-xl D72 S256", "sd15 D40 S4096", "beit bias fp32", "bool mask [1,H,1,S] vit S197"]:
-        r = run_table(table_exe, "--force", "fwd_v3_short", shape)
-        assert "this call cannot run it (fwd_v3_short: short key blocks take no term, a row term or mask bits" \
-            in r.stdout, (shape, r.stdout)
+    check_forced(table_exe, "fwd_v3_short",
+                 refuses=["dit-xl D72 S256", "sd15 D40 S4096", "beit bias fp32", "bool mask [1,H,1,S] vit S197"],
+                 reason="short key blocks take no term, a row term or mask bits")
 
 
 if __name__ == "__main__":
