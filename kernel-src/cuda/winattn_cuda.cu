@@ -175,14 +175,14 @@ int64_t mask_bits_bytes(const KParams& p) { return int64_t(p.mb_period) * p.mb_h
 void launch_mask_bits(const FwdParams& fp, KParams& p, bool transposed, uint32_t* out, cudaStream_t stream) {
   if (out == nullptr)  // (a plan that chose mask bits must have carved their workspace)
     throw std::logic_error("window_attention (cuda): mask bits chosen without a workspace region for them");
-  const int64_t words = mask_bits_bytes(p) / 4;
-  const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 8 * 65535));
   const Operand4d mask = operand(fp.mask, p.Sk, true);
-  const bool quads = mask.sk == 1 && p.mb_rows % 4 == 0 && reinterpret_cast<uintptr_t>(mask.ptr) % 4 == 0 &&
-                     mask.sb % 4 == 0 && mask.sh % 4 == 0 && mask.sq % 4 == 0;
-  if (transposed && quads)
-    mask_bits_transposed4_kernel<<<unsigned(std::min<int64_t>((words / 4 + 255) / 256, 8 * 65535)), 256, 0, stream>>>(
-        out, mask, p.mb_rows, p.Sq, p.mb_words);
+  const bool quads = transposed && mask.sk == 1 && p.mb_rows % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(mask.ptr) % 4 == 0 && mask.sb % 4 == 0 && mask.sh % 4 == 0 &&
+                     mask.sq % 4 == 0;  // (mask_bits_transposed4_kernel: four keys per thread)
+  const int64_t threads = mask_bits_bytes(p) / 4 / (quads ? 4 : 1);  // one output word each (four: quads)
+  const unsigned blocks = unsigned(std::min<int64_t>((threads + 255) / 256, 8 * 65535));
+  if (quads)
+    mask_bits_transposed4_kernel<<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sq, p.mb_words);
   else if (transposed)
     mask_bits_kernel<true><<<blocks, 256, 0, stream>>>(out, mask, p.mb_rows, p.Sq, p.mb_words);
   else
