@@ -213,6 +213,14 @@ ROWS = [
     R("eva02_b14", "short", "timm eva02_base_patch14_224 (rope, no bias), train batch 128", 128, 12, 257, 257, 64),
     R("vit_l16_infer", "short", "timm vit_large_patch16_224, inference batch 256", 256, 16, 197, 197, 64,
       qkv_grad=False),
+    # 321-1024 keys at D = 64: where the two-CTA tile's reach ends (kTwoCtasMaxKeys)
+    R("vit_b16_384", "short", "timm vit_base_patch16_384 fine-tune (24x24 patches + cls), train batch 64", 64, 12,
+      577, 577, 64),
+    R("clip_l14_336_infer", "short", "CLIP ViT-L/14-336 image encoder (24x24 + cls), inference batch 128", 128, 16,
+      577, 577, 64, qkv_grad=False),
+    R("vit_b8_224", "short", "timm vit_base_patch8_224 (28x28 patches + cls), train batch 32", 32, 12, 785, 785, 64),
+    R("eva02_b14_448", "short", "timm eva02_base_patch14_448 (32x32 + cls), train batch 16", 16, 12, 1025, 1025,
+      64),
     # relative-position biases [1, H, N, N] shared over a large batch
     R("beit_b16_fp32", "relbias", "timm beit_base_patch16_224: rel-pos bias fp32 as attn_mask, train batch 128",
       128, 12, 197, 197, 64, terms=(bias("1HQK", "fp32"),)),

@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   add(make("sdxl cross Sk77 D64", 4, 4096, 77, 10, 10, 64));
   { Call c = make("pixart cross Sk120 kp", 4, 4096, 120, 16, 16, 72); add(padding(c)); }
   { Call c = make("pixart cross Sk120 float mask [B,1,1,S]", 4, 4096, 120, 16, 16, 72); add(bias(c, b16, 4, 1, 1, 120)); }
+  { Call c = make("ltx cross Sk128 float mask [B,H,1,S]", 2, 6144, 128, 32, 32, 64); add(bias(c, b16, 2, 32, 1, 128)); }
   { Call c = make("sdxl cross Sk77 bool mask [1,1,Sq,Sk]", 4, 4096, 77, 10, 10, 64); add(mask(c, 1, 1, 4096, 77)); }
   { Call c = make("qwenimage key padding S4352", 2, 4352, 4352, 24, 24, 128); add(padding(c)); }
   // additive terms
