@@ -400,10 +400,21 @@ inline std::string try_fwd_windows(FwdChoice& c, const FwdParams& fp, const KPar
 
 // Forward v3's tile, term path and schedule.
 constexpr int kShortMaxKeys = 128;  // one short key block per tile up to here (try_fwd_v3_for: fwd_v3_short)
-// The two-CTA tile (head dim 64, no term) past kShortMaxKeys up to here: H200 kernel time ViT-B/16 (197 keys) 0.148
-// -> 0.114 ms, EVA-02-B (257) 0.244 -> 0.189, but SDXL's 1024 keys 0.060 -> 0.074 and SD 1.5's cross-attention to 77
-// keys 0.056 -> 0.059 against the short tile (RESULTS v4.0); key counts between 257 and 1024 were not measured.
-constexpr int kTwoCtasMaxKeys = 320;
+// The two-CTA tile (head dim 64, no term) past kShortMaxKeys. H200 kernel time against the narrow tile (RESULTS
+// v4.0, v4.1): ViT-B/16 (197 keys) 0.147 -> 0.113 ms, EVA-02-B (257) 0.244 -> 0.190: an SM does 1.3x the work with
+// two CTAs, taken whatever the batch. Past kTwoCtasAnyBatchMaxKeys the gain per SM is 4-18% (ViT-B/16-384's 577 keys
+// 0.276 -> 0.257, CLIP-L-336 0.702 -> 0.648, ViT-B/8's 785 0.245 -> 0.218, EVA-02-448's 1025 0.197 -> 0.190), which
+// the coarser waves of the persistent grid (two CTAs per SM walk the tiles in step) lose on a call of few tiles:
+// SDXL's 1024 keys, 640 tiles on 132 SMs, 0.060 -> 0.075. There the tile needs kTwoCtasMinTilesPerSm tiles per SM.
+// SD 1.5's cross-attention to 77 keys stays on the short tile (0.056 vs 0.059).
+constexpr int kTwoCtasAnyBatchMaxKeys = 320;
+constexpr int kTwoCtasMaxKeys = 1088;  // measured to 1025 keys; 1088 has the same 17 key blocks of 64
+constexpr int kTwoCtasMinTilesPerSm = 8;
+inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
+  if (p.Sk <= kShortMaxKeys || p.Sk > kTwoCtasMaxKeys) return false;
+  const long tiles = long(div_up(p.Sq, 128)) * p.H * p.B;
+  return p.Sk <= kTwoCtasAnyBatchMaxKeys || tiles >= long(kTwoCtasMinTilesPerSm) * dev.sms;
+}
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
 // 0.790 vs 0.778, where the last 176-key block is mostly padding)
@@ -475,7 +486,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
     else if (!std::is_same<TwoCtas, Narrow>::value &&
-             (force.v3_tile == 5 || (force.v3_tile == 0 && p.Sk > kShortMaxKeys && p.Sk <= kTwoCtasMaxKeys)))
+             (force.v3_tile == 5 || (force.v3_tile == 0 && two_ctas_pay(p, dev))))
       tile = sm90::kV3TwoCtas;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;

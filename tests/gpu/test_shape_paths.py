@@ -207,13 +207,15 @@ def test_bool_mask_per_score_runs_as_bits(kernel, mshape, D, H, Hkv, kw):
         assert ran(names, "mask_bits_kernel") and ran(names, "fwd_pipelined_kernel_sm90"), sorted(names)
 
 
-# The two-CTA tile, the table's choice at head dim <= 64 without a term for 129-320 keys (not forced: the choice is
-# under test too): ViT-B/16's batch (more tiles than its persistent grid of two CTAs per SM), odd lengths, fp16 with
-# GQA and a causal band, cross-attention with key padding, a sliding band
+# The two-CTA tile, the table's choice at head dim <= 64 without a term for 129-320 keys, and up to 1088 keys on
+# calls of 8+ tiles per SM (not forced: the choice is under test too): ViT-B/16's batch (more tiles than its
+# persistent grid of two CTAs per SM), odd lengths, fp16 with GQA and a causal band, cross-attention with key
+# padding, a sliding band, ViT-B/16-384's 577 keys over 1080 tiles
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
     (128, 197, 197, 12, 12, 64, BF16, {}), (3, 257, 257, 4, 2, 64, FP16, {"causal": True}),
     (2, 300, 140, 4, 1, 48, BF16, {"key_padding": True}), (2, 70, 320, 2, 2, 64, BF16, {"window": (30, 30)}),
-], ids=["vit_b16", "fp16_gqa_causal", "cross_key_padding_d48", "band"])
+    (18, 577, 577, 12, 12, 64, BF16, {}),
+], ids=["vit_b16", "fp16_gqa_causal", "cross_key_padding_d48", "band", "vit_b16_384"])
 def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype, kw):
     if not hopper():
         pytest.skip("the two-CTA tile is a Hopper kernel")

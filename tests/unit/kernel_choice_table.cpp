@@ -170,6 +170,10 @@ int main(int argc, char** argv) {
   // short sequences
   add(make("vit-b S197 D64", 256, 197, 197, 12, 12, 64));
   add(make("eva02 S257 D64", 128, 257, 257, 12, 12, 64));
+  add(make("vit-b/16-384 S577 D64 B64", 64, 577, 577, 12, 12, 64));
+  add(make("eva02-448 S1025 D64 B16", 16, 1025, 1025, 12, 12, 64));
+  add(make("vit-b/8 S785 D64 B2 (few tiles)", 2, 785, 785, 12, 12, 64));
+  add(make("sdxl self S1024 D64 B4", 4, 1024, 1024, 20, 20, 64));
   // cross-attention
   add(make("sdxl cross Sk77 D64", 4, 4096, 77, 10, 10, 64));
   { Call c = make("pixart cross Sk120 kp", 4, 4096, 120, 16, 16, 72); add(padding(c)); }

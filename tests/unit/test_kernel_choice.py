@@ -104,14 +104,18 @@ def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
 
 
 def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
-    """Head dim 64 without a term: the two-CTA tile for 129-320 keys (ViT's 197, EVA's 257: 1.3x kernel time), the
-    short tile up to 128, the narrow one past 320 (SDXL's 1024 was slower on two CTAs)."""
+    """Head dim 64 without a term: the two-CTA tile for 129-320 keys (ViT's 197, EVA's 257: 1.3x kernel time), and
+    up to 1088 keys on calls of at least 8 tiles per SM (577-1025 keys: 4-18%; SDXL's 1024 keys in 640 tiles was
+    slower on two CTAs); the short tile up to 128 keys."""
     r = run_table(table_exe)
     rows = {}
     for line in r.stdout.splitlines():  # (the H200 table comes first)
         if "|" in line:
             rows.setdefault(line.split("|")[0].strip(), line)
     assert "two-ctas" in rows["vit-b S197 D64"] and "two-ctas" in rows["eva02 S257 D64"]
+    assert "two-ctas" in rows["vit-b/16-384 S577 D64 B64"] and "two-ctas" in rows["eva02-448 S1025 D64 B16"]
+    assert "two-ctas" not in rows["vit-b/8 S785 D64 B2 (few tiles)"]
+    assert "two-ctas" not in rows["sdxl self S1024 D64 B4"]
     assert "one-block" in rows["sdxl cross Sk77 D64"]
     assert "two-ctas" not in rows["sd15 D40 S4096"] and "two-ctas" not in rows["cogvideox S17776 D64"]
 
