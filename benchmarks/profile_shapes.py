@@ -22,28 +22,36 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", required=True)
     ap.add_argument("--only", nargs="+", required=True, help="row names or classes (bench_shapes.py --list)")
+    ap.add_argument("--impl", default="ours", help="ours or a peer of bench_shapes.py (cudnn, fa2, ...): the "
+                    "peer's kernels on the same call, to compare their profiles with ours")
+    ap.add_argument("--fwd-only", action="store_true", help="the forward alone, also on rows that train")
     args = ap.parse_args(argv)
     kern = bc.load_kernel(args.variant)
+    peers = {p.name: p for p in bs.PEERS}
     for row in bs.select(bs.ROWS, args.only):
         torch.manual_seed(0)
         x = bs.make_inputs(row, "cuda")
         learn = bs.learnable(x)
-        fwd, _, _ = bs.ours_call(kern, row, x, learn, "cuda")
-        leaves = bs.grad_leaves(x, learn)
+        if args.impl == "ours":
+            fwd, ctx, _ = bs.ours_call(kern, row, x, learn, "cuda")
+        else:
+            fwd, ctx, _ = peers[args.impl].call(row, x, learn, "cuda")
+        leaves = [] if args.fwd_only else bs.grad_leaves(x, learn)
 
         def step():
             out = fwd()
             if leaves:
                 torch.autograd.grad(out, leaves, torch.randn_like(out))
 
-        for _ in range(3):
+        with ctx():
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
             step()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
-        step()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
-        print(f"profiled {row.name}", flush=True)
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
+        print(f"profiled {row.name} ({args.impl})", flush=True)
     return 0
 
 

@@ -77,8 +77,8 @@ def main():
             kp = torch.rand(2, 420, device=dev) > 0.2
             kern.attention(q, k, v, key_padding_mask=kp, causal=True)
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False))
-            # terms broadcast over the queries (the row term, loaded a key block ahead per warp): a 0 / -inf bf16 key
-            # mask, an fp32 row per head
+            # terms broadcast over the queries (the row term, staged per key block by a producer warp): a 0 / -inf
+            # bf16 key mask, an fp32 row per head
             keep = torch.rand(2, 1, 1, 420, device=dev) > 0.2
             kern.attention(q, k, v, bias=torch.zeros(keep.shape, device=dev, dtype=dt).masked_fill(~keep, -torch.inf))
             kern.attention(q, k, v, bias=torch.randn(2, 2, 1, 420, device=dev))

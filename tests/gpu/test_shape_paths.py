@@ -76,10 +76,12 @@ def test_float_key_padding_mask(kernel, fill, term_dtype):
         assert not ran(names, "combine_terms_kernel"), sorted(names)  # read as given, one value per key
 
 
+@pytest.mark.parametrize("D", [64, 72, 160, 256])
 @pytest.mark.parametrize("shape", [(2, 1, 1, 257), (1, 3, 1, 257), (2, 3, 1, 257)])
-def test_terms_broadcast_over_the_queries(kernel, shape):
-    # a per-key bias without its gradient (row path), cross-attention lengths, GQA
-    inp = qkv(2, 190, 257, 3, 64, FP16, Hkv=1)
+def test_terms_broadcast_over_the_queries(kernel, shape, D):
+    # a per-key bias without its gradient (row path: staged per key block by a producer warp, whose register share
+    # is its own at every head dim), cross-attention lengths, GQA
+    inp = qkv(2, 190, 257, 3, D, FP16, Hkv=1)
     inp["bias"] = rand(*shape, dtype=FP32)
     run_case(kernel, inp, {})
     run_case(kernel, inp, {"window": (40, 7)})

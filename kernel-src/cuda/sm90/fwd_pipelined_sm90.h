@@ -56,7 +56,8 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 }
 
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
-// short of): Q slots | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice). One
+// short of): Q slots | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice) or
+// row-term slots. One
 // Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one computes; slot 1's
 // barriers follow the others, so the one-slot layout is as it was).
 template <typename Tr>
@@ -78,7 +79,16 @@ struct PipeSmem {
     return base + kBars + 8 * (1 + 4 * Tr::kStages) + (slot ? 16 : 0);
   }
   __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
+  // kTermsRawRow: the row term of stage s (kRowBytes: BN floats), where the bias stages would be
+  static constexpr int kRowBytes = Tr::kBlockN * 4;
+  __device__ __forceinline__ uint32_t row(int s) const { return base + kBias + s * kRowBytes; }
 };
+
+// What score_terms reads from stage s: the staged bias tile (kTermsRawBias*) or the row-term slot (kTermsRawRow).
+template <int kMode, typename Tr>
+__device__ __forceinline__ uint32_t stage_terms(const PipeSmem<Tr>& sm, int s, int bias_stage_bytes) {
+  return kMode == kTermsRawRow ? sm.row(s) : sm.bias(s, bias_stage_bytes);
+}
 
 // One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
 struct PipeTile {
@@ -146,6 +156,28 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   }
 }
 
+// kTermsRawRow, producer warp 1: the row term of every key block the producer loads, in the same order, into the
+// stage's row slot (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA
+// thread's and this warp's), so that the consumers find the term beside K. It waits for the stage as the TMA thread
+// does (k_empty: the consumers read the slot in score_terms, before they release K).
+template <typename Tr>
+__device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSmem<Tr> sm, unsigned char* smem,
+                                                  int lane) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
+  const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
+  int kb = 0;
+  for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+    const PipeTile tile = decode_tile<BM, BN>(p, idx);
+    for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++kb) {
+      const int s = kb % ST, use = kb / ST;
+      if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
+      stage_row_term<BN>(reinterpret_cast<float*>(smem + (sm.row(s) - sm.base)), p, tile.b, tile.h, n, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.k_full(s));
+    }
+  }
+}
+
 // Consumer warpgroup cw (0 or 1): tile rows [64 cw, 64 cw + 64). The two warpgroups take turns issuing their
 // GEMMs (named barriers 1 + cw: "cw may issue"), so one's softmax runs while the other's wgmmas use the tensor
 // cores (FA3's ping-pong); within a warpgroup the QK^T of the next block is issued before the P V of the current.
@@ -192,17 +224,12 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  // kTermsRawRow / kTermsRawBits: the row term / the mask bits of the next key block, loaded while this one's GEMMs
-  // run (score_terms_sm90.h)
-  float row[BN / 32];
+  // kTermsRawBits: the mask bits of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
   uint32_t bits[2][BN / 32];
-  if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, b, h, n_hi - 1, lane);
   if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
   auto terms = [&](int s, int n) {
-    const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, bits, b, h, m_block, n, wr, lane);
-    if constexpr (kMode == kTermsRawRow)
-      if (n > tile.n_lo) load_row_term<BN>(row, p, b, h, n - 1, lane);
+    const unsigned char* sB = smem_base + (stage_terms<kMode>(sm, s, P.bias_stage_bytes) - sm.base);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, bits, b, h, m_block, n, wr, lane);
     if constexpr (kMode == kTermsRawBits)
       if (n > tile.n_lo) load_mask_bits<BN>(bits, p, b, h, i0, n - 1, wr, lane);
 #pragma unroll
@@ -284,8 +311,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
 // wait, softmax, P V, wait, epilogue (v3.6's ncu of ViT-B/16: no eligible warp 55% of cycles, "wait" stalls on the
 // wgmma / barrier chain). The next tile's Q is in its own slot (Tr::kQSlots), loaded while this tile computes. The
 // ping-pong turns are consume's: one per Q K^T issue of the CTA's first block and one per P V issue, warpgroup 1's
-// last one skipped. Terms: the raw path, the staged tile, and at whole 32-key words the row term and the mask bits,
-// loaded for the next block after its Q K^T is issued.
+// last one skipped. Terms: the raw path, the staged tile, and at whole 32-key words the row term (staged by
+// produce_row_terms) and the mask bits (loaded for the next block after its Q K^T is issued).
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const PipeSmem<Tr> sm,
                                                const unsigned char* smem_base, int cw, int warp, int lane) {
@@ -314,10 +341,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   uint32_t pf[NT / 2][4];
   float row_max[2], row_sum[2], corr[2];  // the running softmax of the tile whose latest block is in acc_s / pf
   float o_max[2], o_sum[2];               // a finished tile's, for its epilogue
-  float row[BN / 32];                     // kTermsRawRow / kTermsRawBits: the term of the block whose S comes next
-  uint32_t bits[2][BN / 32];
+  uint32_t bits[2][BN / 32];  // kTermsRawBits: the mask bits of the block whose S comes next
   auto load_terms = [&](const PipeTile& tile, int n) {
-    if constexpr (kMode == kTermsRawRow) load_row_term<BN>(row, p, tile.b, tile.h, n, lane);
     if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, tile.b, tile.h, tile.m_block * BM, n, wr, lane);
   };
   // g: this CTA's key blocks before this one (the producer's kb + it): stage g % ST; t: its tiles with a key before
@@ -350,9 +375,9 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // block starts the state; its last one frees the tile's Q slot
   auto softmax = [&](const PipeTile& tile, int n, int t, int g) {
     fence_acc(acc_s);
-    const unsigned char* sB = smem_base + (sm.bias(g % ST, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, bits, tile.b, tile.h, tile.m_block, n,
-                                                            wr, lane);
+    const unsigned char* sB = smem_base + (stage_terms<kMode>(sm, g % ST, P.bias_stage_bytes) - sm.base);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, bits, tile.b, tile.h, tile.m_block, n, wr,
+                                                            lane);
     release(sm.k_empty(g % ST));
     if (n == tile.n_lo) release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
     if (n == tile.n_hi - 1)
@@ -445,6 +470,13 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
+  // kTermsRawRow: produce_row_terms's warp needs more than the TMA thread's 24 registers (ptxas: 52 bytes of spills
+  // at 24, head dim 64); below head dim 256 the consumers give 8 of theirs (one CTA per SM: 32 / 232). At 256 they
+  // have none to give (88 bytes of spills at 232): the producer warp spills instead, off the consumers' path.
+  constexpr bool kRowWarpRegs = kMode == kTermsRawRow && Tr::kHeadDim < 256;
+  static_assert(!kRowWarpRegs || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
+  constexpr int kProducerRegs = kRowWarpRegs ? 32 : Tr::kProducerRegs;
+  constexpr int kConsumerRegs = kRowWarpRegs ? 232 : Tr::kConsumerRegs;
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
@@ -461,7 +493,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       mbar_init(sm.q_empty(slot), Tr::kConsumerWarps);
     }
     for (int s = 0; s < ST; ++s) {
-      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.k_full(s), kMode == kTermsRawRow ? 2 : 1);  // (+ produce_row_terms's arrival)
       mbar_init(sm.v_full(s), 1);
       mbar_init(sm.k_empty(s), Tr::kConsumerWarps);
       mbar_init(sm.v_empty(s), Tr::kConsumerWarps);
@@ -471,7 +503,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
   __syncthreads();
 
   if (wg == 0) {
-    regs_dealloc<Tr::kProducerRegs>();
+    regs_dealloc<kProducerRegs>();
     if (tid == 0) {
       tma_prefetch_desc(&P.tq);
       tma_prefetch_desc(&P.tk);
@@ -484,12 +516,14 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
         kb += tile.n_hi - tile.n_lo;
         ++t;
       }
+    } else if (kMode == kTermsRawRow && warp == 1) {
+      produce_row_terms<Tr>(p, sm, smem, lane);
     }
   } else if constexpr (Tr::kStream) {
-    regs_alloc<Tr::kConsumerRegs>();
+    regs_alloc<kConsumerRegs>();
     consume_stream<Tr, Elem, kMode>(P, sm, smem, wg - 1, warp, lane);
   } else {
-    regs_alloc<Tr::kConsumerRegs>();
+    regs_alloc<kConsumerRegs>();
     const int cw = wg - 1;
     int kb = 0, t = 0;
     for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {

@@ -223,7 +223,8 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
   if (P.bias_stage_bytes > 0)
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
-  const int smem = Tr::kSmemBytes + Tr::kStages * P.bias_stage_bytes;
+  const int smem = Tr::kSmemBytes + Tr::kStages * (kMode == sm90::kTermsRawRow ? sm90::PipeSmem<Tr>::kRowBytes
+                                                                                : P.bias_stage_bytes);
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
   const int64_t grid = persistent ? std::min<int64_t>(tiles, int64_t(sms) * Tr::kMinBlocks) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);

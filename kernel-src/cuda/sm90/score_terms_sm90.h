@@ -7,10 +7,12 @@
 //     staged additive tile, key padding, the causal / sliding-window band and the sequence end; needs scale > 0
 //     (the row max commutes with the scaling).
 //   * kTermsRawRow: a term broadcast over the queries ([B or 1, H or 1, 1, Sk]) enters as s += term / scale, one
-//     value per column: each warp loads the block's BN values one key block ahead (load_row_term, BN / 32 per lane,
-//     coalesced) and each thread takes its 2 x NT columns by shuffles. Loaded per thread after the Q K^T wait (16
-//     loads each), their latency sat on every block's critical path: Flux-shaped float key mask 2.06 ms against
-//     0.81 ms for the same mask as key padding (RESULTS v3.6).
+//     value per column: a producer warp stages the block's BN values, divided by the scale, in shared memory with
+//     its K (fwd_pipelined_sm90.h produce_row_terms) and each thread reads its 2 x NT columns as float pairs.
+//     History: loaded per thread after the Q K^T wait, their latency sat on every block's critical path (Flux-shaped
+//     float key mask 2.06 ms against 0.81 ms as key padding, RESULTS v3.6); loaded by the consumer warps one block
+//     ahead and spread by shuffles (v3.6-v4.0), a one-block tile still waited on them (ncu of LTX's [B, H, 1, Sk]
+//     mask: 13% of the consumers' stall samples) and each thread paid 2 x NT shuffles per block.
 //   * kTermsRawBits: a bool mask per score without an additive term, as bits (aux_kernels.h mask_bits_kernel: bit j
 //     of word w of a row = column 32 w + j; 1/8 of the mask's bytes, 1/16 of a -inf term's): each thread loads the
 //     block's words of its two rows one key block ahead (load_mask_bits) and hides the columns whose bit is 0, as
@@ -53,16 +55,17 @@ __device__ __forceinline__ bool kp_all_kept(const KParams& p, int b, int j0, int
   return __all_sync(0xffffffffu, kept);
 }
 
-// kTermsRawRow: the term's values of key block n for (b, h), lane l holding keys n * BN + l + 32 e (0 past Sk).
+// kTermsRawRow: the term of key block n for (b, h) divided by the scale, into the stage's row slot (BN floats, 0 past
+// Sk), by one warp: lane l writes keys n * BN + l + 32 e.
 template <int BN>
-__device__ __forceinline__ void load_row_term(float (&row)[BN / 32], const KParams& p, int b, int h, int n,
-                                              int lane) {
+__device__ __forceinline__ void stage_row_term(float* slot, const KParams& p, int b, int h, int n, int lane) {
   const Operand4d& t = p.bias;
   const int64_t base = int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh;
+  const float inv_scale = 1.f / p.scale;
 #pragma unroll
   for (int e = 0; e < BN / 32; ++e) {
     const int j = n * BN + lane + 32 * e;
-    row[e] = j < p.Sk ? ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) : 0.f;
+    slot[lane + 32 * e] = j < p.Sk ? ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) * inv_scale : 0.f;
   }
 }
 
@@ -91,11 +94,11 @@ __device__ __forceinline__ void load_mask_bits(uint32_t (&bits)[2][BN / 32], con
 }
 
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
-// 1 after apply_terms). sB: the staged tile of this key block (kTermsRawBias); row: its row term (kTermsRawRow).
+// 1 after apply_terms). sB: this key block's staged tile (kTermsRawBias) or row slot (kTermsRawRow).
 template <typename Elem, int kMode, int BM, int BN, int NT>
 __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB,
-                                             const float (&row)[BN / 32], const uint32_t (&bits)[2][BN / 32], int b,
-                                             int h, int m_block, int n, int wr, int lane) {
+                                             const uint32_t (&bits)[2][BN / 32], int b, int h, int m_block, int n,
+                                             int wr, int lane) {
   const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
   const int j0 = n * BN;
   if constexpr (kMode == kTermsGeneral) {
@@ -118,16 +121,14 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
   }
   if constexpr (kMode == kTermsRawRow) {  // (never a folded mask: those take bits or the general path)
     static_assert(BN % 32 == 0, "whole warps of keys per block");
-    const float inv_scale = 1.f / p.scale;
+    const float* slot = reinterpret_cast<const float*>(sB);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {  // columns c, c + 1 (c = nt * 8 + qc): lanes c % 32 and c % 32 + 1 of row[c / 32]
-      const int c = (nt % 4) * 8 + qc;
-      const float2 v =
-          make_float2(__shfl_sync(0xffffffffu, row[nt / 4], c), __shfl_sync(0xffffffffu, row[nt / 4], c + 1));
+    for (int nt = 0; nt < NT; ++nt) {  // columns nt * 8 + qc, + 1: one 8-byte read (a warp reads 32 bytes)
+      const float2 v = *reinterpret_cast<const float2*>(slot + nt * 8 + qc);
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        acc[nt][2 * hf] = fmaf(v.x, inv_scale, acc[nt][2 * hf]);
-        acc[nt][2 * hf + 1] = fmaf(v.y, inv_scale, acc[nt][2 * hf + 1]);
+        acc[nt][2 * hf] += v.x;
+        acc[nt][2 * hf + 1] += v.y;
       }
     }
   }
@@ -145,6 +146,16 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
   // key padding that hides nothing in this block costs one warp vote (kp_all_kept)
   const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
   if (!need_mask && !kp) return p.scale_log2;
+  if (!kp && !p.has_band) {  // only the sequence end: one compare per column pair (the general masking below was
+    // ~25% of the consumers' stall samples on SDXL's 77 keys in an 80-key block, ncu v4.1)
+    const int keys = p.Sk - j0 - qc;  // this thread's columns nt * 8 + e are keys while below this
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (nt * 8 + e >= keys) acc[nt][e] = acc[nt][2 + e] = -INFINITY;
+    return p.scale_log2;
+  }
   // visible columns of this thread as bits (bit 2 nt + e: column j0 + nt * 8 + qc + e), then the band per row in
   // 32-bit offsets relative to the thread's first element (kept compact: the consumers run at their register cap)
   static_assert(2 * NT <= 64, "one bit per column pair element");
