@@ -156,6 +156,20 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   }
 }
 
+// A consumer warp is done with K stage s (its wgmma reads, the terms it read from the stage): one arrival per warp
+// after __syncwarp, but one per thread in kTermsRawRow, whose row slot a producer warp overwrites with plain stores
+// (not TMA): each reader's own arrival orders its reads before them in a way compute-sanitizer's racecheck follows
+// (it flagged the per-warp form: a write-after-read hazard per slot byte).
+template <typename Tr, int kMode>
+__host__ __device__ constexpr int k_empty_arrivals() {
+  return kMode == kTermsRawRow ? Tr::kConsumerWarps * 32 : Tr::kConsumerWarps;
+}
+template <int kMode>
+__device__ __forceinline__ void release_k(uint32_t bar, int lane) {
+  if constexpr (kMode != kTermsRawRow) __syncwarp();
+  if (kMode == kTermsRawRow || lane == 0) mbar_arrive(bar);
+}
+
 // kTermsRawRow, producer warp 1: the row term of every key block the producer loads, in the same order, into the
 // stage's row slot (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA
 // thread's and this warp's), so that the consumers find the term beside K. It waits for the stage as the TMA thread
@@ -255,7 +269,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   wgmma_wait<0>();
   fence_acc(acc_s);
   terms(stage(0), n_hi - 1);
-  release(sm.k_empty(stage(0)));
+  release_k<kMode>(sm.k_empty(stage(0)), lane);
   to_pfrag();
 
   for (int it = 1; it < nblk; ++it) {
@@ -269,7 +283,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
     fence_acc(acc_s);
     terms(s, n);
-    release(sm.k_empty(s));
+    release_k<kMode>(sm.k_empty(s), lane);
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
@@ -378,7 +392,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     const unsigned char* sB = smem_base + (stage_terms<kMode>(sm, g % ST, P.bias_stage_bytes) - sm.base);
     const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, bits, tile.b, tile.h, tile.m_block, n, wr,
                                                             lane);
-    release(sm.k_empty(g % ST));
+    release_k<kMode>(sm.k_empty(g % ST), lane);
     if (n == tile.n_lo) release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
     if (n == tile.n_hi - 1)
 #pragma unroll
@@ -495,7 +509,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     for (int s = 0; s < ST; ++s) {
       mbar_init(sm.k_full(s), kMode == kTermsRawRow ? 2 : 1);  // (+ produce_row_terms's arrival)
       mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.k_empty(s), Tr::kConsumerWarps);
+      mbar_init(sm.k_empty(s), k_empty_arrivals<Tr, kMode>());
       mbar_init(sm.v_empty(s), Tr::kConsumerWarps);
     }
     mbar_fence_init();
