@@ -10,8 +10,9 @@ namespace sm90 {
 // Forward v3's score-term paths (score_terms_sm90.h): kTermsRaw (no additive term: scores stay raw, the scale folds
 // into the exponent), kTermsRawBias (a 16-bit additive tile of the input dtype staged by TMA with each key block),
 // kTermsRawRow (a term broadcast over the queries, [B or 1, H or 1, 1, Sk]: one value per key, staged per key block
-// in shared memory by a producer warp), kTermsGeneral (the term and the bool mask read from global memory per score), kTermsRawBits (a bool mask
-// per score, no additive term: the mask as bits, KParams::mbits, one bit per score read one key block ahead),
+// in shared memory by a producer warp), kTermsGeneral (the term and the bool mask read from global memory per
+// score), kTermsRawBits (a bool mask per score, no additive term: the mask as bits, KParams::mbits, one bit per score
+// read one key block ahead),
 // kTermsRawBiasMasked (kTermsRawBias with a bool mask folded into the tile: KParams::term_hides; its own instance, so
 // that the plain staged path compiles as before).
 enum TermsMode : int {

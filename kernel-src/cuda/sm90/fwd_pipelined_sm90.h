@@ -57,9 +57,8 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
 // short of): Q slots | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice) or
-// row-term slots. One
-// Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one computes; slot 1's
-// barriers follow the others, so the one-slot layout is as it was).
+// row-term slots. One Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one
+// computes; slot 1's barriers follow the others, so the one-slot layout is as it was).
 template <typename Tr>
 struct PipeSmem {
   static constexpr int kK = Tr::kQSlots * Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes;
