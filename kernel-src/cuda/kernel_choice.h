@@ -477,6 +477,13 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
     c.v3_terms = sm90::kTermsRawRow;
     if (want_short && keys128) tile = sm90::kV3Keys128;
+  } else if (p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f && want_short &&
+             short_tile == sm90::kV3Keys128) {
+    // key padding on 81-128 keys (PixArt's 120 T5 tokens): every tile is one block holding padding, which the raw
+    // path tests per column; the producer warp stages it as a row of 0 / -inf instead (H200 kernel time: RESULTS
+    // v4.1). Up to 80 keys the 80-key tile has no row path (whole 32-key words).
+    c.v3_terms = sm90::kTermsRawRow;
+    tile = sm90::kV3Keys128;
   } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {
     c.v3_terms = sm90::kTermsGeneral;
   } else {

@@ -126,7 +126,8 @@ def main():
             kern.attention(q, k, v, key_padding_mask=torch.rand(4, Sk, device=dev) > 0.2)
             if Sq == Sk:
                 kern.attention(q, k, v, causal=True)
-        # the 128-key tile with a row term (the next tile's loaded ahead) and with mask bits
+        # the 128-key tile with a row term (staged by a producer warp, as the key padding at 120 keys above) and
+        # with mask bits
         q, k, v = r(4, 1100, 4, 72, grad=False), r(4, 120, 2, 72, grad=False), r(4, 120, 2, 72, grad=False)
         kern.attention(q, k, v, bias=torch.randn(4, 1, 1, 120, device=dev, dtype=dt))
         kern.attention(q, k, v, mask=torch.rand(4, 4, 1100, 120, device=dev) > 0.3)

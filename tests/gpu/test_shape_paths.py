@@ -10,6 +10,8 @@ the FlashAttention accuracy rule against the float64 reference and checks, on Ho
 * the relative-position table term of a v3 call is gathered in the input dtype.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -260,6 +262,27 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true,"), sorted(names)
+
+
+# Key padding on 81-128 keys (PixArt's 120 T5 tokens), the table's choice (not forced): a row of 0 / -inf that the
+# producer warp stages with each key block (kTermsRawRow without a term, the 128-key tile). An item with every key
+# hidden, a padded tail, holes; GQA; a causal and a sliding band on top; more 128-query tiles than SMs.
+@pytest.mark.parametrize("D,Sk,H,Hkv,kw", [(72, 120, 4, 4, {}), (64, 97, 4, 2, {}), (64, 128, 2, 1, {"causal": True}),
+                                          (72, 120, 2, 2, {"window": (30, 10)})],
+                         ids=["d72_sk120", "d64_sk97_gqa", "d64_sk128_causal", "d72_sk120_band"])
+def test_key_padding_on_short_key_sets_as_a_staged_row(kernel, D, Sk, H, Hkv, kw):
+    B = 3
+    inp = qkv(B, 1300, Sk, H, D, Hkv=Hkv)
+    kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
+    kpm[0] = False
+    kpm[1, Sk - 40:] = False
+    kpm[2, ::5] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], key_padding_mask=kpm, **kw))
+        row_tile = re.compile(r"128, (\(int\))?2, (\(bool\))?(true|1), (\(int\))?1>, __nv_bfloat16, (\(int\))?3>")
+        assert any(row_tile.search(n) for n in names), sorted(names)
 
 
 @pytest.mark.parametrize("D,Sk,kw", [(64, 77, {}), (72, 80, {"causal": True}), (64, 197, {"window": (40, 40)}),

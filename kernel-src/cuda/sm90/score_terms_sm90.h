@@ -7,8 +7,9 @@
 //     staged additive tile, key padding, the causal / sliding-window band and the sequence end; needs scale > 0
 //     (the row max commutes with the scaling).
 //   * kTermsRawRow: a term broadcast over the queries ([B or 1, H or 1, 1, Sk]) enters as s += term / scale, one
-//     value per column: a producer warp stages the block's BN values, divided by the scale, in shared memory with
-//     its K (fwd_pipelined_sm90.h produce_row_terms) and each thread reads its 2 x NT columns as float pairs.
+//     value per column: a producer warp stages the block's BN values, divided by the scale and -inf where key
+//     padding hides the key, in shared memory with its K (fwd_pipelined_sm90.h produce_row_terms) and each thread
+//     reads its 2 x NT columns as float pairs. Key padding on a short key set takes it without a term.
 //     History: loaded per thread after the Q K^T wait, their latency sat on every block's critical path (Flux-shaped
 //     float key mask 2.06 ms against 0.81 ms as key padding, RESULTS v3.6); loaded by the consumer warps one block
 //     ahead and spread by shuffles (v3.6-v4.0), a one-block tile still waited on them (ncu of LTX's [B, H, 1, Sk]
@@ -55,17 +56,24 @@ __device__ __forceinline__ bool kp_all_kept(const KParams& p, int b, int j0, int
   return __all_sync(0xffffffffu, kept);
 }
 
-// kTermsRawRow: the term of key block n for (b, h) divided by the scale, into the stage's row slot (BN floats, 0 past
-// Sk), by one warp: lane l writes keys n * BN + l + 32 e.
+// kTermsRawRow: the term of key block n for (b, h) divided by the scale, -inf where key padding hides the key, into
+// the stage's row slot (BN floats, 0 past Sk), by one warp: lane l writes keys n * BN + l + 32 e. Key padding alone
+// (no term) is a row of 0 / -inf (try_fwd_v3_for: short key sets).
 template <int BN>
 __device__ __forceinline__ void stage_row_term(float* slot, const KParams& p, int b, int h, int n, int lane) {
   const Operand4d& t = p.bias;
-  const int64_t base = int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh;
+  const int64_t base = t.ptr ? int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh : 0;
+  const unsigned char* kp_row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
   const float inv_scale = 1.f / p.scale;
 #pragma unroll
   for (int e = 0; e < BN / 32; ++e) {
     const int j = n * BN + lane + 32 * e;
-    slot[lane + 32 * e] = j < p.Sk ? ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) * inv_scale : 0.f;
+    float v = 0.f;
+    if (j < p.Sk) {
+      if (t.ptr) v = ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) * inv_scale;
+      if (p.kp && !__ldg(kp_row + int64_t(j) * p.kp_sk)) v = -INFINITY;
+    }
+    slot[lane + 32 * e] = v;
   }
 }
 
@@ -143,8 +151,8 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
         if (!(w & 2u)) acc[nt][2 * hf + 1] = -INFINITY;
       }
   }
-  // key padding that hides nothing in this block costs one warp vote (kp_all_kept)
-  const bool kp = p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
+  // key padding that hides nothing in this block costs one warp vote (kp_all_kept); the row term has it folded in
+  const bool kp = kMode != kTermsRawRow && p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
   if (!need_mask && !kp) return p.scale_log2;
   if (!kp && !p.has_band) {  // only the sequence end: one compare per column pair (the general masking below was
     // about 23% of the consumers' stall samples on SDXL's 77 keys in an 80-key block, ncu, RESULTS v4.1)
