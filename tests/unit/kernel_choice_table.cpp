@@ -174,6 +174,11 @@ int main(int argc, char** argv) {
   add(make("eva02-448 S1025 D64 B16", 16, 1025, 1025, 12, 12, 64));
   add(make("vit-b/8 S785 D64 B2 (few tiles)", 2, 785, 785, 12, 12, 64));
   add(make("sdxl self S1024 D64 B4", 4, 1024, 1024, 20, 20, 64));
+  // the two-CTA rule's edges on 132 SMs: 1056 tiles (8 per SM) and 1050; 1088 keys and 1089
+  add(make("S700 D64 1056 tiles", 176, 700, 700, 1, 1, 64));
+  add(make("S700 D64 1050 tiles", 175, 700, 700, 1, 1, 64));
+  add(make("S1088 D64 1134 tiles", 14, 1088, 1088, 9, 9, 64));
+  add(make("S1089 D64 1134 tiles", 14, 1089, 1089, 9, 9, 64));
   // cross-attention
   add(make("sdxl cross Sk77 D64", 4, 4096, 77, 10, 10, 64));
   { Call c = make("pixart cross Sk120 kp", 4, 4096, 120, 16, 16, 72); add(padding(c)); }

@@ -116,6 +116,9 @@ def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
     assert "two-ctas" in rows["vit-b/16-384 S577 D64 B64"] and "two-ctas" in rows["eva02-448 S1025 D64 B16"]
     assert "two-ctas" not in rows["vit-b/8 S785 D64 B2 (few tiles)"]
     assert "two-ctas" not in rows["sdxl self S1024 D64 B4"]
+    # the rule's edges: 8 tiles per SM and 1088 keys take it; one batch item fewer, one key more do not
+    assert "two-ctas" in rows["S700 D64 1056 tiles"] and "two-ctas" not in rows["S700 D64 1050 tiles"]
+    assert "two-ctas" in rows["S1088 D64 1134 tiles"] and "two-ctas" not in rows["S1089 D64 1134 tiles"]
     assert "one-block" in rows["sdxl cross Sk77 D64"]
     assert "two-ctas" not in rows["sd15 D40 S4096"] and "two-ctas" not in rows["cogvideox S17776 D64"]
 
