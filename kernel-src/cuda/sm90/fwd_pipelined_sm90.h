@@ -489,7 +489,9 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
   constexpr bool kRowWarpRegs = kMode == kTermsRawRow && Tr::kHeadDim < 256;
   static_assert(!kRowWarpRegs || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
   constexpr int kProducerRegs = kRowWarpRegs ? 32 : Tr::kProducerRegs;
-  constexpr int kConsumerRegs = kRowWarpRegs ? 232 : Tr::kConsumerRegs;
+  constexpr int kConsumerRegs =  // (the traits' split, FwdPipeTraitsSm90, with this producer share)
+      (Tr::kNThreads * Tr::kLaunchRegs - 128 * kProducerRegs) / 256 / 8 * 8;
+  static_assert(!kRowWarpRegs || kConsumerRegs == 232, "one CTA per SM, a row warp of 32: 232 per consumer");
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
