@@ -468,22 +468,31 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
                          : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
                                                                                              : sm90::kV3Narrow;
   const bool want_short = force.v3_tile == 3 || (force.v3_tile == 0 && p.Sk <= kShortMaxKeys);
+  const bool raw_two_ctas = !std::is_same<TwoCtas, Narrow>::value &&
+                            (force.v3_tile == 5 || (force.v3_tile == 0 && two_ctas_pay(p, dev)));
+  const bool padding_alone = p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f;
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
     c.v3_terms = sm90::kTermsRawBits;
     if (want_short && keys128) tile = sm90::kV3Keys128;
   } else if (stage > 0) {
-    c.v3_terms = p.term_hides ? sm90::kTermsRawBiasMasked : sm90::kTermsRawBias;
+    // key padding beside the tile: staged as bits by the row warp (T5-shaped bias + padding: RESULTS v4.2), not
+    // voted on per block from global memory (kept so with a folded mask: that instance has no row warp)
+    c.v3_terms = p.term_hides                                        ? sm90::kTermsRawBiasMasked
+                 : p.kp != nullptr && sm90::fwd_v3_stages_padding(D) ? sm90::kTermsRawBiasPadded
+                                                                     : sm90::kTermsRawBias;
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
-    c.v3_terms = sm90::kTermsRawRow;
+    c.v3_terms = p.kp != nullptr ? sm90::kTermsRawRowPadded : sm90::kTermsRawRow;
     if (want_short && keys128) tile = sm90::kV3Keys128;
-  } else if (p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f && want_short &&
-             short_tile == sm90::kV3Keys128) {
-    // key padding on 81-128 keys (PixArt's 120 T5 tokens): every tile is one block holding padding, which the raw
-    // path tests per column; the producer warp stages it as a row of 0 / -inf instead (H200 kernel time: RESULTS
-    // v4.1). Up to 80 keys the 80-key tile has no row path (whole 32-key words).
-    c.v3_terms = sm90::kTermsRawRow;
-    tile = sm90::kV3Keys128;
+  } else if (padding_alone && (want_short ? short_tile == sm90::kV3Keys128
+                                          : force.v3_tile == 0 && p.Sk < kWideMinKeys && !raw_two_ctas)) {
+    // key padding alone, staged as bits by the row warp where the raw path would take the narrow or the 128-key
+    // tile, instead of a warp vote per block (a global load after every Q K^T) and a per-column test where padding
+    // is: PixArt's 120 T5 tokens, every tile one block holding padding, 0.093 -> 0.074 ms (RESULTS v4.1); Qwen-Image
+    // 0.826 -> 0.785 (RESULTS v4.2). Up to 80 keys the 80-key tile has no row path (whole 32-key words); the wide
+    // and the two-CTA tiles keep the vote (the row warp's registers come from the consumers').
+    c.v3_terms = sm90::kTermsRawRowPadded;
+    if (want_short) tile = sm90::kV3Keys128;
   } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {
     c.v3_terms = sm90::kTermsGeneral;
   } else {
@@ -492,8 +501,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
       tile = short_tile;
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
-    else if (!std::is_same<TwoCtas, Narrow>::value &&
-             (force.v3_tile == 5 || (force.v3_tile == 0 && two_ctas_pay(p, dev))))
+    else if (raw_two_ctas)
       tile = sm90::kV3TwoCtas;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;

@@ -14,7 +14,10 @@ namespace sm90 {
 // score), kTermsRawBits (a bool mask per score, no additive term: the mask as bits, KParams::mbits, one bit per score
 // read one key block ahead),
 // kTermsRawBiasMasked (kTermsRawBias with a bool mask folded into the tile: KParams::term_hides; its own instance, so
-// that the plain staged path compiles as before).
+// that the plain staged path compiles as before), kTermsRawBiasPadded and kTermsRawRowPadded (kTermsRawBias /
+// kTermsRawRow with key padding staged beside the term as bits; the row term optional in kTermsRawRowPadded).
+// Instances of their own too: the unpadded row kernel stays as it was (a run-time test of the padding cost PixArt's
+// and EVA-02's row terms 2-3%, H200 kernel time).
 enum TermsMode : int {
   kTermsRaw = 0,
   kTermsRawBias = 1,
@@ -22,7 +25,13 @@ enum TermsMode : int {
   kTermsRawRow = 3,
   kTermsRawBits = 4,
   kTermsRawBiasMasked = 5,
+  kTermsRawBiasPadded = 6,
+  kTermsRawRowPadded = 7,
 };
+// What producer warp 1 stages beside each K block (produce_row_terms): the row term, the key padding bits, either.
+constexpr bool stages_row_term(int mode) { return mode == kTermsRawRow || mode == kTermsRawRowPadded; }
+constexpr bool stages_padding(int mode) { return mode == kTermsRawBiasPadded || mode == kTermsRawRowPadded; }
+constexpr bool stages_row(int mode) { return stages_row_term(mode) || stages_padding(mode); }
 // Forward v3's tile (kernel_traits_sm90.h FwdPipeTraitsSm90For / FwdPipeStreamTilesSm90): the narrow default, the
 // wide key blocks of long key sets (the raw path), one key block sized to a short key set (<= 80 keys: CLIP's 77
 // text tokens; <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding, or 128-key blocks

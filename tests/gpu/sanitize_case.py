@@ -69,14 +69,16 @@ def main():
         q, k, v = r(1, 80, 2, D), r(1, 80, 2, D), r(1, 80, 2, D)
         out = kern.attention(q, k, v, bias=r(1, 2, 80, 80))
         out.sum().backward()
-    # 6. forward v3 (Hopper): raw path on the wide tile with key padding and causal, the staged bias tile, and more
-    #    tiles than SMs (the persistent loop reuses the stage ring and Q across tiles)
+    # 6. forward v3 (Hopper): raw path on the wide tile with key padding and causal, the staged bias tile (with key
+    #    padding too), and more tiles than SMs (the persistent loop reuses the stage ring and Q across tiles)
     with torch.no_grad():
         for D in (64, 128):
             q, k, v = r(2, 300, 2, D, grad=False), r(2, 420, 2, D, grad=False), r(2, 420, 2, D, grad=False)
             kp = torch.rand(2, 420, device=dev) > 0.2
             kern.attention(q, k, v, key_padding_mask=kp, causal=True)
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False))
+            # the staged tile with key padding as bits beside it (its row warp's slot in the mbarriers' kilobyte)
+            kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False), key_padding_mask=kp)
             # terms broadcast over the queries (the row term, staged per key block by a producer warp): a 0 / -inf
             # bf16 key mask, an fp32 row per head
             keep = torch.rand(2, 1, 1, 420, device=dev) > 0.2

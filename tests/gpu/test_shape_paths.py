@@ -263,8 +263,8 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true,"), sorted(names)
 
 
-# Key padding on 81-128 keys (PixArt's 120 T5 tokens), the table's choice (not forced): a row of 0 / -inf that the
-# producer warp stages with each key block (kTermsRawRow without a term, the 128-key tile). An item with every key
+# Key padding on 81-128 keys (PixArt's 120 T5 tokens), the table's choice (not forced): bits that the producer warp
+# stages with each key block (kTermsRawRowPadded without a term, the 128-key tile). An item with every key
 # hidden, a padded tail, holes; GQA; a causal and a sliding band on top; more 128-query tiles than SMs.
 @pytest.mark.parametrize("D,Sk,H,Hkv,kw", [(72, 120, 4, 4, {}), (64, 97, 4, 2, {}), (64, 128, 2, 1, {"causal": True}),
                                           (72, 120, 2, 2, {"window": (30, 10)})],
@@ -280,8 +280,51 @@ def test_key_padding_on_short_key_sets_as_a_staged_row(kernel, D, Sk, H, Hkv, kw
     run_case(kernel, inp, kw)
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], key_padding_mask=kpm, **kw))
-        row_tile = re.compile(r"128, (\(int\))?2, (\(bool\))?(true|1), (\(int\))?1>, __nv_bfloat16, (\(int\))?3>")
+        row_tile = re.compile(r"128, (\(int\))?2, (\(bool\))?(true|1), (\(int\))?1>, __nv_bfloat16, (\(int\))?7>")
         assert any(row_tile.search(n) for n in names), sorted(names)
+
+
+# Key padding alone on a longer key set (Qwen-Image-shaped text padding), the table's choice where the raw path would
+# take the narrow tile: bits staged by the producer warp (kTermsRawRowPadded, narrow tile), not a vote per block.
+@pytest.mark.parametrize("D,Sk,Hkv,kw", [(128, 1200, 4, {}), (64, 1500, 2, {"causal": True})],
+                         ids=["d128_sk1200", "d64_sk1500_gqa_causal"])
+def test_key_padding_on_long_key_sets_as_bits(kernel, D, Sk, Hkv, kw):
+    B = 3
+    inp = qkv(B, Sk, Sk, 4, D, Hkv=Hkv)
+    kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
+    kpm[0] = False
+    kpm[1, Sk - 300:] = False
+    kpm[2, ::9] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], key_padding_mask=kpm, **kw))
+        padded = re.compile(r"FwdPipeTraitsSm90<(\(int\))?%d, (\(int\))?128, [^>]*>, __nv_bfloat16, (\(int\))?7>" % D)
+        assert any(padded.search(n) for n in names), sorted(names)
+
+
+# Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
+# at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
+# key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the
+# padding hides: test_input_bounds.py test_nan_gives_nan_rows_like_the_reference, which takes this path too.)
+@pytest.mark.parametrize("D,Sq,Sk,H,Hkv,kw", [(64, 512, 512, 4, 4, {}), (64, 300, 333, 4, 2, {}),
+                                              (32, 260, 260, 2, 2, {"causal": True})],
+                         ids=["d64_s512", "d64_sk333_gqa", "d32_causal"])
+def test_key_padding_beside_a_staged_bias_as_bits(kernel, D, Sq, Sk, H, Hkv, kw):
+    B = 3
+    inp = qkv(B, Sq, Sk, H, D, Hkv=Hkv)
+    inp["bias"] = rand(1, H, Sq, Sk, dtype=BF16, grad=True)
+    kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
+    kpm[0] = False
+    kpm[1, Sk - 45:] = False
+    kpm[2, ::7] = False
+    inp["key_padding_mask"] = kpm
+    run_case(kernel, inp, kw)
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"],
+                                                     key_padding_mask=kpm, **kw))
+        padded = re.compile(r"FwdPipeTraitsSm90<(\(int\))?%d, (\(int\))?128, [^>]*>, __nv_bfloat16, (\(int\))?6>" % D)
+        assert any(padded.search(n) for n in names), sorted(names)
 
 
 @pytest.mark.parametrize("D,Sk,kw", [(64, 77, {}), (72, 80, {"causal": True}), (64, 197, {"window": (40, 40)}),

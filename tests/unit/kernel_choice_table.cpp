@@ -82,8 +82,10 @@ Call& padding(Call& c) {
 std::string terms_name(int t) {
   return t == sm90::kTermsRawBias         ? "staged"
          : t == sm90::kTermsRawBiasMasked ? "staged+mask"
+         : t == sm90::kTermsRawBiasPadded ? "staged+padding"
          : t == sm90::kTermsGeneral       ? "general"
          : t == sm90::kTermsRawRow        ? "row"
+         : t == sm90::kTermsRawRowPadded  ? "row+padding"
          : t == sm90::kTermsRawBits       ? "mask-bits"
                                           : "raw";
 }
@@ -186,10 +188,14 @@ int main(int argc, char** argv) {
   { Call c = make("ltx cross Sk128 float mask [B,H,1,S]", 2, 6144, 128, 32, 32, 64); add(bias(c, b16, 2, 32, 1, 128)); }
   { Call c = make("sdxl cross Sk77 bool mask [1,1,Sq,Sk]", 4, 4096, 77, 10, 10, 64); add(mask(c, 1, 1, 4096, 77)); }
   { Call c = make("qwenimage key padding S4352", 2, 4352, 4352, 24, 24, 128); add(padding(c)); }
+  { Call c = make("key padding S8192 D128 (wide: a vote)", 1, 8192, 8192, 16, 16, 128); add(padding(c)); }
+  { Call c = make("key padding S577 D64 B64 (two CTAs: a vote)", 64, 577, 577, 12, 12, 64); add(padding(c)); }
   // additive terms
   { Call c = make("beit bias fp32 [1,H,N,N] N197 grad", 128, 197, 197, 12, 12, 64); add(bias(c, f32, 1, 12, 197, 197, true)); }
   { Call c = make("beit bias bf16 [1,H,N,N] N197 grad", 128, 197, 197, 12, 12, 64); add(bias(c, b16, 1, 12, 197, 197, true)); }
   { Call c = make("t5 bias fp32 [1,H,S,S] S512 grad", 16, 512, 512, 12, 12, 64); add(bias(c, f32, 1, 12, 512, 512, true)); }
+  { Call c = make("t5 bias fp32 [1,H,S,S] S512 grad kp", 32, 512, 512, 12, 12, 64); add(padding(bias(c, f32, 1, 12, 512, 512, true))); }
+  { Call c = make("bias bf16 [1,H,S,S] S1024 D128 kp", 4, 1024, 1024, 16, 16, 128); add(padding(bias(c, b16, 1, 16, 1024, 1024, false))); }
   { Call c = make("dense bias bf16 [1,H,S,S] S4096 grad", 2, 4096, 4096, 16, 16, 64); add(bias(c, b16, 1, 16, 4096, 4096, true)); }
   { Call c = make("bias bf16 [B,H,S,S] S1024 grad", 4, 1024, 1024, 16, 16, 64); add(bias(c, b16, 4, 16, 1024, 1024, true)); }
   { Call c = make("bias bf16 [B,H,S,S] S1024 grad det", 4, 1024, 1024, 16, 16, 64); c.p.deterministic = true; add(bias(c, b16, 4, 16, 1024, 1024, true)); }

@@ -57,7 +57,7 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
 // short of): Q slots | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice) or
-// row-term slots. One Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one
+// row slots. One Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one
 // computes; slot 1's barriers follow the others, so the one-slot layout is as it was).
 template <typename Tr>
 struct PipeSmem {
@@ -78,16 +78,27 @@ struct PipeSmem {
     return base + kBars + 8 * (1 + 4 * Tr::kStages) + (slot ? 16 : 0);
   }
   __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
-  // kTermsRawRow: the row term of stage s (kRowBytes: BN floats), where the bias stages would be
-  static constexpr int kRowBytes = Tr::kBlockN * 4;
-  __device__ __forceinline__ uint32_t row(int s) const { return base + kBias + s * kRowBytes; }
+  // stages_row modes: the row term of stage s (BN floats) where the bias stages would be, its key padding bits
+  // (PadBits) after it (row_bytes each, added at launch); kTermsRawBiasPadded's bits in the mbarriers' kilobyte, past
+  // the barriers (at D = 128 the bias stages leave 64 bytes of the 227 KB free).
+  using Pad = PadBits<Tr::kBlockN>;
+  static constexpr int kBarsUsed = 256;
+  static_assert(8 * (3 + 4 * Tr::kStages) + 16 <= kBarsUsed && kBarsUsed + Tr::kStages * Pad::kBytes <= 1024,
+                "the mbarriers, then the padding bits, fit the kilobyte");
+  template <int kMode>
+  static constexpr int row_bytes() {
+    return (stages_row_term(kMode) ? Tr::kBlockN * 4 : 0) + (kMode == kTermsRawRowPadded ? Pad::kBytes : 0);
+  }
+  template <int kMode>
+  __device__ __forceinline__ uint32_t row_term(int s) const {
+    return base + kBias + s * row_bytes<kMode>();
+  }
+  template <int kMode>
+  __device__ __forceinline__ uint32_t pad_bits(int s) const {
+    if (kMode == kTermsRawBiasPadded) return base + kBars + kBarsUsed + s * Pad::kBytes;
+    return row_term<kMode>(s) + Tr::kBlockN * 4;
+  }
 };
-
-// What score_terms reads from stage s: the staged bias tile (kTermsRawBias*) or the row-term slot (kTermsRawRow).
-template <int kMode, typename Tr>
-__device__ __forceinline__ uint32_t stage_terms(const PipeSmem<Tr>& sm, int s, int bias_stage_bytes) {
-  return kMode == kTermsRawRow ? sm.row(s) : sm.bias(s, bias_stage_bytes);
-}
 
 // One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
 struct PipeTile {
@@ -156,24 +167,24 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
 }
 
 // A consumer warp is done with K stage s (its wgmma reads, the terms it read from the stage): one arrival per warp
-// after __syncwarp, but one per thread in kTermsRawRow, whose row slot a producer warp overwrites with plain stores
-// (not TMA): each reader's own arrival orders its reads before them in a way compute-sanitizer's racecheck follows
-// (it flagged the per-warp form: a write-after-read hazard per slot byte).
+// after __syncwarp, but one per thread in the stages_row modes, whose row slots a producer warp overwrites with plain
+// stores (not TMA): each reader's own arrival orders its reads before them in a way compute-sanitizer's racecheck
+// follows (it flagged the per-warp form: a write-after-read hazard per slot byte).
 template <typename Tr, int kMode>
 __host__ __device__ constexpr int k_empty_arrivals() {
-  return kMode == kTermsRawRow ? Tr::kConsumerWarps * 32 : Tr::kConsumerWarps;
+  return stages_row(kMode) ? Tr::kConsumerWarps * 32 : Tr::kConsumerWarps;
 }
 template <int kMode>
 __device__ __forceinline__ void release_k(uint32_t bar, int lane) {
-  if constexpr (kMode != kTermsRawRow) __syncwarp();
-  if (kMode == kTermsRawRow || lane == 0) mbar_arrive(bar);
+  if constexpr (!stages_row(kMode)) __syncwarp();
+  if (stages_row(kMode) || lane == 0) mbar_arrive(bar);
 }
 
-// kTermsRawRow, producer warp 1: the row term of every key block the producer loads, in the same order, into the
-// stage's row slot (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA
-// thread's and this warp's), so that the consumers find the term beside K. It waits for the stage as the TMA thread
-// does (k_empty: the consumers read the slot in score_terms, before they release K).
-template <typename Tr>
+// stages_row modes, producer warp 1: the row term and / or padding bits of every key block the producer loads, in the
+// same order (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA thread's and this
+// warp's), so that the consumers find it beside K. It waits for the stage as the TMA thread does (k_empty: the
+// consumers read the slot in score_terms, before they release K).
+template <typename Tr, int kMode>
 __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSmem<Tr> sm, unsigned char* smem,
                                                   int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
@@ -184,7 +195,9 @@ __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSm
     for (int n = tile.n_hi - 1; n >= tile.n_lo; --n, ++kb) {
       const int s = kb % ST, use = kb / ST;
       if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
-      stage_row_term<BN>(reinterpret_cast<float*>(smem + (sm.row(s) - sm.base)), p, tile.b, tile.h, n, lane);
+      float* term = reinterpret_cast<float*>(smem + (sm.template row_term<kMode>(s) - sm.base));
+      uint32_t* pad = reinterpret_cast<uint32_t*>(smem + (sm.template pad_bits<kMode>(s) - sm.base));
+      stage_row_term<BN, stages_row_term(kMode), stages_padding(kMode)>(term, pad, p, tile.b, tile.h, n, lane);
       __syncwarp();
       if (lane == 0) mbar_arrive(sm.k_full(s));
     }
@@ -241,8 +254,10 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   uint32_t bits[2][BN / 32];
   if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
   auto terms = [&](int s, int n) {
-    const unsigned char* sB = smem_base + (stage_terms<kMode>(sm, s, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, bits, b, h, m_block, n, wr, lane);
+    const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
+    const float* row = reinterpret_cast<const float*>(smem_base + (sm.template row_term<kMode>(s) - sm.base));
+    const uint32_t* pad = reinterpret_cast<const uint32_t*>(smem_base + (sm.template pad_bits<kMode>(s) - sm.base));
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, pad, bits, b, h, m_block, n, wr, lane);
     if constexpr (kMode == kTermsRawBits)
       if (n > tile.n_lo) load_mask_bits<BN>(bits, p, b, h, i0, n - 1, wr, lane);
 #pragma unroll
@@ -331,7 +346,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                                                const unsigned char* smem_base, int cw, int warp, int lane) {
   static_assert(Tr::kStream && Tr::kQSlots == 2, "streamed tiles, two Q slots");
   static_assert(kMode == kTermsRaw || kMode == kTermsRawBias || kMode == kTermsRawBiasMasked ||
-                    ((kMode == kTermsRawRow || kMode == kTermsRawBits) && Tr::kBlockN % 32 == 0),
+                    ((stages_row(kMode) || kMode == kTermsRawBits) && Tr::kBlockN % 32 == 0),
                 "the general path has its own kernel");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
@@ -388,10 +403,13 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // block starts the state; its last one frees the tile's Q slot
   auto softmax = [&](const PipeTile& tile, int n, int t, int g) {
     fence_acc(acc_s);
-    const unsigned char* sB = smem_base + (stage_terms<kMode>(sm, g % ST, P.bias_stage_bytes) - sm.base);
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, bits, tile.b, tile.h, tile.m_block, n, wr,
-                                                            lane);
-    release_k<kMode>(sm.k_empty(g % ST), lane);
+    const int s = g % ST;
+    const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
+    const float* row = reinterpret_cast<const float*>(smem_base + (sm.template row_term<kMode>(s) - sm.base));
+    const uint32_t* pad = reinterpret_cast<const uint32_t*>(smem_base + (sm.template pad_bits<kMode>(s) - sm.base));
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, pad, bits, tile.b, tile.h, tile.m_block,
+                                                            n, wr, lane);
+    release_k<kMode>(sm.k_empty(s), lane);
     if (n == tile.n_lo) release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
     if (n == tile.n_hi - 1)
 #pragma unroll
@@ -484,14 +502,16 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
   // kTermsRawRow: produce_row_terms's warp needs more than the TMA thread's 24 registers (ptxas: 52 bytes of spills
-  // at 24, head dim 64); below head dim 256 the consumers give 8 of theirs (one CTA per SM: 32 / 232). At 256 they
-  // have none to give (88 bytes of spills at 232): the producer warp spills instead, off the consumers' path.
-  constexpr bool kRowWarpRegs = kMode == kTermsRawRow && Tr::kHeadDim < 256;
+  // at 24, head dim 64); below head dim 256 the consumers give 8 of theirs (one CTA per SM: 40 / 232, the most the
+  // producer can take before the consumers' share drops to 224). At 256 they have none to give (88 bytes of spills
+  // at 232): the producer warp spills instead, off the consumers' path. kTermsRawBiasPadded's warp stages bits only
+  // and keeps the 24 / 240 split (at 232 the D = 128 consumers spilled 24 bytes).
+  constexpr bool kRowWarpRegs = stages_row(kMode) && Tr::kHeadDim < 256;
   static_assert(!kRowWarpRegs || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
-  constexpr int kProducerRegs = kRowWarpRegs ? 32 : Tr::kProducerRegs;
+  constexpr int kProducerRegs = kRowWarpRegs ? 40 : Tr::kProducerRegs;
   constexpr int kConsumerRegs =  // (the traits' split, FwdPipeTraitsSm90, with this producer share)
       (Tr::kNThreads * Tr::kLaunchRegs - 128 * kProducerRegs) / 256 / 8 * 8;
-  static_assert(!kRowWarpRegs || kConsumerRegs == 232, "one CTA per SM, a row warp of 32: 232 per consumer");
+  static_assert(!kRowWarpRegs || kConsumerRegs == 232, "one CTA per SM, a row warp of 40: 232 per consumer");
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
@@ -508,7 +528,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       mbar_init(sm.q_empty(slot), Tr::kConsumerWarps);
     }
     for (int s = 0; s < ST; ++s) {
-      mbar_init(sm.k_full(s), kMode == kTermsRawRow ? 2 : 1);  // (+ produce_row_terms's arrival)
+      mbar_init(sm.k_full(s), stages_row(kMode) ? 2 : 1);  // (+ produce_row_terms's arrival)
       mbar_init(sm.v_full(s), 1);
       mbar_init(sm.k_empty(s), k_empty_arrivals<Tr, kMode>());
       mbar_init(sm.v_empty(s), Tr::kConsumerWarps);
@@ -531,8 +551,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
         kb += tile.n_hi - tile.n_lo;
         ++t;
       }
-    } else if (kMode == kTermsRawRow && warp == 1) {
-      produce_row_terms<Tr>(p, sm, smem, lane);
+    } else if constexpr (stages_row(kMode)) {
+      if (warp == 1) produce_row_terms<Tr, kMode>(p, sm, smem, lane);
     }
   } else if constexpr (Tr::kStream) {
     regs_alloc<kConsumerRegs>();

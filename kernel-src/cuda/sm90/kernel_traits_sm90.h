@@ -63,6 +63,11 @@ template <> struct FwdPipeTraitsSm90For<256> {
   using wide = narrow;
 };
 
+// Head dims whose staged-tile kernel takes key padding staged as bits beside the tile (kTermsRawBiasPadded): its row
+// warp takes 8 registers from the consumers (40 / 232), which spill 20 bytes at D = 128 (ptxas); past 64 the
+// padding stays a per-block vote (kTermsRawBias).
+constexpr bool fwd_v3_stages_padding(int D) { return D <= 64; }
+
 // The two-CTA tile (the raw path, D = 64): 64-key blocks in 104 consumer registers, so that two CTAs share an SM
 // (short sequences: one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its wgmma / barrier chain,
 // ncu of ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of its own).

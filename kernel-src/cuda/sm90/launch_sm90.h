@@ -223,8 +223,10 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
   if (P.bias_stage_bytes > 0)
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);
-  const int smem = Tr::kSmemBytes + Tr::kStages * (kMode == sm90::kTermsRawRow ? sm90::PipeSmem<Tr>::kRowBytes
-                                                                                : P.bias_stage_bytes);
+  // (kTermsRawBiasPadded's padding bits live in the mbarriers' kilobyte: PipeSmem::pad_bits)
+  const int smem = Tr::kSmemBytes + Tr::kStages * (sm90::stages_row_term(kMode)
+                                                       ? sm90::PipeSmem<Tr>::template row_bytes<kMode>()
+                                                       : P.bias_stage_bytes);
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
   const int64_t grid = persistent ? std::min<int64_t>(tiles, int64_t(sms) * Tr::kMinBlocks) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
@@ -246,7 +248,16 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
     launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRawRow>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawRow)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawRow>(P, dtype, persistent, sms, stream);
-  else if (terms == sm90::kTermsRawBiasMasked)
+  else if (terms == sm90::kTermsRawRowPadded && tile == sm90::kV3Keys128)
+    launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRawRowPadded>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawRowPadded)
+    launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawRowPadded>(P, dtype, persistent, sms, stream);
+  else if (terms == sm90::kTermsRawBiasPadded) {
+    if constexpr (sm90::fwd_v3_stages_padding(D))
+      launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBiasPadded>(P, dtype, persistent, sms, stream);
+    else
+      throw std::logic_error("window_attention (cuda): no staged-padding forward at head dim " + std::to_string(D));
+  } else if (terms == sm90::kTermsRawBiasMasked)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBiasMasked>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawBits && tile == sm90::kV3Keys128)
     launch_fwd_pipelined<K, typename K::Keys128, sm90::kTermsRawBits>(P, dtype, persistent, sms, stream);

@@ -7,9 +7,12 @@
 //     staged additive tile, key padding, the causal / sliding-window band and the sequence end; needs scale > 0
 //     (the row max commutes with the scaling).
 //   * kTermsRawRow: a term broadcast over the queries ([B or 1, H or 1, 1, Sk]) enters as s += term / scale, one
-//     value per column: a producer warp stages the block's BN values, divided by the scale and -inf where key
-//     padding hides the key, in shared memory with its K (fwd_pipelined_sm90.h produce_row_terms) and each thread
-//     reads its 2 x NT columns as float pairs. Key padding on a short key set takes it without a term.
+//     value per column: a producer warp stages the block's BN values, divided by the scale, in shared memory with
+//     its K (fwd_pipelined_sm90.h produce_row_terms) and each thread reads its 2 x NT columns as float pairs.
+//   * kTermsRawRowPadded / kTermsRawBiasPadded: kTermsRawRow (the term optional: key padding alone) / kTermsRawBias
+//     with key padding staged by that warp as bits (PadBits), which hide their keys as masked_fill does, whatever the
+//     score (a -inf added to a NaN score would let the NaN through). The raw path's per-block warp vote read the mask
+//     from global memory after every Q K^T (T5-shaped bias + padding 0.173 ms, 0.134 staged: RESULTS v4.2).
 //     History: loaded per thread after the Q K^T wait, their latency sat on every block's critical path (Flux-shaped
 //     float key mask 2.06 ms against 0.81 ms as key padding, RESULTS v3.6); loaded by the consumer warps one block
 //     ahead and spread by shuffles (v3.6-v4.0), a one-block tile still waited on them (ncu of LTX's [B, H, 1, Sk]
@@ -56,25 +59,41 @@ __device__ __forceinline__ bool kp_all_kept(const KParams& p, int b, int j0, int
   return __all_sync(0xffffffffu, kept);
 }
 
-// kTermsRawRow: the term of key block n for (b, h) divided by the scale, -inf where key padding hides the key, into
-// the stage's row slot (BN floats, 0 past Sk), by one warp: lane l writes keys n * BN + l + 32 e. Key padding alone
-// (no term) is a row of 0 / -inf (try_fwd_v3_for: short key sets).
+// The key padding bits of one stage (stages_padding modes), written by produce_row_terms: bit c % 32 of word c / 32
+// says column c is kept (1 past Sk, which the sequence-end test hides), and word kFlag is nonzero when any of them
+// hides a key.
 template <int BN>
-__device__ __forceinline__ void stage_row_term(float* slot, const KParams& p, int b, int h, int n, int lane) {
+struct PadBits {
+  static constexpr int kWords = BN / 32, kFlag = kWords;
+  static constexpr int kBytes = (kWords + 1 + 3) / 4 * 16;  // (whole 16-byte units)
+};
+
+// Stages key block n for (b, h) by one warp, lane l taking keys n * BN + l + 32 e: the row term divided by the scale
+// into `term` (BN floats, 0 past Sk; kTerm, where the call has one) and the key padding into `pad` (kPad).
+template <int BN, bool kTerm, bool kPad>
+__device__ __forceinline__ void stage_row_term(float* term, uint32_t* pad, const KParams& p, int b, int h, int n,
+                                               int lane) {
+  static_assert(BN % 32 == 0, "whole 32-key words");
   const Operand4d& t = p.bias;
   const int64_t base = t.ptr ? int64_t(b % t.period) * t.sb + int64_t(t.heads > 1 ? h : 0) * t.sh : 0;
   const unsigned char* kp_row = reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb;
   const float inv_scale = 1.f / p.scale;
+  uint32_t hidden = 0;
 #pragma unroll
   for (int e = 0; e < BN / 32; ++e) {
     const int j = n * BN + lane + 32 * e;
-    float v = 0.f;
-    if (j < p.Sk) {
-      if (t.ptr) v = ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) * inv_scale;
-      if (p.kp && !__ldg(kp_row + int64_t(j) * p.kp_sk)) v = -INFINITY;
+    if constexpr (kTerm) {
+      float v = 0.f;
+      if (j < p.Sk && t.ptr) v = ld_scalar(t.ptr, t.dtype, base + int64_t(j) * t.sk) * inv_scale;
+      term[lane + 32 * e] = v;
     }
-    slot[lane + 32 * e] = v;
+    if constexpr (kPad) {
+      const uint32_t kept = __ballot_sync(0xffffffffu, j >= p.Sk || __ldg(kp_row + int64_t(j) * p.kp_sk) != 0);
+      if (lane == 0) pad[e] = kept;
+      hidden |= ~kept;
+    }
   }
+  if (kPad && lane == 0) pad[PadBits<BN>::kFlag] = hidden;
 }
 
 // kTermsRawBits: the mask words of key block n for this thread's rows i0 + wr + qr and + 8 (BN / 32 words each, 0
@@ -102,9 +121,11 @@ __device__ __forceinline__ void load_mask_bits(uint32_t (&bits)[2][BN / 32], con
 }
 
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
-// 1 after apply_terms). sB: this key block's staged tile (kTermsRawBias) or row slot (kTermsRawRow).
+// 1 after apply_terms). This key block's staged tile (sB, kTermsRawBias*), row term and padding bits
+// (stages_row_term / stages_padding modes).
 template <typename Elem, int kMode, int BM, int BN, int NT>
 __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB,
+                                             const float* row, const uint32_t* pad,
                                              const uint32_t (&bits)[2][BN / 32], int b, int h, int m_block, int n,
                                              int wr, int lane) {
   const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
@@ -115,7 +136,7 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
     return 1.f;
   }
   const int qr = lane >> 2, qc = (lane & 3) * 2;
-  if constexpr (kMode == kTermsRawBias || kMode == kTermsRawBiasMasked) {
+  if constexpr (kMode == kTermsRawBias || kMode == kTermsRawBiasMasked || kMode == kTermsRawBiasPadded) {
     constexpr bool kHides = kMode == kTermsRawBiasMasked;  // (a folded mask: -inf hides whatever the score)
     const float inv_scale = 1.f / p.scale;
 #pragma unroll
@@ -127,16 +148,29 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
         acc[nt][2 * hf + 1] = add_term<kHides>(acc[nt][2 * hf + 1], bv.y, inv_scale);
       }
   }
-  if constexpr (kMode == kTermsRawRow) {  // (never a folded mask: those take bits or the general path)
-    static_assert(BN % 32 == 0, "whole warps of keys per block");
-    const float* slot = reinterpret_cast<const float*>(sB);
+  if constexpr (stages_row_term(kMode)) {  // (never a folded mask: those take bits or the general path)
+    if (kMode == kTermsRawRow || p.bias.ptr != nullptr) {  // (kTermsRawRowPadded: key padding alone has no term)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {  // columns nt * 8 + qc, + 1: one 8-byte read (a warp reads 32 bytes)
-      const float2 v = *reinterpret_cast<const float2*>(slot + nt * 8 + qc);
+      for (int nt = 0; nt < NT; ++nt) {  // columns nt * 8 + qc, + 1: one 8-byte read (a warp reads 32 bytes)
+        const float2 v = *reinterpret_cast<const float2*>(row + nt * 8 + qc);
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        acc[nt][2 * hf] += v.x;
-        acc[nt][2 * hf + 1] += v.y;
+        for (int hf = 0; hf < 2; ++hf) {
+          acc[nt][2 * hf] += v.x;
+          acc[nt][2 * hf + 1] += v.y;
+        }
+      }
+    }
+  }
+  if constexpr (stages_padding(kMode)) {
+    if (pad[PadBits<BN>::kFlag] != 0) {  // a padded key in this block: hidden whatever its score
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t w = pad[nt / 4] >> ((nt % 4) * 8 + qc);  // bit e: column nt * 8 + qc + e
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          if (!(w & 1u)) acc[nt][2 * hf] = -INFINITY;
+          if (!(w & 2u)) acc[nt][2 * hf + 1] = -INFINITY;
+        }
       }
     }
   }
@@ -151,8 +185,8 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
         if (!(w & 2u)) acc[nt][2 * hf + 1] = -INFINITY;
       }
   }
-  // key padding that hides nothing in this block costs one warp vote (kp_all_kept); the row term has it folded in
-  const bool kp = kMode != kTermsRawRow && p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
+  // key padding that hides nothing in this block costs one warp vote (kp_all_kept), unless staged as bits
+  const bool kp = !stages_padding(kMode) && p.kp != nullptr && !(p.kp_vec4 && kp_all_kept<BN>(p, b, j0, lane));
   if (!need_mask && !kp) return p.scale_log2;
   if (!kp && !p.has_band) {  // only the sequence end: one compare per column pair (the general masking below was
     // about 23% of the consumers' stall samples on SDXL's 77 keys in an 80-key block, ncu, RESULTS v4.1)
