@@ -177,10 +177,10 @@ def test_short_key_blocks_are_sized_to_the_key_set(table_exe):
     assert "fwd_v3 128x80 terms=raw persistent one-block" in r.stdout, r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_short", "vit-b S197 D64")
     assert "fwd_v3 128x208 terms=raw persistent one-block" in r.stdout, r.stdout
-    # key padding on 81-128 keys: a row of 0 / -inf staged by the producer warp (the default too)
+    # key padding on 81-128 keys: bits staged by the producer warp (the default too)
     for force in (["--force", "fwd_v3_short"], []):
         r = run_table(table_exe, *force, "pixart cross Sk120 kp")
-        assert "fwd_v3 128x128 terms=row persistent one-block" in r.stdout, r.stdout
+        assert "fwd_v3 128x128 terms=row+padding persistent one-block" in r.stdout, r.stdout
     # a row term and mask bits take the 128-key tile (whole 32-key words)
     r = run_table(table_exe, "--force", "fwd_v3_short", "pixart cross Sk120 float mask")
     assert "fwd_v3 128x128 terms=row persistent one-block" in r.stdout, r.stdout
