@@ -17,7 +17,7 @@ namespace sm90 {
 // that the plain staged path compiles as before), kTermsRawBiasPadded and kTermsRawRowPadded (kTermsRawBias /
 // kTermsRawRow with key padding staged beside the term as bits; the row term optional in kTermsRawRowPadded).
 // Instances of their own too: the unpadded row kernel stays as it was (a run-time test of the padding cost PixArt's
-// and EVA-02's row terms 2-3%, H200 kernel time).
+// and EVA-02's row terms 2-7%, H200 kernel time).
 enum TermsMode : int {
   kTermsRaw = 0,
   kTermsRawBias = 1,

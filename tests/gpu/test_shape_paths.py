@@ -269,7 +269,7 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
 @pytest.mark.parametrize("D,Sk,H,Hkv,kw", [(72, 120, 4, 4, {}), (64, 97, 4, 2, {}), (64, 128, 2, 1, {"causal": True}),
                                           (72, 120, 2, 2, {"window": (30, 10)})],
                          ids=["d72_sk120", "d64_sk97_gqa", "d64_sk128_causal", "d72_sk120_band"])
-def test_key_padding_on_short_key_sets_as_a_staged_row(kernel, D, Sk, H, Hkv, kw):
+def test_key_padding_on_short_key_sets_as_staged_bits(kernel, D, Sk, H, Hkv, kw):
     B = 3
     inp = qkv(B, 1300, Sk, H, D, Hkv=Hkv)
     kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")

@@ -501,11 +501,11 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages;
-  // kTermsRawRow: produce_row_terms's warp needs more than the TMA thread's 24 registers (ptxas: 52 bytes of spills
-  // at 24, head dim 64); below head dim 256 the consumers give 8 of theirs (one CTA per SM: 40 / 232, the most the
-  // producer can take before the consumers' share drops to 224). At 256 they have none to give (88 bytes of spills
-  // at 232): the producer warp spills instead, off the consumers' path. kTermsRawBiasPadded's warp stages bits only
-  // and keeps the 24 / 240 split (at 232 the D = 128 consumers spilled 24 bytes).
+  // stages_row modes: produce_row_terms's warp needs more than the TMA thread's 24 registers (ptxas, head dim 64:
+  // 52 bytes of spills at 24, for the row term and for the padding bits alike); below head dim 256 the consumers give
+  // 8 of theirs (one CTA per SM: 40 / 232, the most the producer can take before the consumers' share drops to 224).
+  // At 256 they have none to give (88 bytes of spills at 232): the producer warp spills instead, off the consumers'
+  // path. (The staged tile with padding bits is taken up to head dim 64 only: fwd_v3_stages_padding.)
   constexpr bool kRowWarpRegs = stages_row(kMode) && Tr::kHeadDim < 256;
   static_assert(!kRowWarpRegs || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
   constexpr int kProducerRegs = kRowWarpRegs ? 40 : Tr::kProducerRegs;

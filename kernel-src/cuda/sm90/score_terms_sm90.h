@@ -12,7 +12,7 @@
 //   * kTermsRawRowPadded / kTermsRawBiasPadded: kTermsRawRow (the term optional: key padding alone) / kTermsRawBias
 //     with key padding staged by that warp as bits (PadBits), which hide their keys as masked_fill does, whatever the
 //     score (a -inf added to a NaN score would let the NaN through). The raw path's per-block warp vote read the mask
-//     from global memory after every Q K^T (T5-shaped bias + padding 0.173 ms, 0.134 staged: RESULTS v4.2).
+//     from global memory after every Q K^T (T5-shaped bias + padding 0.173 ms, 0.135 staged: RESULTS v4.2).
 //     History: loaded per thread after the Q K^T wait, their latency sat on every block's critical path (Flux-shaped
 //     float key mask 2.06 ms against 0.81 ms as key padding, RESULTS v3.6); loaded by the consumer warps one block
 //     ahead and spread by shuffles (v3.6-v4.0), a one-block tile still waited on them (ncu of LTX's [B, H, 1, Sk]
