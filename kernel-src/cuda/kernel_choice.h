@@ -485,12 +485,13 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     c.v3_terms = p.kp != nullptr ? sm90::kTermsRawRowPadded : sm90::kTermsRawRow;
     if (want_short && keys128) tile = sm90::kV3Keys128;
   } else if (padding_alone && (want_short ? short_tile == sm90::kV3Keys128
-                                          : force.v3_tile == 0 && p.Sk < kWideMinKeys && !raw_two_ctas)) {
+                                          : force.v3_tile == 0 && p.Sk < kWideMinKeys && !raw_two_ctas && D <= 128)) {
     // key padding alone, staged as bits by the row warp where the raw path would take the narrow or the 128-key
     // tile, instead of a warp vote per block (a global load after every Q K^T) and a per-column test where padding
     // is: PixArt's 120 T5 tokens, every tile one block holding padding, 0.093 -> 0.074 ms (RESULTS v4.1); Qwen-Image
     // 0.826 -> 0.785 (RESULTS v4.2). Up to 80 keys the 80-key tile has no row path (whole 32-key words); the wide
-    // and the two-CTA tiles keep the vote (the row warp's registers come from the consumers').
+    // and the two-CTA tiles keep the vote (the row warp's registers come from the consumers'), and so do head dims
+    // past 128, where it is unmeasured (at 256 the row warp spills 128 bytes).
     c.v3_terms = sm90::kTermsRawRowPadded;
     if (want_short) tile = sm90::kV3Keys128;
   } else if (p.bias.ptr != nullptr || p.mask.ptr != nullptr || !(p.scale > 0.f)) {

@@ -69,13 +69,18 @@ def main():
         q, k, v = r(1, 80, 2, D), r(1, 80, 2, D), r(1, 80, 2, D)
         out = kern.attention(q, k, v, bias=r(1, 2, 80, 80))
         out.sum().backward()
-    # 6. forward v3 (Hopper): raw path on the wide tile with key padding and causal, the staged bias tile (with key
-    #    padding too), and more tiles than SMs (the persistent loop reuses the stage ring and Q across tiles)
+    # 6. forward v3 (Hopper): key padding as bits (causal; with a row term too) and as the raw path's per-block vote
+    #    (the wide tile, forced), the staged bias tile (with key padding too), and more tiles than SMs (the persistent
+    #    loop reuses the stage ring and Q across tiles)
     with torch.no_grad():
         for D in (64, 128):
             q, k, v = r(2, 300, 2, D, grad=False), r(2, 420, 2, D, grad=False), r(2, 420, 2, D, grad=False)
             kp = torch.rand(2, 420, device=dev) > 0.2
             kern.attention(q, k, v, key_padding_mask=kp, causal=True)
+            kern.attention(q, k, v, bias=torch.randn(2, 2, 1, 420, device=dev), key_padding_mask=kp)
+            os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_wide"
+            kern.attention(q, k, v, key_padding_mask=kp, causal=True)
+            os.environ.pop("WINATTN_FORCE_KERNEL")
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False))
             # the staged tile with key padding as bits beside it (its row warp's slot in the mbarriers' kilobyte)
             kern.attention(q, k, v, bias=r(1, 2, 300, 420, grad=False), key_padding_mask=kp)

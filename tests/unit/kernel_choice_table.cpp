@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
   { Call c = make("qwenimage key padding S4352", 2, 4352, 4352, 24, 24, 128); add(padding(c)); }
   { Call c = make("key padding S8192 D128 (wide: a vote)", 1, 8192, 8192, 16, 16, 128); add(padding(c)); }
   { Call c = make("key padding S577 D64 B64 (two CTAs: a vote)", 64, 577, 577, 12, 12, 64); add(padding(c)); }
+  { Call c = make("key padding S4096 D256 (a vote)", 2, 4096, 4096, 8, 8, 256); add(padding(c)); }
   // additive terms
   { Call c = make("beit bias fp32 [1,H,N,N] N197 grad", 128, 197, 197, 12, 12, 64); add(bias(c, f32, 1, 12, 197, 197, true)); }
   { Call c = make("beit bias bf16 [1,H,N,N] N197 grad", 128, 197, 197, 12, 12, 64); add(bias(c, b16, 1, 12, 197, 197, true)); }

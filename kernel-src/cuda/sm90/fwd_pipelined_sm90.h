@@ -80,7 +80,7 @@ struct PipeSmem {
   __device__ __forceinline__ uint32_t bias(int s, int stage_bytes) const { return base + kBias + s * stage_bytes; }
   // stages_row modes: the row term of stage s (BN floats) where the bias stages would be, its key padding bits
   // (PadBits) after it (row_bytes each, added at launch); kTermsRawBiasPadded's bits in the mbarriers' kilobyte, past
-  // the barriers (at D = 128 the bias stages leave 64 bytes of the 227 KB free).
+  // the barriers, so that its launch size is the staged tile's.
   using Pad = PadBits<Tr::kBlockN>;
   static constexpr int kBarsUsed = 256;
   static_assert(8 * (3 + 4 * Tr::kStages) + 16 <= kBarsUsed && kBarsUsed + Tr::kStages * Pad::kBytes <= 1024,
