@@ -1,0 +1,94 @@
+"""Per kernel of a CUDA unit, from its SASS: the wgmma count, the waits on them and the local-memory spills.
+
+    python scripts/sass_check.py fwd_v3_sm90_hdim64 [bwd_v3_sm90_hdim64 ...] [--arch 90a] [--all-dtypes]
+    python scripts/sass_check.py --sass dump.sass      # an existing `cuobjdump -sass` output
+
+Why: ptxas serializes a kernel's wgmma when it cannot keep their operands in registers, waiting after every one
+instead of once per chain, and it does not always say so (no C7514 warning for the two-CTA forward tile of v4.2,
+whose 16 HGMMA each had a WARPGROUP.DEPBAR: the overlap the kernel was written for was gone). Such a kernel's
+SASS has about one wait per wgmma; a healthy one a few per key block. A kernel is flagged "serialized" when its
+waits are at least 3/4 of its wgmma (and it has more than 4 of them); spills are the STL instructions.
+
+Needs `nvcc` and `cuobjdump` (CUDA 13; without a toolkit: `pip install nvidia-cuda-cuobjdump`, then its
+`nvidia/cu13/bin` on PATH). Compiled with the flags of a local unit check (-O3, sm_`--arch`), not the build's.
+Exit status 1 when a kernel is serialized.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+UNITS = ROOT / "kernel-src" / "cuda" / "instantiations"
+_FUNCTION = re.compile(r"^\s*Function : (\S+)\s*$", re.M)
+
+
+@dataclass
+class KernelSass:
+    name: str
+    wgmma: int  # HGMMA instructions
+    waits: int  # WARPGROUP.DEPBAR (waits on wgmma groups)
+    spill_stores: int  # STL
+
+    @property
+    def serialized(self) -> bool:
+        return self.wgmma > 4 and 4 * self.waits >= 3 * self.wgmma
+
+
+def kernels(sass: str) -> list[KernelSass]:
+    """The kernels of a `cuobjdump -sass` listing, in order."""
+    starts = list(_FUNCTION.finditer(sass))
+    out = []
+    for i, m in enumerate(starts):
+        body = sass[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(sass)]
+        out.append(KernelSass(m.group(1), len(re.findall(r"\bHGMMA\.", body)),
+                              len(re.findall(r"\bWARPGROUP\.DEPBAR\b", body)), len(re.findall(r"\bSTL\b", body))))
+    return out
+
+
+def sass_of(unit: str, arch: str) -> str:
+    src = UNITS / f"{unit}.cu"
+    with tempfile.TemporaryDirectory() as d:
+        obj = Path(d) / f"{unit}.o"
+        subprocess.run(["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-I", str(ROOT / "kernel-src"),
+                        "-I", str(ROOT / "kernel-src" / "cuda"), f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                        "-c", str(src), "-o", str(obj)], check=True, cwd=src.parent)
+        return subprocess.run(["cuobjdump", "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+
+
+def report(found: list[KernelSass], all_dtypes: bool) -> int:
+    """Prints one line per kernel (bf16 instances only unless all_dtypes: fp16's are their twins); returns the count
+    of serialized kernels."""
+    bad = 0
+    for k in found:
+        if not all_dtypes and "half" in k.name and "bfloat16" not in k.name:
+            continue
+        bad += k.serialized
+        flag = "  SERIALIZED" if k.serialized else ""
+        print(f"wgmma {k.wgmma:3d}  waits {k.waits:3d}  STL {k.spill_stores:3d}  {k.name}{flag}")
+    return bad
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("units", nargs="*", help=f"file names in {UNITS.relative_to(ROOT)} without .cu")
+    ap.add_argument("--sass", type=Path, help="read this cuobjdump -sass output instead of compiling")
+    ap.add_argument("--arch", default="90a")
+    ap.add_argument("--all-dtypes", action="store_true", help="also list the fp16 instances")
+    args = ap.parse_args(argv)
+    if not args.units and not args.sass:
+        ap.error("name a unit or --sass")
+    listings = [args.sass.read_text()] if args.sass else [sass_of(u, args.arch) for u in args.units]
+    bad = sum(report(kernels(text), args.all_dtypes) for text in listings)
+    print(f"{bad} serialized kernel(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

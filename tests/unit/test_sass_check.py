@@ -1,0 +1,46 @@
+"""scripts/sass_check.py without a toolkit: how it splits a cuobjdump listing into kernels and what it flags."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("sass_check", ROOT / "scripts" / "sass_check.py")
+sc = importlib.util.module_from_spec(spec)
+sys.modules["sass_check"] = sc  # (dataclasses look their module up there)
+spec.loader.exec_module(sc)
+
+
+def function(name, lines):
+    body = "\n".join(f"        /*{i * 16:04x}*/                   {line} ;" for i, line in enumerate(lines))
+    return f"\t\tFunction : {name}\n\t.headerflags\t@\"EF_CUDA_SM90\"\n{body}\n\t\t..........\n\n"
+
+
+CHAINED = ["WARPGROUP.ARRIVE"] + ["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR20], R24"] * 7 + [
+    "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR20], R24, gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "EXIT"]
+SERIALIZED = []
+for _ in range(8):
+    SERIALIZED += ["WARPGROUP.ARRIVE", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR20], R24, gsb0",
+                   "WARPGROUP.DEPBAR.LE gsb0, 0x0"]
+SERIALIZED += ["STL [R1], R25", "STL.64 [R1+0x8], R94", "LDL.LU.64 R92, [R1]", "EXIT"]
+
+
+def test_a_chain_with_one_wait_passes_and_a_wait_per_wgmma_is_flagged():
+    listing = "\nFatbin elf code:\n" + function("k_chained_bfloat16", CHAINED) + function("k_spills_bfloat16", SERIALIZED)
+    found = sc.kernels(listing)
+    assert [(k.name, k.wgmma, k.waits, k.spill_stores) for k in found] == [
+        ("k_chained_bfloat16", 8, 1, 0), ("k_spills_bfloat16", 8, 8, 2)]
+    assert [k.serialized for k in found] == [False, True]
+
+
+def test_a_few_wgmma_with_their_waits_are_not_flagged_and_the_exit_status_counts_serialized_kernels(tmp_path,
+                                                                                                   capsys):
+    short = ["WARPGROUP.ARRIVE", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR20], RZ, !UPT, gsb0",
+             "WARPGROUP.DEPBAR.LE gsb0, 0x0"] * 2  # (a window kernel's one-block GEMMs)
+    dump = tmp_path / "dump.sass"
+    dump.write_text(function("k_short_bfloat16", short) + function("k_chained_half", CHAINED))
+    assert sc.main(["--sass", str(dump)]) == 0
+    dump.write_text(function("k_spills_half", SERIALIZED))
+    assert sc.main(["--sass", str(dump)]) == 0  # (fp16 twins are skipped unless asked for)
+    assert sc.main(["--sass", str(dump), "--all-dtypes"]) == 1
+    assert "1 serialized kernel(s)" in capsys.readouterr().out
