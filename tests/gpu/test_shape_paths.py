@@ -263,6 +263,22 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
     assert ran(names, "fwd_pipelined_kernel_sm90", f", {block}, 2, true,"), sorted(names)
 
 
+def three_padded_items(Sk, tail, stride):
+    """Key padding [3, Sk] of three items: every key hidden, the last `tail` hidden, every `stride`-th hidden."""
+    kpm = torch.ones(3, Sk, dtype=torch.bool, device="cuda")
+    kpm[0] = False
+    kpm[1, Sk - tail:] = False
+    kpm[2, ::stride] = False
+    return kpm
+
+
+def ran_terms(names, mode, head_dim=r"\d+", traits_rest=r"[^>]*"):
+    """Whether a bf16 forward v3 kernel with 128-key blocks and score-term mode `mode` (kernel_modes.h) ran."""
+    pattern = re.compile(rf"FwdPipeTraitsSm90<(\(int\))?{head_dim}, (\(int\))?128, {traits_rest}>, __nv_bfloat16, "
+                         rf"(\(int\))?{mode}>")
+    return any(pattern.search(n) for n in names)
+
+
 # Key padding on 81-128 keys (PixArt's 120 T5 tokens), the table's choice (not forced): bits that the producer warp
 # stages with each key block (kTermsRawRowPadded without a term, the 128-key tile). An item with every key
 # hidden, a padded tail, holes; GQA; a causal and a sliding band on top; more 128-query tiles than SMs.
@@ -272,16 +288,12 @@ def test_short_key_sets_in_one_key_block(kernel, monkeypatch, D, Sq, Sk, H, Hkv,
 def test_key_padding_on_short_key_sets_as_staged_bits(kernel, D, Sk, H, Hkv, kw):
     B = 3
     inp = qkv(B, 1300, Sk, H, D, Hkv=Hkv)
-    kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
-    kpm[0] = False
-    kpm[1, Sk - 40:] = False
-    kpm[2, ::5] = False
-    inp["key_padding_mask"] = kpm
+    inp["key_padding_mask"] = kpm = three_padded_items(Sk, 40, 5)
     run_case(kernel, inp, kw)
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], key_padding_mask=kpm, **kw))
-        row_tile = re.compile(r"128, (\(int\))?2, (\(bool\))?(true|1), (\(int\))?1>, __nv_bfloat16, (\(int\))?7>")
-        assert any(row_tile.search(n) for n in names), sorted(names)
+        streamed_keys128 = r"(\(int\))?2, (\(bool\))?(true|1), (\(int\))?1"
+        assert ran_terms(names, 7, traits_rest=streamed_keys128), sorted(names)
 
 
 # Key padding alone on a longer key set (Qwen-Image-shaped text padding), the table's choice where the raw path would
@@ -291,16 +303,11 @@ def test_key_padding_on_short_key_sets_as_staged_bits(kernel, D, Sk, H, Hkv, kw)
 def test_key_padding_on_long_key_sets_as_bits(kernel, D, Sk, Hkv, kw):
     B = 3
     inp = qkv(B, Sk, Sk, 4, D, Hkv=Hkv)
-    kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
-    kpm[0] = False
-    kpm[1, Sk - 300:] = False
-    kpm[2, ::9] = False
-    inp["key_padding_mask"] = kpm
+    inp["key_padding_mask"] = kpm = three_padded_items(Sk, 300, 9)
     run_case(kernel, inp, kw)
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], key_padding_mask=kpm, **kw))
-        padded = re.compile(r"FwdPipeTraitsSm90<(\(int\))?%d, (\(int\))?128, [^>]*>, __nv_bfloat16, (\(int\))?7>" % D)
-        assert any(padded.search(n) for n in names), sorted(names)
+        assert ran_terms(names, 7, head_dim=D), sorted(names)
 
 
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
@@ -314,17 +321,12 @@ def test_key_padding_beside_a_staged_bias_as_bits(kernel, D, Sq, Sk, H, Hkv, kw)
     B = 3
     inp = qkv(B, Sq, Sk, H, D, Hkv=Hkv)
     inp["bias"] = rand(1, H, Sq, Sk, dtype=BF16, grad=True)
-    kpm = torch.ones(B, Sk, dtype=torch.bool, device="cuda")
-    kpm[0] = False
-    kpm[1, Sk - 45:] = False
-    kpm[2, ::7] = False
-    inp["key_padding_mask"] = kpm
+    inp["key_padding_mask"] = kpm = three_padded_items(Sk, 45, 7)
     run_case(kernel, inp, kw)
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"],
                                                      key_padding_mask=kpm, **kw))
-        padded = re.compile(r"FwdPipeTraitsSm90<(\(int\))?%d, (\(int\))?128, [^>]*>, __nv_bfloat16, (\(int\))?6>" % D)
-        assert any(padded.search(n) for n in names), sorted(names)
+        assert ran_terms(names, 6, head_dim=D), sorted(names)
 
 
 @pytest.mark.parametrize("D,Sk,kw", [(64, 77, {}), (72, 80, {"causal": True}), (64, 197, {"window": (40, 40)}),
