@@ -98,6 +98,13 @@ struct PipeSmem {
     if (kMode == kTermsRawBiasPadded) return base + kBars + kBarsUsed + s * Pad::kBytes;
     return row_term<kMode>(s) + Tr::kBlockN * 4;
   }
+  // stage s's terms as generic pointers (smem: the address `base` names)
+  template <int kMode>
+  __device__ __forceinline__ StageTerms terms(const unsigned char* smem, int s, int bias_stage_bytes) const {
+    return {smem + (bias(s, bias_stage_bytes) - base),
+            reinterpret_cast<const float*>(smem + (row_term<kMode>(s) - base)),
+            reinterpret_cast<const uint32_t*>(smem + (pad_bits<kMode>(s) - base))};
+  }
 };
 
 // One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
@@ -180,9 +187,9 @@ __device__ __forceinline__ void release_k(uint32_t bar, int lane) {
   if (stages_row(kMode) || lane == 0) mbar_arrive(bar);
 }
 
-// stages_row modes, producer warp 1: the row term and / or padding bits of every key block the producer loads, in the
-// same order (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA thread's and this
-// warp's), so that the consumers find it beside K. It waits for the stage as the TMA thread does (k_empty: the
+// stages_row modes, producer warp 1: the row term and / or padding bits of every key block the producer loads, in
+// the same order (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA thread's
+// and this warp's), so that the consumers find them beside K. It waits for the stage as the TMA thread does (k_empty: the
 // consumers read the slot in score_terms, before they release K).
 template <typename Tr, int kMode>
 __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSmem<Tr> sm, unsigned char* smem,
@@ -254,10 +261,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   uint32_t bits[2][BN / 32];
   if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
   auto terms = [&](int s, int n) {
-    const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
-    const float* row = reinterpret_cast<const float*>(smem_base + (sm.template row_term<kMode>(s) - sm.base));
-    const uint32_t* pad = reinterpret_cast<const uint32_t*>(smem_base + (sm.template pad_bits<kMode>(s) - sm.base));
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, pad, bits, b, h, m_block, n, wr, lane);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sm.template terms<kMode>(smem_base, s,
+                                                          P.bias_stage_bytes), bits, b, h, m_block, n, wr, lane);
     if constexpr (kMode == kTermsRawBits)
       if (n > tile.n_lo) load_mask_bits<BN>(bits, p, b, h, i0, n - 1, wr, lane);
 #pragma unroll
@@ -404,11 +409,9 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   auto softmax = [&](const PipeTile& tile, int n, int t, int g) {
     fence_acc(acc_s);
     const int s = g % ST;
-    const unsigned char* sB = smem_base + (sm.bias(s, P.bias_stage_bytes) - sm.base);
-    const float* row = reinterpret_cast<const float*>(smem_base + (sm.template row_term<kMode>(s) - sm.base));
-    const uint32_t* pad = reinterpret_cast<const uint32_t*>(smem_base + (sm.template pad_bits<kMode>(s) - sm.base));
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sB, row, pad, bits, tile.b, tile.h, tile.m_block,
-                                                            n, wr, lane);
+    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sm.template terms<kMode>(smem_base, s,
+                                                          P.bias_stage_bytes), bits, tile.b, tile.h, tile.m_block,
+                                                          n, wr, lane);
     release_k<kMode>(sm.k_empty(s), lane);
     if (n == tile.n_lo) release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
     if (n == tile.n_hi - 1)

@@ -68,6 +68,14 @@ struct PadBits {
   static constexpr int kBytes = (kWords + 1 + 3) / 4 * 16;  // (whole 16-byte units)
 };
 
+// What score_terms reads of one stage, each where its mode has it: the staged tile (kTermsRawBias*), the row term
+// (stages_row_term) and the key padding bits (stages_padding).
+struct StageTerms {
+  const unsigned char* tile;
+  const float* row;
+  const uint32_t* pad;
+};
+
 // Stages key block n for (b, h) by one warp, lane l taking keys n * BN + l + 32 e: the row term divided by the scale
 // into `term` (BN floats, 0 past Sk; kTerm, where the call has one) and the key padding into `pad` (kPad).
 template <int BN, bool kTerm, bool kPad>
@@ -121,13 +129,14 @@ __device__ __forceinline__ void load_mask_bits(uint32_t (&bits)[2][BN / 32], con
 }
 
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
-// 1 after apply_terms). This key block's staged tile (sB, kTermsRawBias*), row term and padding bits
-// (stages_row_term / stages_padding modes).
+// 1 after apply_terms). st: what this key block's stage holds.
 template <typename Elem, int kMode, int BM, int BN, int NT>
-__device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const unsigned char* sB,
-                                             const float* row, const uint32_t* pad,
+__device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const StageTerms& st,
                                              const uint32_t (&bits)[2][BN / 32], int b, int h, int m_block, int n,
                                              int wr, int lane) {
+  const unsigned char* sB = st.tile;
+  const float* row = st.row;
+  const uint32_t* pad = st.pad;
   const bool need_mask = tile_needs_mask(p, m_block, n, BM, BN);
   const int j0 = n * BN;
   if constexpr (kMode == kTermsGeneral) {
