@@ -181,16 +181,22 @@ template <typename Tr, int kMode>
 __host__ __device__ constexpr int k_empty_arrivals() {
   return stages_row(kMode) ? Tr::kConsumerWarps * 32 : Tr::kConsumerWarps;
 }
+__device__ __forceinline__ void release_warp(uint32_t bar, int lane) {  // this warp is done with a stage or slot
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
 template <int kMode>
 __device__ __forceinline__ void release_k(uint32_t bar, int lane) {
-  if constexpr (!stages_row(kMode)) __syncwarp();
-  if (stages_row(kMode) || lane == 0) mbar_arrive(bar);
+  if constexpr (stages_row(kMode))
+    mbar_arrive(bar);
+  else
+    release_warp(bar, lane);
 }
 
 // stages_row modes, producer warp 1: the row term and / or padding bits of every key block the producer loads, in
 // the same order (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA thread's
-// and this warp's), so that the consumers find them beside K. It waits for the stage as the TMA thread does (k_empty: the
-// consumers read the slot in score_terms, before they release K).
+// and this warp's), so that the consumers find them beside K. It waits for the stage as the TMA thread does
+// (k_empty: the consumers read the slot in score_terms, before they release K).
 template <typename Tr, int kMode>
 __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSmem<Tr> sm, unsigned char* smem,
                                                   int lane) {
@@ -253,10 +259,6 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                   make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), 1);
     wgmma_commit();
   };
-  auto release = [&](uint32_t bar) {  // this warp is done with the stage (its wgmma reads and the bias reads)
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
   // kTermsRawBits: the mask bits of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
   uint32_t bits[2][BN / 32];
   if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
@@ -306,7 +308,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
-    release(sm.v_empty(sp));
+    release_warp(sm.v_empty(sp), lane);
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       acc_o[0][dt][0] *= corr[0];
@@ -316,7 +318,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     }
     to_pfrag();
   }
-  release(sm.q_empty());  // every Q K^T of this tile is done: the producer may load the next tile's Q
+  release_warp(sm.q_empty(), lane);  // every Q K^T of this tile is done: the producer may load the next tile's Q
   {
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
@@ -326,7 +328,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
-    release(sm.v_empty(sp));  // the next tile's loads reuse this stage
+    release_warp(sm.v_empty(sp), lane);  // the next tile's loads reuse this stage
   }
 
   // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
@@ -400,10 +402,6 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                   make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), ks > 0 || !first);
     wgmma_commit();
   };
-  auto release = [&](uint32_t bar) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
   // S of block n of `tile` (stage g % ST) -> its unnormalized P, the running row state and corr; a tile's first
   // block starts the state; its last one frees the tile's Q slot
   auto softmax = [&](const PipeTile& tile, int n, int t, int g) {
@@ -413,7 +411,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                                                           P.bias_stage_bytes), bits, tile.b, tile.h, tile.m_block,
                                                           n, wr, lane);
     release_k<kMode>(sm.k_empty(s), lane);
-    if (n == tile.n_lo) release(sm.q_empty(t % 2));  // the producer may load the tile after next into this slot
+    if (n == tile.n_lo) release_warp(sm.q_empty(t % 2), lane);  // the producer may load the tile after next here
     if (n == tile.n_hi - 1)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) row_max[hf] = -INFINITY, row_sum[hf] = 0.f;
@@ -474,7 +472,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
-    release(sm.v_empty(g % ST));
+    release_warp(sm.v_empty(g % ST), lane);
     if (same) {  // rescale this tile's O to the new running max, then the next block's P
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
