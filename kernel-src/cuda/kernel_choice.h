@@ -92,14 +92,15 @@ struct DeviceCaps {
 struct Forced {
   FwdKernel fwd = FwdKernel::kAuto;
   BwdKernel bwd = BwdKernel::kAuto;
-  int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas
+  int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas,
+                    // 6: fwd_v3_rows192
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool bwd_two_stages = false, bwd_no_pair = false;
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
 };
 constexpr const char* kForceNames =
-    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_persistent, "
-    "fwd_v3_per_tile, fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, "
+    "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
+    "fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, "
     "bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -123,6 +124,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_short") f.fwd = FwdKernel::kV3, f.v3_tile = 3;
     else if (n == "fwd_v3_stream") f.fwd = FwdKernel::kV3, f.v3_tile = 4;
     else if (n == "fwd_v3_two_ctas") f.fwd = FwdKernel::kV3, f.v3_tile = 5;
+    else if (n == "fwd_v3_rows192") f.fwd = FwdKernel::kV3, f.v3_tile = 6;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
@@ -428,6 +430,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
   using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
+  using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
@@ -504,6 +507,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
       tile = sm90::kV3Stream;
     else if (raw_two_ctas)
       tile = sm90::kV3TwoCtas;
+    else if (force.v3_tile == 6 && !std::is_same<Rows192, Narrow>::value)
+      tile = sm90::kV3Rows192;
     else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;
   }
@@ -513,6 +518,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
   if (force.v3_tile == 5 && tile != sm90::kV3TwoCtas)
     return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dim 64";
+  if (force.v3_tile == 6 && tile != sm90::kV3Rows192)
+    return "fwd_v3_rows192: the 192-row tile takes the no-term path at head dim 64";
   if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
     return "fwd_v3_short: short key blocks take no term, a row term or mask bits (Sk <= 128; no term: Sk <= 208) at "
            "head dim 64, and Sk <= 128 at 96";
@@ -523,13 +530,14 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
   c.v3_tile = tile;
   c.v3_stage_bytes = stage;
-  c.block_m = Narrow::kBlockM;
+  c.block_m = tile == sm90::kV3Rows192 ? Rows192::kBlockM : Narrow::kBlockM;
   c.block_n = tile == sm90::kV3Wide      ? Wide::kBlockN
               : tile == sm90::kV3Keys80  ? Keys80::kBlockN
               : tile == sm90::kV3Keys128 ? Keys128::kBlockN
               : tile == sm90::kV3Keys208 ? Keys208::kBlockN
               : tile == sm90::kV3Stream  ? Stream::kBlockN
               : tile == sm90::kV3TwoCtas ? TwoCtas::kBlockN
+              : tile == sm90::kV3Rows192 ? Rows192::kBlockN
                                          : Narrow::kBlockN;
   c.kernel = FwdKernel::kV3;
   c.p = p;

@@ -152,6 +152,13 @@ def main():
         q, k, v = r(8, 1100, 4, 64, grad=False), r(8, 333, 2, 64, grad=False), r(8, 333, 2, 64, grad=False)
         kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
         kern.attention(q, k, v, window=(60, 60))
+    #    the 192-row tile (three consumer warpgroups; persistent over more tiles than its grid, key padding, a band,
+    #    GQA, a last tile of 140 rows)
+    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192"
+    with torch.no_grad():
+        q, k, v = r(8, 1100, 4, 64, grad=False), r(8, 333, 2, 64, grad=False), r(8, 333, 2, 64, grad=False)
+        kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
+        kern.attention(q, k, v, window=(60, 60))
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
     for D in (64, 128):
         q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)

@@ -70,6 +70,9 @@ KERNELS = [
     # 64-key blocks, two CTAs per SM (the no-term path, head dim 64)
     Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<64,\s*64,\s*2,\s*false,\s*2>", D=64, S=300, H=2, bias=(),
         masks=False, table_W=None),
+    # 192-row tiles of three consumer warpgroups (the no-term path, head dim 64)
+    Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<64,\s*128\b", D=64, S=300, H=2, bias=(), masks=False,
+        table_W=None),
     Fwd("fwd_v3_persistent", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="persistent"),
     Fwd("fwd_v3_per_tile", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="per_tile"),
     # windows: one key block per window (64 keys at D = 64; 160 / 256 at D = 32: the fp32 and fp16 term tables)

@@ -310,6 +310,29 @@ def test_key_padding_on_long_key_sets_as_bits(kernel, D, Sk, Hkv, kw):
         assert ran_terms(names, 7, head_dim=D), sorted(names)
 
 
+# The 192-row tile (fwd_v3_rows192: three consumer warpgroups, head dim <= 64, forced only until measured): last
+# tiles of 5 / 8 / 17 rows, GQA, fp16, causal and sliding bands (one CTA per tile), key padding with an item whose keys
+# are all hidden (the vote per key block), more tiles than its persistent grid (ViT-B/16-384-shaped), cross-attention
+# to fewer keys than one block
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
+    (2, 197, 197, 6, 6, 64, BF16, {}), (2, 1000, 1000, 4, 2, 64, FP16, {"causal": True}),
+    (3, 200, 333, 4, 1, 48, BF16, {"key_padding": True}), (2, 389, 900, 2, 2, 64, BF16, {"window": (100, 30)}),
+    (4, 577, 577, 12, 12, 64, BF16, {}), (2, 593, 77, 3, 3, 64, BF16, {}),
+], ids=["s197", "fp16_gqa_causal", "key_padding_d48", "band", "more_tiles_than_ctas", "cross_sk77"])
+def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
+    if not hopper():
+        pytest.skip("fwd_v3_rows192 is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_rows192")
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, 100, 3)
+    run_case(kernel, inp, kw)
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
+                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

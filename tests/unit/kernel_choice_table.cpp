@@ -106,6 +106,7 @@ std::string describe_fwd(const FwdChoice& c) {
                   c.v3_tile == sm90::kV3Wide     ? " wide"
                   : c.v3_tile == sm90::kV3Stream ? " streamed"
                   : c.v3_tile == sm90::kV3TwoCtas ? " two-ctas"
+                  : c.v3_tile == sm90::kV3Rows192 ? " rows192"
                   : c.v3_tile != sm90::kV3Narrow ? " one-block"
                                                  : "");
     s += buf;

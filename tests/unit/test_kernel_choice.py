@@ -64,7 +64,7 @@ def test_choice_matches_golden(table_exe):
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
-                 "fwd_v3_two_ctas", "fwd_v3_persistent",
+                 "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
                  "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
@@ -131,6 +131,22 @@ def test_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
                  taken="fwd_v3 128x64 terms=raw persistent two-ctas",
                  refuses=["flux S4608 D128", "beit bias fp32", "dit-xl D72 S256"],
                  reason="the two-CTA tile takes the no-term path")
+
+
+def test_192_row_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
+    """fwd_v3_rows192 (forced only until measured): three consumer warpgroups of 64 rows, 128-key blocks (FA3 / FA4's
+    tile at head dims <= 64); the no-term path with its bands and key padding (a per-block vote), persistent without a
+    band; a term or another head dim is refused with the reason."""
+    check_forced(table_exe, "fwd_v3_rows192",
+                 takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b S197 D64", "sdxl cross Sk77 D64",
+                        "key padding S577 D64 B64"],
+                 taken="fwd_v3 192x128 terms=raw persistent rows192",
+                 refuses=["flux S4608 D128", "beit bias fp32", "dit-xl D72 S256", "bool mask [B,1,S,S] S1024"],
+                 reason="the 192-row tile takes the no-term path at head dim 64")
+    r = run_table(table_exe, "--force", "fwd_v3_rows192,fwd_v3_per_tile", "cogvideox")
+    assert "fwd_v3 192x128 terms=raw per-tile rows192" in r.stdout, r.stdout
+    # by default no call takes it
+    assert "rows192" not in run_table(table_exe).stdout
 
 
 def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):

@@ -1,11 +1,12 @@
 // Hopper forward v3 (sm_90a): the pipelined, warp-specialized kernel that runs every non-window forward on Hopper.
 //
 // Design (FlashAttention-3's, written for this project's score terms):
-//   * one CTA per (batch, head, 128-query tile): 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA
+//   * one CTA per (batch, head, 128-query tile): 3 warpgroups (4 with the 192-row tile: FwdPipeRows192TraitsSm90).
+//     Warpgroup 0 is the producer: one thread issues TMA
 //     bulk tensor loads of Q (once) and of K / V (per key block) into a kStages-deep ring of shared-memory stages,
 //     each guarded by a "full" mbarrier (TMA transaction bytes) and an "empty" one (consumer warps' arrivals).
 //     setmaxnreg gives its registers to the consumers (kProducerRegs / kConsumerRegs).
-//   * warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T and O += P V on wgmma (Q, K, V by descriptor,
+//   * the others are consumers, 64 query rows each: S = Q K^T and O += P V on wgmma (Q, K, V by descriptor,
 //     P from registers), the score terms (score_mod.h) and the online softmax in registers.
 //   * intra-warpgroup overlap: the QK^T of key block n+1 is issued before the P V of block n, so the softmax of
 //     block n+1 runs while the tensor cores do P V (two wgmma groups in flight; wgmma_wait<1>).
@@ -217,9 +218,29 @@ __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSm
   }
 }
 
-// Consumer warpgroup cw (0 or 1): tile rows [64 cw, 64 cw + 64). The two warpgroups take turns issuing their
-// GEMMs (named barriers 1 + cw: "cw may issue"), so one's softmax runs while the other's wgmmas use the tensor
-// cores (FA3's ping-pong); within a warpgroup the QK^T of the next block is issued before the P V of the current.
+// FA3's ping-pong: the consumer warpgroups take turns issuing their GEMMs, round robin (named barrier kBarFwdTurn + cw:
+// "cw may issue"), so that the others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the
+// 128 threads that wait on it and the 128 of the warpgroup before that arrive.
+template <int kWGs>
+struct Turns {
+  int cw;
+  __device__ __forceinline__ void mine() const { named_sync(kBarFwdTurn + cw, 256); }
+  __device__ __forceinline__ void pass() const {
+    named_arrive(kBarFwdTurn + (kWGs == 2 ? 1 - cw : (cw + 1) % kWGs), 256);
+  }
+  // on the CTA's first tile the last warpgroup hands the first turn to warpgroup 0 before either issues
+  __device__ __forceinline__ void start(bool first_tile) const {
+    if (cw == kWGs - 1 && first_tile) pass();
+  }
+  // the CTA's last hand-over of the last warpgroup is skipped: warpgroup 0 has no turn left to wait for it (the test
+  // for two warpgroups is written as before Turns existed, which keeps those kernels' PTX as it was)
+  __device__ __forceinline__ void pass_unless_last(bool last) const {
+    if ((kWGs == 2 ? cw == 0 : cw != kWGs - 1) || !last) pass();
+  }
+};
+
+// Consumer warpgroup cw (0 .. kConsumerWGs - 1): tile rows [64 cw, 64 cw + 64), GEMMs on its turns (Turns); within a
+// warpgroup the QK^T of the next block is issued before the P V of the current.
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
@@ -275,18 +296,17 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
     acc_to_afrag<Elem, 1, NT>(pf3, s3);
   };
-  auto my_turn = [&]() { named_sync(kBarFwdTurn + cw, 256); };
-  auto your_turn = [&]() { named_arrive(kBarFwdTurn + 1 - cw, 256); };
+  const Turns<Tr::kConsumerWGs> turn{cw};
 
   auto stage = [&](int it) { return (kb + it) % ST; };
   auto phase = [&](int it) { return uint32_t((kb + it) / ST) & 1u; };
-  if (cw == 1 && t == 0) your_turn();  // ping-pong: warpgroup 0 issues first
+  turn.start(t == 0);
   mbar_wait(sm.q_full(), t & 1);
   // first key block: S, terms, softmax (O is still zero)
   mbar_wait(sm.k_full(stage(0)), phase(0));
-  my_turn();
+  turn.mine();
   issue_qk(stage(0));
-  your_turn();
+  turn.pass();
   wgmma_wait<0>();
   fence_acc(acc_s);
   terms(stage(0), n_hi - 1);
@@ -297,10 +317,10 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     const int n = n_hi - 1 - it, s = stage(it), sp = stage(it - 1);
     mbar_wait(sm.k_full(s), phase(it));
     mbar_wait(sm.v_full(sp), phase(it - 1));
-    my_turn();
+    turn.mine();
     issue_qk(s);
     issue_pv(sp);
-    your_turn();
+    turn.pass();
     wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
     fence_acc(acc_s);
     terms(s, n);
@@ -322,9 +342,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   {
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
-    my_turn();
+    turn.mine();
     issue_pv(sp);
-    if (cw == 0 || !last) your_turn();  // the CTA's last hand-over: warpgroup 0 has no turn left to wait for
+    turn.pass_unless_last(last);
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
     fence_frag(pf);
@@ -368,7 +388,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
       tile = decode_tile<BM, BN>(p, idx);
       if (!tile.empty()) break;
       const int i0 = tile.m_block * BM;
-      write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), threadIdx.x - 128, 256);
+      write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), threadIdx.x - 128,
+                             Tr::kConsumerThreads);
     }
     return idx;
   };
@@ -423,19 +444,18 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
     acc_to_afrag<Elem, 1, NT>(pf3, s3);
   };
-  auto my_turn = [&]() { named_sync(kBarFwdTurn + cw, 256); };
-  auto your_turn = [&]() { named_arrive(kBarFwdTurn + 1 - cw, 256); };
+  const Turns<Tr::kConsumerWGs> turn{cw};
 
   PipeTile cur;
   int idx = next_tile(blockIdx.x, cur);
   if (idx >= ntiles) return;
-  if (cw == 1) your_turn();  // ping-pong: warpgroup 0 issues first
+  turn.start(true);
   // the CTA's first block: S, terms, softmax (blocks go from the last visible one down, as the producer loads them)
   mbar_wait(sm.q_full(0), 0);
   mbar_wait(sm.k_full(0), 0);
-  my_turn();
+  turn.mine();
   issue_qk(0, 0);
-  your_turn();
+  turn.pass();
   load_terms(cur, cur.n_hi - 1);
   wgmma_wait<0>();
   softmax(cur, cur.n_hi - 1, 0, 0);
@@ -455,14 +475,14 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
       mbar_wait(sm.k_full((g + 1) % ST), uint32_t((g + 1) / ST) & 1u);
     }
     mbar_wait(sm.v_full(g % ST), uint32_t(g / ST) & 1u);
-    my_turn();
+    turn.mine();
     // The Q K^T is issued in every step, after the CTA's last block too (of whatever that stage and Q slot hold: the
     // loads are done, and the result is dropped), so that the wgmma groups and their waits do not depend on a
     // branch: with `if (more)` around them ptxas serialized every wgmma of these kernels (C7514, "non wgmma
     // instructions reading accumulator registers ... between start and end of the pipeline stage").
     issue_qk(tn, g + 1);
     issue_pv(g, first);
-    if (cw == 0 || more) your_turn();  // the CTA's last hand-over: warpgroup 0 has no turn left to wait for
+    turn.pass_unless_last(!more);
     if (!same)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) o_max[hf] = row_max[hf], o_sum[hf] = row_sum[hf];
@@ -511,8 +531,9 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
   static_assert(!kRowWarpRegs || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
   constexpr int kProducerRegs = kRowWarpRegs ? 40 : Tr::kProducerRegs;
   constexpr int kConsumerRegs =  // (the traits' split, FwdPipeTraitsSm90, with this producer share)
-      (Tr::kNThreads * Tr::kLaunchRegs - 128 * kProducerRegs) / 256 / 8 * 8;
+      (Tr::kNThreads * Tr::kLaunchRegs - 128 * kProducerRegs) / Tr::kConsumerThreads / 8 * 8;
   static_assert(!kRowWarpRegs || kConsumerRegs == 232, "one CTA per SM, a row warp of 40: 232 per consumer");
+  static_assert(Tr::kConsumerWGs == 2 || kMode == kTermsRaw, "the 192-row tile takes the no-term path only");
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
@@ -566,7 +587,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       const PipeTile tile = decode_tile<BM, BN>(p, idx);
       if (tile.empty()) {  // no key of any row is in the band
         const int i0 = tile.m_block * BM;
-        write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), tid - 128, 256);
+        write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), tid - 128, Tr::kConsumerThreads);
         continue;
       }
       bool last = true;

@@ -6,29 +6,41 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-// Pipelined forward v3 (fwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 query rows,
-// Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages key blocks + 1 KB of mbarriers (+ the
-// bias stages, sized at launch).
-// Registers: 24 per producer thread, 240 per consumer thread (128 x 24 + 256 x 240 <= 64K).
+// Pipelined forward v3 (fwd_pipelined_sm90.h): a producer warpgroup and kConsumerWGs consumer warpgroups of 64 query
+// rows each (kBlockM = 64 kConsumerWGs), Q resident, K / V in kStages-deep TMA stages. Shared memory: Q + 2 x kStages
+// key blocks + 1 KB of mbarriers (+ the bias stages, sized at launch).
+// Registers: a CTA starts with kLaunchRegs per thread (65536 / (kNThreads kMinBlocks), down to a multiple of 8) and
+// setmaxnreg moves the producer's spare ones to the consumers, which must not ask for more than the CTA holds
+// (setmaxnreg.inc would wait forever): two consumer warpgroups, one CTA per SM: 24 / 240 (FA3's); two CTAs: 104;
+// three consumer warpgroups: 24 / 160 (FA3 / FA4 give their producer 32 of the same 160).
 // kStream: the consumers run one loop over the CTA's key blocks, pipelined across tile boundaries too
 // (consume_stream), which needs the next tile's Q in a second slot (kQSlots).
-// kMinBlocks: CTAs per SM (launch bounds). A CTA starts with kLaunchRegs per thread (65536 / (384 kMinBlocks), down
-// to a multiple of 8) and setmaxnreg moves the producer's spare ones to the consumers, which must not ask for more
-// than the CTA holds (setmaxnreg.inc would wait forever): 240 at one CTA, 104 at two.
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int kMinBlocks_ = 1>
-struct FwdPipeTraitsSm90 {
+// kMinBlocks: CTAs per SM (launch bounds).
+// The tiles are named by two types with this one shape: FwdPipeTraitsSm90 (two consumer warpgroups, every tile but
+// one) and FwdPipeRows192TraitsSm90 (three), so that the kernels' names stay what the tests and the benchmark
+// records match.
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_, int kMinBlocks_, int kConsumerWGs_>
+struct FwdPipeShapeSm90 {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_, kMinBlocks = kMinBlocks_;
   static constexpr bool kStream = kStream_;
-  static constexpr int kBlockM = 128, kNThreads = 384, kConsumerWarps = 8, kQSlots = kStream ? 2 : 1;
+  static constexpr int kConsumerWGs = kConsumerWGs_, kConsumerWarps = 4 * kConsumerWGs;
+  static constexpr int kConsumerThreads = 128 * kConsumerWGs, kNThreads = 128 + kConsumerThreads;
+  static constexpr int kBlockM = 64 * kConsumerWGs, kQSlots = kStream ? 2 : 1;
   static constexpr int kProducerRegs = 24, kLaunchRegs = 65536 / (kNThreads * kMinBlocks) / 8 * 8;
-  static constexpr int kConsumerRegs = (kNThreads * kLaunchRegs - 128 * kProducerRegs) / 256 / 8 * 8;
-  static_assert(kMinBlocks > 1 || kConsumerRegs == 240, "one CTA per SM: FA3's 24 / 240");
+  static constexpr int kConsumerRegs = (kNThreads * kLaunchRegs - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+  static_assert(kMinBlocks > 1 || kConsumerRegs == (kConsumerWGs == 2 ? 240 : 160),
+                "one CTA per SM: FA3's 24 / 240 (two consumer warpgroups) or 160 (three)");
+  static_assert(!kStream || kConsumerWGs == 2, "consume_stream's turns are two warpgroups'");
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = 1024 + kQSlots * kQBytes + 2 * kStages * kKVBytes + 1024;  // slack, .., mbarriers
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "32-column blocks, k16 steps");
   static_assert(kKVBytes % 1024 == 0, "stages keep 1024-byte alignment");
 };
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int kMinBlocks_ = 1>
+struct FwdPipeTraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, kStream_, kMinBlocks_, 2> {};
+template <int kHeadDim_, int kBlockN_, int kStages_>
+struct FwdPipeRows192TraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, false, 1, 3> {};
 // Tiles per head dim (FA3's choices, hopper/tile_size.h, one size down where our terms need room): `narrow` for the
 // staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
 // `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
@@ -76,6 +88,20 @@ template <int D> struct FwdPipeTwoCtasTileSm90 {
 };
 template <> struct FwdPipeTwoCtasTileSm90<64> {
   using type = FwdPipeTraitsSm90<64, 64, 2, false, 2>;
+};
+
+// The 192-row tile (the raw path, D = 64; forced only, `fwd_v3_rows192`, until measured): three consumer warpgroups
+// taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128, P from registers, 160 registers:
+// S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes about half as long as the tile's
+// GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do (docs/hopper-forward-vs-fa3-fa4.md,
+// suggestion 1: D = 64, S = 16k forward 0.82x FA4). Three stages: the slowest warpgroup holds a stage up to two turns
+// after the first took it (124 KB of shared memory, one CTA per SM either way). A head dim without one names its
+// narrow tile (no instance of its own).
+template <int D> struct FwdPipeRows192TileSm90 {
+  using type = typename FwdPipeTraitsSm90For<D>::narrow;
+};
+template <> struct FwdPipeRows192TileSm90<64> {
+  using type = FwdPipeRows192TraitsSm90<64, 128, 3>;
 };
 
 // Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one

@@ -182,7 +182,7 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
 }
 
 // Forward v3 (fwd_pipelined_sm90.h): picks the score-term mode and the tile, builds the Q / K / V (and bias) tensor
-// maps and launches one CTA per (batch, head, 128-query tile).
+// maps and launches one CTA per (batch, head, query tile of 128 rows, 192 for the 192-row tile).
 template <int D>
 struct FwdPipelinedSm90 {
   using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
@@ -192,6 +192,7 @@ struct FwdPipelinedSm90 {
   using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
   using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
+  using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
@@ -277,6 +278,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
     launch_fwd_pipelined<K, typename K::Stream, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3TwoCtas)
     launch_fwd_pipelined<K, typename K::TwoCtas, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3Rows192)
+    launch_fwd_pipelined<K, typename K::Rows192, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
 }
