@@ -139,6 +139,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   const int G = p.hgroup, rows = G * p.Sq;
   const int key_lo = split * DP.chunk, key_hi = min(p.Sk, key_lo + DP.chunk);
   const int tiles = (key_hi - key_lo + BN - 1) / BN;  // >= 1: every split has a key (planner)
+  // column blocks holding a dim < D (D < DK: 40 at 64, 96 at 128, 160 / 192 at 256); the others are never loaded (no
+  // box entirely past the tensor's extent) and stay zero (zero_unloaded_blocks)
+  const int nblocks = min(Tr::kColBlocks, (p.D + 31) / 32);
 
   if (tid == 0) {
     for (int s = 0; s < ST; ++s) {
@@ -163,14 +166,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
       uint32_t use_parity = 0;  // (t / ST) & 1
       for (int t = 0; t < tiles; ++t) {
         if (t >= ST) mbar_wait(empty(s), use_parity ^ 1u);  // every warp is done with tile t - ST
-        mbar_arrive_expect_tx(full(s), Tr::kStageBytes);  // (boxes past Sk / D count in full, zero-filled)
+        // (a box's rows past Sk and columns past D arrive as zeros and count in full)
+        mbar_arrive_expect_tx(full(s), 2 * nblocks * Tr::kBlockBytes);
         const int row = key_lo + t * BN;
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
-          tma_load_4d(k_tile(s) + c * Tr::kBlockBytes, &P.tk, full(s), c * 32, row, hkv, b);
+          if (c < nblocks) tma_load_4d(k_tile(s) + c * Tr::kBlockBytes, &P.tk, full(s), c * 32, row, hkv, b);
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
-          tma_load_4d(v_tile(s) + c * Tr::kBlockBytes, &P.tv, full(s), c * 32, row, hkv, b);
+          if (c < nblocks) tma_load_4d(v_tile(s) + c * Tr::kBlockBytes, &P.tv, full(s), c * 32, row, hkv, b);
         if (++s == ST) s = 0, use_parity ^= 1u;
       }
     }
@@ -187,8 +191,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
       cp_async16(sQ + r * LD + c * 8, src, pred);
     }
     cp_async_commit();
+    if (nblocks < Tr::kColBlocks) {
+      // the column blocks no TMA writes, zeroed once in every stage: K's meet Q's zero columns in S = Q K^T (0 x a
+      // stale NaN would be NaN); V's only reach output columns past D, never written, zeroed alike
+      constexpr int kChunksPerTile = Tr::kTileBytes / 16;
+      const int from = nblocks * Tr::kBlockBytes / 16;
+      for (int x = tid; x < 2 * ST * kChunksPerTile; x += CT) {
+        const int tile = x / kChunksPerTile, chunk = x % kChunksPerTile;  // (tile: K / V of stage tile / 2)
+        if (chunk >= from)
+          *reinterpret_cast<uint4*>(smem + tile * Tr::kTileBytes + chunk * 16) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
     cp_async_wait_all();
-    named_sync(1, CT);  // (id 1: this kernel's only named barrier) every consumer's Q chunks landed
+    named_sync(1, CT);  // (id 1: this kernel's only named barrier) every consumer's Q chunks and zeros landed
 
     uint32_t qf[Tr::kQInRegs ? KS : 1][4];  // Q's A fragments for the whole key range
     if constexpr (Tr::kQInRegs) {
