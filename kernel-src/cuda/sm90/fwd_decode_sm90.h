@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   const int key_lo = split * DP.chunk, key_hi = min(p.Sk, key_lo + DP.chunk);
   const int tiles = (key_hi - key_lo + BN - 1) / BN;  // >= 1: every split has a key (planner)
   // column blocks holding a dim < D (D < DK: 40 at 64, 96 at 128, 160 / 192 at 256); the others are never loaded (no
-  // box entirely past the tensor's extent) and stay zero (zero_unloaded_blocks)
+  // box lies wholly past the tensor's extent) and hold zeros (written once by the consumers below)
   const int nblocks = min(Tr::kColBlocks, (p.D + 31) / 32);
 
   if (tid == 0) {
