@@ -97,11 +97,12 @@ struct Forced {
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool bwd_two_stages = false, bwd_no_pair = false;
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
+  bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
-    "fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, "
-    "bwd_v3_fold, bwd_windows, bwd_windows_wide";
+    "fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, bwd_v3_two_stages, "
+    "bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -129,6 +130,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
     else if (n == "fwd_decode") f.fwd = FwdKernel::kDecode;
+    else if (n == "fwd_decode_tma") f.fwd = FwdKernel::kDecode, f.decode_tma = true;
     else if (n == "bwd_v1") f.bwd = BwdKernel::kV1;
     else if (n == "bwd_v3") f.bwd = BwdKernel::kV3;
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
@@ -310,6 +312,7 @@ struct FwdChoice {
   // decode: the keys' split and the partial rows' workspace
   int decode_splits = 1, decode_chunk = 0;
   int64_t decode_part_bytes = 0;
+  bool decode_tma = false;       // sm90/fwd_decode_sm90.h (fwd_decode_tma) instead of fwd_decode.h
   int block_m = 0, block_n = 0;  // the sm90 kernels' tile (0: v1's per-head-dim tile, kernel_traits.h)
   std::string why;
 };
@@ -565,16 +568,28 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 // are launched (B x Hkv x splits: a few waves of the 1-3 CTAs an SM holds, 104 KB of stages each at D = 128), in
 // chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D bytes per
 // key and KV head read.
+// tma (WINATTN_FORCE_KERNEL=fwd_decode_tma, forced only, not measured yet): the same call on Hopper with K / V by TMA
+// (sm90/fwd_decode_sm90.h, head dims 64 / 128 / 256 as fwd_decode.h), its splits sized to one wave of the CTAs it
+// keeps resident (decode_tma_ctas_per_sm: its stage ring fills two CTAs' shared memory, one at head dim 256), rounded
+// down: each CTA keeps ~96-192 KB of K / V in flight, so one per SM already covers the memory latency, and one wave of
+// equal CTAs needs no tail.
 constexpr int kDecodeMaxRows = 16, kDecodeStep = 128, kDecodeCtasPerSm = 8;
-inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev) {
+constexpr int decode_tma_ctas_per_sm(int dk) { return dk > 128 ? 1 : 2; }
+inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,
+                                  bool tma = false) {
+  const std::string who = tma ? "fwd_decode_tma: " : "";
+  if (tma && !dev.sm90a) return who + "not Hopper / no sm_90a code";
   const int rows = user.hgroup * user.Sq;
-  if (rows > kDecodeMaxRows) return "more than 16 query rows per KV head";
-  if (fp.rel_table) return "a table term";
-  if (user.Sk == 0) return "an empty key set";
-  const int64_t pairs = int64_t(user.B) * user.Hkv, target = int64_t(kDecodeCtasPerSm) * std::max(dev.sms, 1);
+  if (rows > kDecodeMaxRows) return who + "more than 16 query rows per KV head";
+  if (fp.rel_table) return who + "a table term";
+  if (user.Sk == 0) return who + "an empty key set";
+  const int64_t pairs = int64_t(user.B) * user.Hkv, sms = std::max(dev.sms, 1);
   const int steps = div_up(user.Sk, kDecodeStep);
-  const int want = int(std::min<int64_t>(std::max<int64_t>((target + pairs - 1) / pairs, 1), steps));
+  const int64_t want_ctas = tma ? decode_tma_ctas_per_sm(c.dk) * sms : kDecodeCtasPerSm * sms;
+  const int64_t per_pair = tma ? want_ctas / pairs : (want_ctas + pairs - 1) / pairs;
+  const int want = int(std::min<int64_t>(std::max<int64_t>(per_pair, 1), steps));
   c.kernel = FwdKernel::kDecode;
+  c.decode_tma = tma;
   c.p = user;
   c.decode_chunk = div_up(steps, want) * kDecodeStep;
   c.decode_splits = div_up(user.Sk, c.decode_chunk);
@@ -605,7 +620,7 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
     case FwdKernel::kV1: fwd_v1(c, fp, user); c.why = "forced"; return c;
     case FwdKernel::kV3: forced(try_fwd_v3(c, fp, user, dev, force)); c.why = "forced"; return c;
     case FwdKernel::kWindows: forced(try_fwd_windows(c, fp, user, dev)); c.why = "forced"; return c;
-    case FwdKernel::kDecode: forced(try_fwd_decode(c, fp, user, dev)); c.why = "forced"; return c;
+    case FwdKernel::kDecode: forced(try_fwd_decode(c, fp, user, dev, force.decode_tma)); c.why = "forced"; return c;
     default: break;
   }
   // 1. A few query rows per KV head (decode), every architecture: the keys split over CTAs. Before the window

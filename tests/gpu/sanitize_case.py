@@ -168,6 +168,25 @@ def main():
     q, k, v = r(2, 250, 4, 64), r(2, 336, 2, 64), r(2, 336, 2, 64)  # (four keys per thread: Sk % 4 == 0)
     kern.attention(q, k, v, mask=torch.rand(2, 4, 250, 336, device=dev) > 0.3).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
+    # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
+    #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the
+    #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows
+    if torch.cuda.get_device_capability()[0] == 9:
+        os.environ["WINATTN_FORCE_KERNEL"] = "fwd_decode_tma"
+        with torch.no_grad():
+            for D, Sk in ((64, 1000), (128, 3000), (256, 777), (96, 500)):
+                q, k, v = r(3, 1, 8, D, grad=False), r(3, Sk, 2, D, grad=False), r(3, Sk, 2, D, grad=False)
+                kern.attention(q, k, v)
+                kp = torch.rand(3, Sk, device=dev) > 0.3
+                kern.attention(q, k, v, key_padding_mask=kp)
+                kern.attention(q, k, v, key_padding_mask=kp, bias=r(3, 8, 1, Sk, grad=False), causal=True)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            B = 2 * sms // 8 + 1  # more (batch, KV head) pairs than one wave: one split per pair
+            q, k, v = r(B, 1, 32, 128, grad=False), r(B, 1000, 8, 128, grad=False), r(B, 1000, 8, 128, grad=False)
+            kern.attention(q, k, v)
+            q, k, v = r(2, 4, 32, 128, grad=False), r(2, 2000, 8, 128, grad=False), r(2, 2000, 8, 128, grad=False)
+            kern.attention(q, k, v, causal=True)
+        os.environ.pop("WINATTN_FORCE_KERNEL")
     torch.cuda.synchronize()
     print("sanitize cases done")
 

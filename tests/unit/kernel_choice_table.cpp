@@ -114,8 +114,8 @@ std::string describe_fwd(const FwdChoice& c) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;
   } else if (c.kernel == FwdKernel::kDecode) {
-    std::snprintf(buf, sizeof buf, " d%d rows=%d splits=%d chunk=%d", c.dk, c.p.hgroup * c.p.Sq, c.decode_splits,
-                  c.decode_chunk);
+    std::snprintf(buf, sizeof buf, " d%d rows=%d splits=%d chunk=%d%s", c.dk, c.p.hgroup * c.p.Sq, c.decode_splits,
+                  c.decode_chunk, c.decode_tma ? " tma" : "");
     s += buf;
   } else {
     s += " d" + std::to_string(c.dk);
@@ -235,8 +235,9 @@ int main(int argc, char** argv) {
   add(make("fp16 S2048 D96", 2, 2048, 2048, 16, 16, 96, f16));
 
   // --force SPEC NAME: the H200 choice of the calls whose name contains NAME under WINATTN_FORCE_KERNEL=SPEC (or the
-  // error it raises); NAME alone: only those calls.
-  if (argc == 4 && std::string(argv[1]) == "--force") {
+  // error it raises); --force-a100 the same on the A100; NAME alone: only those calls.
+  if (argc == 4 && (std::string(argv[1]) == "--force" || std::string(argv[1]) == "--force-a100")) {
+    const DeviceCaps& dev = std::string(argv[1]) == "--force" ? h200 : a100;
     for (const Call& c : calls) {
       if (c.name.find(argv[3]) == std::string::npos) continue;
       BwdParams bp = c.p;
@@ -246,8 +247,8 @@ int main(int argc, char** argv) {
       fill_common(bp, user);
       try {
         const Forced f = parse_forced(argv[2]);
-        std::printf("%s | %s | %s\n", c.name.c_str(), describe_fwd(choose_fwd(bp, user, h200, f)).c_str(),
-                    describe_bwd(choose_bwd(bp, user, h200, f)).c_str());
+        std::printf("%s | %s | %s\n", c.name.c_str(), describe_fwd(choose_fwd(bp, user, dev, f)).c_str(),
+                    describe_bwd(choose_bwd(bp, user, dev, f)).c_str());
       } catch (const std::exception& e) {
         std::printf("%s | error: %s\n", c.name.c_str(), e.what());
       }

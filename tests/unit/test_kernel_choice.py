@@ -65,8 +65,8 @@ def test_choice_matches_golden(table_exe):
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_persistent",
-                 "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "bwd_v1", "bwd_v3", "bwd_v3_two_stages",
-                 "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
+                 "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
+                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
@@ -147,6 +147,31 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
     assert "fwd_v3 192x128 terms=raw per-tile rows192" in r.stdout, r.stdout
     # by default no call takes it
     assert "rows192" not in run_table(table_exe).stdout
+
+
+def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
+    """fwd_decode_tma (forced only, unmeasured): the decode calls (<= 16 query rows per KV head) on Hopper, with the
+    splits sized to one wave of its resident CTAs (two per SM at head dims <= 128: 264 on 132 SMs, rounded down); a
+    call with more rows per KV head, or a device without sm_90a code, is refused with the reason."""
+    check_forced(table_exe, "fwd_decode_tma",
+                 takes=["decode Sq1 Sk8192 GQA", "decode Sq1 Sk4096 B1 MHA kp", "decode Sq2 Sk1000 GQA 8/2 D64",
+                        "speculative Sq4 GQA 32/8 (16 rows)"],
+                 taken=" tma",
+                 refuses=["flux S4608 D128", "vit-b S197 D64", "swin W7 table+shift"],
+                 reason="more than 16 query rows per KV head")
+    for shape, want in [  # (CTAs: B x Hkv (b, kv head) pairs x splits)
+        ("decode Sq1 Sk8192 GQA B32", "fwd_decode d128 rows=4 splits=1 chunk=8192 tma"),  # 256 pairs x 1
+        ("decode Sq1 Sk8192 GQA", "fwd_decode d128 rows=4 splits=4 chunk=2048 tma"),  # B 8: 64 pairs x 4
+        ("decode Sq1 Sk4096 B1 MHA kp", "fwd_decode d128 rows=1 splits=8 chunk=512 tma"),  # 32 pairs x 8
+    ]:
+        r = run_table(table_exe, "--force", "fwd_decode_tma", shape)
+        line = next(x for x in r.stdout.splitlines() if x.startswith(shape + " |"))  # (NAME matches substrings)
+        assert want in line, (shape, r.stdout)
+    # the default stays fwd_decode.h (measured), and forcing it prints no tma
+    r = run_table(table_exe, "--force", "fwd_decode", "decode Sq1 Sk8192 GQA B32")
+    assert "fwd_decode d128 rows=4" in r.stdout and " tma" not in r.stdout, r.stdout
+    r = run_table(table_exe, "--force-a100", "fwd_decode_tma", "decode Sq1 Sk8192 GQA B32")
+    assert "this call cannot run it (fwd_decode_tma: not Hopper / no sm_90a code)" in r.stdout, r.stdout
 
 
 def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):
