@@ -512,7 +512,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
       tile = sm90::kV3TwoCtas;
     else if (force.v3_tile == 6 && !std::is_same<Rows192, Narrow>::value)
       tile = sm90::kV3Rows192;
-    else if (!std::is_same<Wide, Narrow>::value && (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
+    else if (!std::is_same<Wide, Narrow>::value &&
+             (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys && D != 256))  // (D = 256: forced only)
       tile = sm90::kV3Wide;
   }
   if (force.v3_tile == 2 && tile != sm90::kV3Wide)

@@ -333,6 +333,31 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
 
 
+# The 80-key tile at head dim 256 (fwd_v3_wide there: FA3 / FA4's tile, forced only): it failed the sequence-length
+# tests at 4+ key blocks in 2026-12-01's kernel. Key counts around whole blocks (80, 81, 320, 321) and many blocks with
+# a ragged end, cross-attention with fewer queries than keys, GQA, fp16, causal and sliding bands (one CTA per
+# tile), key padding with an item whose keys are all hidden, more tiles than the persistent grid
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,dtype,kw", [
+    (2, 80, 80, 2, 2, BF16, {}), (2, 81, 81, 2, 1, BF16, {}), (2, 320, 320, 2, 2, BF16, {}),
+    (2, 321, 321, 2, 2, FP16, {"causal": True}), (2, 130, 1000, 4, 2, BF16, {}),
+    (3, 700, 4099, 2, 2, BF16, {"key_padding": True}), (2, 1000, 1000, 2, 1, BF16, {"window": (200, 50)}),
+    (3, 1100, 1100, 50, 50, BF16, {}),
+], ids=["sk80", "sk81_gqa", "sk320", "sk321_fp16_causal", "cross_sk1000", "sk4099_key_padding", "band",
+        "more_tiles_than_ctas"])
+def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dtype, kw):
+    if not hopper():
+        pytest.skip("fwd_v3_wide is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_wide")
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, 256, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, 500, 7)
+    run_case(kernel, inp, kw)
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
+                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeTraitsSm90<256, 80, 2,"), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

@@ -91,6 +91,11 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
         in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
     assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
+    # head dim 256: the 80-key tile, forced only (the table keeps 64-key blocks at S = 16k)
+    r = run_table(table_exe, "--force", "fwd_v3_wide", "S16k D256")
+    assert "fwd_v3 128x80 terms=raw persistent wide" in r.stdout, r.stdout
+    r = run_table(table_exe, "S16k D256")
+    assert "fwd_v3 128x64 terms=raw persistent" in r.stdout and " wide" not in r.stdout.split("\n")[1], r.stdout
 
 
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):

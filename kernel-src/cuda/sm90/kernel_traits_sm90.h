@@ -68,11 +68,15 @@ template <> struct FwdPipeTraitsSm90For<192> {
   using narrow = FwdPipeTraitsSm90<192, 96, 2>;
   using wide = narrow;
 };
-// D = 256: 80-key blocks (FA3's) fill the shared memory to 1 KB of the limit and failed the sequence-length tests
-// at 4+ key blocks (2026-12-01, cause not found in the session); 64 stays.
+// D = 256: 80-key blocks (FA3 / FA4's) fill the shared memory to 1 KB of the limit and failed the sequence-length
+// tests at 4+ key blocks (2026-12-01, cause not found in the session; the kernel has been rewritten since); 64 stays
+// the narrow tile (staged terms need whole 64-key boxes, mask bits whole 32-key words). The 80-key tile is the raw
+// path's wide one, forced only (fwd_v3_wide) until it passes those tests again and is measured: D = 256, S = 16k
+// forward is 0.78x FA4 (RESULTS v4.1), whose tile it is; the per-block softmax and hand-over cost is spread over
+// 80 keys instead of 64.
 template <> struct FwdPipeTraitsSm90For<256> {
   using narrow = FwdPipeTraitsSm90<256, 64, 2>;
-  using wide = narrow;
+  using wide = FwdPipeTraitsSm90<256, 80, 2>;
 };
 
 // Head dims whose staged-tile kernel takes key padding staged as bits beside the tile (kTermsRawBiasPadded): its row
