@@ -39,6 +39,12 @@ inline int div_up(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int kernel_head_dim(int d) {
   return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
 }
+// Forward v3 also has instances at 48 and 80 (16-column blocks, tile_sm90.h), so that 33-48 and 65-80 (SD 1.5's 40,
+// DiT's and PixArt's 72, SD 1.5's 80) are not padded to 64 / 96: a quarter and a sixth less of each GEMM. Forced only
+// (fwd_v3_fine_dims) until measured.
+__host__ __device__ constexpr int v3_fine_head_dim(int d) {
+  return d > 32 && d <= 48 ? 48 : d > 64 && d <= 80 ? 80 : kernel_head_dim(d);
+}
 
 // ---- the kernels ---------------------------------------------------------------------------------------------
 enum class FwdKernel : int {
@@ -95,13 +101,14 @@ struct Forced {
   int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas,
                     // 6: fwd_v3_rows192
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
+  bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
-    "fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, bwd_v3_two_stages, "
+    "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, bwd_v3_two_stages, "
     "bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -126,6 +133,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_stream") f.fwd = FwdKernel::kV3, f.v3_tile = 4;
     else if (n == "fwd_v3_two_ctas") f.fwd = FwdKernel::kV3, f.v3_tile = 5;
     else if (n == "fwd_v3_rows192") f.fwd = FwdKernel::kV3, f.v3_tile = 6;
+    else if (n == "fwd_v3_fine_dims") f.fwd = FwdKernel::kV3, f.v3_fine_dims = true;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
@@ -552,9 +560,15 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
                               const Forced& force) {
   if (!dev.sm90a) return "not Hopper / no sm_90a code";
   if (p.Sk == 0) return "an empty key set (a tensor map needs a nonzero extent)";
+  if (force.v3_fine_dims) {
+    if (v3_fine_head_dim(p.D) == c.dk) return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
+    c.dk = v3_fine_head_dim(p.D);
+  }
   switch (c.dk) {
     case 32: return try_fwd_v3_for<32>(c, fp, p, dev, force);
+    case 48: return try_fwd_v3_for<48>(c, fp, p, dev, force);
     case 64: return try_fwd_v3_for<64>(c, fp, p, dev, force);
+    case 80: return try_fwd_v3_for<80>(c, fp, p, dev, force);
     case 96: return try_fwd_v3_for<96>(c, fp, p, dev, force);
     case 128: return try_fwd_v3_for<128>(c, fp, p, dev, force);
     case 160: return try_fwd_v3_for<160>(c, fp, p, dev, force);

@@ -110,6 +110,15 @@ void dispatch_hdim(int dk, F&& f) {
     default: f(std::integral_constant<int, 256>{}); break;
   }
 }
+// forward v3's instances: kernel_head_dim's and the 16-column ones (v3_fine_head_dim)
+template <typename F>
+void dispatch_v3_hdim(int dk, F&& f) {
+  switch (dk) {
+    case 48: f(std::integral_constant<int, 48>{}); break;
+    case 80: f(std::integral_constant<int, 80>{}); break;
+    default: dispatch_hdim(dk, f); break;
+  }
+}
 template <typename F>
 void dispatch_bwd_v3_hdim(int dk, F&& f) {
   if (dk == 64)
@@ -535,7 +544,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   const DeviceCaps& dev = device_caps();
   switch (pl.c.kernel) {
     case FwdKernel::kV3:
-      dispatch_hdim(pl.c.dk, [&](auto d) {
+      dispatch_v3_hdim(pl.c.dk, [&](auto d) {
         run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_tile, pl.c.v3_persistent,
                                                    pl.c.v3_stage_bytes, dev.sms, stream);
       });

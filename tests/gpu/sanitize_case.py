@@ -159,6 +159,20 @@ def main():
         q, k, v = r(8, 1100, 4, 64, grad=False), r(8, 333, 2, 64, grad=False), r(8, 333, 2, 64, grad=False)
         kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
         kern.attention(q, k, v, window=(60, 60))
+    #    the 16-column instances (head dims 48 / 80): the raw path with a causal band, the short key block, the staged
+    #    bias tile, a float row term, mask bits, the two-CTA tile at 48
+    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_fine_dims"
+    with torch.no_grad():
+        for D in (40, 72):
+            q, k, v = r(3, 700, 4, D, grad=False), r(3, 333, 2, D, grad=False), r(3, 333, 2, D, grad=False)
+            kern.attention(q, k, v, causal=True)
+            kern.attention(q, k[:, :77], v[:, :77])
+            kern.attention(q, k, v, bias=r(1, 4, 700, 333, grad=False))
+            kern.attention(q, k, v, bias=torch.where(torch.rand(3, 1, 1, 333, device=dev) > 0.2, 0.0,
+                                                     float("-inf")).to(dt))
+            kern.attention(q, k, v, mask=torch.rand(3, 4, 700, 333, device=dev) > 0.3)
+        q, k, v = r(8, 197, 4, 40, grad=False), r(8, 197, 4, 40, grad=False), r(8, 197, 4, 40, grad=False)
+        kern.attention(q, k, v)
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
     for D in (64, 128):
         q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)

@@ -358,6 +358,40 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeTraitsSm90<256, 80, 2,"), sorted(names)
 
 
+# Forward v3's 16-column instances at head dims 48 and 80 (fwd_v3_fine_dims, forced only until measured: SD 1.5's 40,
+# DiT's and PixArt's 72 run there instead of at 64 / 96): every tile and term path they have, against the reference.
+# The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding
+# as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a
+# float row term, a bool mask per score as bits.
+@pytest.mark.parametrize("D,Sq,Sk,H,Hkv,dtype,kw,term", [
+    (40, 600, 600, 4, 2, BF16, {}, None), (72, 300, 257, 3, 3, FP16, {"causal": True}, None),
+    (72, 1000, 1000, 2, 2, BF16, {"window": (100, 20)}, None), (72, 500, 77, 2, 2, BF16, {}, None),
+    (40, 300, 120, 2, 1, BF16, {"key_padding": True}, None), (40, 197, 197, 3, 3, BF16, {}, None),
+    (72, 300, 300, 2, 2, BF16, {}, "bias"), (80, 200, 333, 2, 2, BF16, {}, "row"), (48, 250, 333, 4, 4, BF16, {}, "mask"),
+], ids=["d40_gqa", "d72_fp16_causal", "d72_band", "d72_sk77", "d40_sk120_key_padding", "d40_two_ctas", "d72_bias",
+        "d80_row_term", "d48_mask_bits"])
+def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
+    if not hopper():
+        pytest.skip("fwd_v3_fine_dims is a Hopper kernel")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_fine_dims")
+    kw = dict(kw)
+    B = 3
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, 40, 5)
+    if term == "bias":
+        inp["bias"] = rand(1, H, Sq, Sk, dtype=dtype, grad=True)
+    elif term == "row":
+        inp["bias"] = torch.where(torch.rand(B, 1, 1, Sk, device="cuda") > 0.2, 0.0, float("-inf")).to(dtype)
+    elif term == "mask":
+        inp["mask"] = torch.rand(B, H, Sq, Sk, device="cuda") > 0.3
+    run_case(kernel, inp, kw)
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"),
+                                                 mask=inp.get("mask"), key_padding_mask=inp.get("key_padding_mask"),
+                                                 **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90", f"FwdPipeTraitsSm90<{48 if D <= 48 else 80}, "), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

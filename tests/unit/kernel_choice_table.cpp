@@ -110,6 +110,7 @@ std::string describe_fwd(const FwdChoice& c) {
                   : c.v3_tile != sm90::kV3Narrow ? " one-block"
                                                  : "");
     s += buf;
+    if (c.dk != kernel_head_dim(c.p.D)) s += " d" + std::to_string(c.dk);  // (the 16-column instances)
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;

@@ -64,7 +64,7 @@ def test_choice_matches_golden(table_exe):
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
-                 "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_persistent",
+                 "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
                  "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
@@ -177,6 +177,24 @@ def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
     assert "fwd_decode d128 rows=4" in r.stdout and " tma" not in r.stdout, r.stdout
     r = run_table(table_exe, "--force-a100", "fwd_decode_tma", "decode Sq1 Sk8192 GQA B32")
     assert "this call cannot run it (fwd_decode_tma: not Hopper / no sm_90a code)" in r.stdout, r.stdout
+
+
+def test_fine_head_dims_run_on_the_16_column_instances(table_exe):
+    """fwd_v3_fine_dims (forced only until measured): head dims 33-48 and 65-80 on forward v3's instances at 48 and 80
+    (16-column blocks) instead of 64 / 96, with every tile and term path they take at 64 / 96; other head dims are
+    refused with the reason, and the backward keeps its own instance."""
+    for shape, want in [
+        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent d80 | bwd_v3 d128"),
+        ("sd15 D40 S4096", "fwd_v3 128x128 terms=raw persistent d48 | bwd_v3 d64"),
+        ("pixart cross Sk120 kp", "fwd_v3 128x128 terms=row+padding persistent one-block d80"),
+        ("pixart cross Sk120 float mask [B,1,1,S]", "fwd_v3 128x128 terms=row persistent one-block d80"),
+        ("bool mask [1,H,S,S] dit D72 S1024", "fwd_v3 128x128 terms=mask-bits persistent d80"),
+    ]:
+        r = run_table(table_exe, "--force", "fwd_v3_fine_dims", shape)
+        assert want in r.stdout, (shape, r.stdout)
+    check_forced(table_exe, "fwd_v3_fine_dims", refuses=["flux S4608 D128", "vit-b S197 D64", "swin W7"],
+                 reason="the 48 / 80 instances take head dims 33-48 and 65-80")
+    assert " d48" not in run_table(table_exe).stdout and " d80" not in run_table(table_exe).stdout
 
 
 def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):

@@ -14,7 +14,8 @@
 //   * key blocks are visited from the last visible one down, so the tiles that need the sequence-end / causal
 //     mask come first; CTAs are ordered by (batch, head) and, within a head, longest query tile first (causal).
 // Tile layout: the 64-byte-swizzled [rows x 32] column blocks of tile_sm90.h, which TMA's SWIZZLE_64B writes
-// directly (one box per column block); rows past S and columns past D arrive as zeros.
+// directly (one box per column block), or at head dims 48 and 80 the 32-byte-swizzled [rows x 16] ones (SWIZZLE_32B;
+// Tr::kRowBytes); rows past S and columns past D arrive as zeros.
 #pragma once
 #include <cuda.h>
 
@@ -63,7 +64,7 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 template <typename Tr>
 struct PipeSmem {
   static constexpr int kK = Tr::kQSlots * Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes;
-  static constexpr int kBars = kV + Tr::kStages * Tr::kKVBytes, kBias = kBars + 1024;
+  static constexpr int kBars = Tr::kTilesBytes, kBias = kBars + 1024;
   uint32_t base;
   __device__ __forceinline__ uint32_t q(int slot = 0) const { return base + slot * Tr::kQBytes; }
   __device__ __forceinline__ uint32_t k(int s) const { return base + kK + s * Tr::kKVBytes; }
@@ -108,6 +109,20 @@ struct PipeSmem {
   }
 };
 
+// The k16 steps' operands in the column blocks (tile_sm90.h). S = Q K^T, step ks of a [rows x DK] tile (Q or K,
+// K-major): the 32 bytes of each row at head-dim columns 16 ks .. 16 ks + 15, i.e. half a 64-byte block or a whole
+// 32-byte one; SBO = 8 rows. O += P V, step ks (keys 16 ks .. 16 ks + 15) of V (N-major): rows 16 ks on, LBO = the
+// next column block (kBlockN rows on), SBO = 8 rows.
+template <typename Tr>
+__device__ __forceinline__ constexpr int qk_step_offset(int ks, int rows) {
+  return (ks * 32 / Tr::kRowBytes) * (rows * Tr::kRowBytes) + ks * 32 % Tr::kRowBytes;
+}
+template <typename Tr>
+__device__ __forceinline__ uint64_t pv_step_desc(uint32_t va, int ks) {
+  return make_desc(va + ks * 16 * Tr::kRowBytes, Tr::kBlockN * Tr::kRowBytes, 8 * Tr::kRowBytes,
+                   swizzle_of(Tr::kRowBytes));
+}
+
 // One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
 struct PipeTile {
   int b, h, m_block, n_lo, n_hi;
@@ -143,7 +158,8 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, const PipeTile& tile, int kb,
                                         int t) {
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / 32;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / Tr::kBlockCols;
+  constexpr int W = Tr::kRowBytes, WC = Tr::kBlockCols;
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, hkv = h / p.hgroup, i0 = tile.m_block * BM, n_hi = tile.n_hi;
   const int nblk = tile.n_hi - tile.n_lo;
@@ -154,14 +170,14 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   mbar_arrive_expect_tx(sm.q_full(qslot), Tr::kQBytes);
 #pragma unroll
   for (int c = 0; c < CB; ++c)
-    tma_load_4d(sm.q(qslot) + c * BM * kSwizzleRowBytes, &P.tq, sm.q_full(qslot), c * 32, i0, h, b);
+    tma_load_4d(sm.q(qslot) + c * BM * W, &P.tq, sm.q_full(qslot), c * WC, i0, h, b);
   for (int it = 0; it < nblk; ++it) {
     const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), Tr::kKVBytes + bb);
 #pragma unroll
     for (int c = 0; c < CB; ++c)
-      tma_load_4d(sm.k(s) + c * BN * kSwizzleRowBytes, &P.tk, sm.k_full(s), c * 32, n * BN, hkv, b);
+      tma_load_4d(sm.k(s) + c * BN * W, &P.tk, sm.k_full(s), c * WC, n * BN, hkv, b);
     if (bb > 0)
 #pragma unroll
       for (int c = 0; c < BN / 64; ++c)
@@ -170,7 +186,7 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
     mbar_arrive_expect_tx(sm.v_full(s), Tr::kKVBytes);
 #pragma unroll
     for (int c = 0; c < CB; ++c)
-      tma_load_4d(sm.v(s) + c * BN * kSwizzleRowBytes, &P.tv, sm.v_full(s), c * 32, n * BN, hkv, b);
+      tma_load_4d(sm.v(s) + c * BN * W, &P.tv, sm.v_full(s), c * WC, n * BN, hkv, b);
   }
 }
 
@@ -248,11 +264,12 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
+  constexpr uint32_t kLayout = swizzle_of(Tr::kRowBytes);
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
   const int i0 = m_block * BM;
-  const uint32_t qa = sm.q() + cw * 64 * kSwizzleRowBytes;
+  const uint32_t qa = sm.q() + cw * 64 * Tr::kRowBytes;
 
   float acc_o[1][DT][4];
   zero_acc(acc_o);
@@ -260,13 +277,13 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   uint32_t pf[NT / 2][4];
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, corr[2];
 
-  auto issue_qk = [&](int s) {  // S = Q K^T of stage s (k16 step ks: column block ks / 2, 32-byte half ks % 2)
+  auto issue_qk = [&](int s) {  // S = Q K^T of stage s (k16 step ks: its 32 bytes of a row, qk_step_offset)
     const uint32_t ka = sm.k(s);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t da = make_desc(qa + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-      const uint64_t db = make_desc(ka + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      const uint64_t da = make_desc(qa + qk_step_offset<Tr>(ks, BM), 16, 8 * Tr::kRowBytes, kLayout);
+      const uint64_t db = make_desc(ka + qk_step_offset<Tr>(ks, BN), 16, 8 * Tr::kRowBytes, kLayout);
       wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, da, db, ks > 0);
     }
     wgmma_commit();
@@ -276,8 +293,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
-      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks],
-                  make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), 1);
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], pv_step_desc<Tr>(va, ks), 1);
     wgmma_commit();
   };
   // kTermsRawBits: the mask bits of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
@@ -377,6 +393,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                 "the general path has its own kernel");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
+  constexpr uint32_t kLayout = swizzle_of(Tr::kRowBytes);
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
   const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
@@ -404,12 +421,12 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // g: this CTA's key blocks before this one (the producer's kb + it): stage g % ST; t: its tiles with a key before
   // this one (the producer's t): Q slot t % 2
   auto issue_qk = [&](int t, int g) {
-    const uint32_t qa = sm.q(t % 2) + cw * 64 * kSwizzleRowBytes, ka = sm.k(g % ST);
+    const uint32_t qa = sm.q(t % 2) + cw * 64 * Tr::kRowBytes, ka = sm.k(g % ST);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t da = make_desc(qa + (ks >> 1) * (BM * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
-      const uint64_t db = make_desc(ka + (ks >> 1) * (BN * kSwizzleRowBytes) + (ks & 1) * 32, 16, 512);
+      const uint64_t da = make_desc(qa + qk_step_offset<Tr>(ks, BM), 16, 8 * Tr::kRowBytes, kLayout);
+      const uint64_t db = make_desc(ka + qk_step_offset<Tr>(ks, BN), 16, 8 * Tr::kRowBytes, kLayout);
       wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, da, db, ks > 0);
     }
     wgmma_commit();
@@ -419,8 +436,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
-      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks],
-                  make_desc(va + ks * 16 * kSwizzleRowBytes, BN * kSwizzleRowBytes, 512), ks > 0 || !first);
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], pv_step_desc<Tr>(va, ks), ks > 0 || !first);
     wgmma_commit();
   };
   // S of block n of `tile` (stage g % ST) -> its unnormalized P, the running row state and corr; a tile's first

@@ -32,10 +32,18 @@ struct FwdPipeShapeSm90 {
                 "one CTA per SM: FA3's 24 / 240 (two consumer warpgroups) or 160 (three)");
   static_assert(!kStream || kConsumerWGs == 2, "consume_stream's turns are two warpgroups'");
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
+  // column blocks (tile_sm90.h): 32 columns (64-byte rows, the 64-byte swizzle) for head dims that are multiples of
+  // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
+  static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = 1024 + kQSlots * kQBytes + 2 * kStages * kKVBytes + 1024;  // slack, .., mbarriers
-  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "32-column blocks, k16 steps");
-  static_assert(kKVBytes % 1024 == 0, "stages keep 1024-byte alignment");
+  // Q slots | K stages | V stages, then (from a 1024-byte boundary: the staged bias tile's 128-byte swizzle) the
+  // mbarriers' kilobyte
+  static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = 1024 + kTilesBytes + 1024;  // slack, .., mbarriers
+  static_assert(kHeadDim % kBlockCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "whole column blocks, k16 steps");
+  // every tile and column block starts on a swizzle atom (8 rows: 512 bytes at the 64-byte swizzle, 256 at the
+  // 32-byte one); the 64-byte tiles keep the 1024-byte stages they were measured with
+  static_assert(kKVBytes % (kRowBytes == 64 ? 1024 : 256) == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
 };
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int kMinBlocks_ = 1>
 struct FwdPipeTraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, kStream_, kMinBlocks_, 2> {};
@@ -55,6 +63,11 @@ template <> struct FwdPipeTraitsSm90For<32> {
 template <> struct FwdPipeTraitsSm90For<64> {
   using narrow = FwdPipeTraitsSm90<64, 128, 3>;
   using wide = FwdPipeTraitsSm90<64, 192, 3>;
+};
+// The 16-column instances (fwd_v3_fine_dims, forced only until measured): 48 as 64's tiles, 80 as 96's.
+template <> struct FwdPipeTraitsSm90For<48> {
+  using narrow = FwdPipeTraitsSm90<48, 128, 3>;
+  using wide = FwdPipeTraitsSm90<48, 192, 3>;
 };
 template <> struct FwdPipeTraitsSm90For<128> {
   using narrow = FwdPipeTraitsSm90<128, 128, 2>;
@@ -93,6 +106,9 @@ template <int D> struct FwdPipeTwoCtasTileSm90 {
 template <> struct FwdPipeTwoCtasTileSm90<64> {
   using type = FwdPipeTraitsSm90<64, 64, 2, false, 2>;
 };
+template <> struct FwdPipeTwoCtasTileSm90<48> {
+  using type = FwdPipeTraitsSm90<48, 64, 2, false, 2>;
+};
 
 // The 192-row tile (the raw path, D = 64; forced only, `fwd_v3_rows192`, until measured): three consumer warpgroups
 // taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128, P from registers, 160 registers:
@@ -125,6 +141,18 @@ template <> struct FwdPipeStreamTilesSm90<64> {
   using keys80 = FwdPipeTraitsSm90<64, 80, 2, true>;
   using keys128 = FwdPipeTraitsSm90<64, 128, 2, true>;
   using keys208 = FwdPipeTraitsSm90<64, 208, 2, true>;
+  using any = keys128;
+};
+template <> struct FwdPipeStreamTilesSm90<48> {
+  using keys80 = FwdPipeTraitsSm90<48, 80, 2, true>;
+  using keys128 = FwdPipeTraitsSm90<48, 128, 2, true>;
+  using keys208 = FwdPipeTraitsSm90<48, 208, 2, true>;
+  using any = keys128;
+};
+template <> struct FwdPipeStreamTilesSm90<80> {
+  using keys80 = FwdPipeTraitsSm90<80, 80, 2, true>;
+  using keys128 = FwdPipeTraitsSm90<80, 128, 2, true>;
+  using keys208 = FwdPipeTraitsSm90For<80>::narrow;
   using any = keys128;
 };
 template <> struct FwdPipeStreamTilesSm90<96> {

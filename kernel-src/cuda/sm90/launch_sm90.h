@@ -218,9 +218,9 @@ bool fwd_pipelined_sm90_ready(int dtype) {
 template <typename K, typename Tr, int kMode>
 void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, int sms, cudaStream_t stream) {
   const KParams& p = P.p;
-  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
-  P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
-  P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
+  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM, Tr::kBlockCols);
+  P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN, Tr::kBlockCols);
+  P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN, Tr::kBlockCols);
   if (P.bias_stage_bytes > 0)
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
                                Tr::kBlockM);

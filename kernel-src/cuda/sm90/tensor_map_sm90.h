@@ -56,12 +56,14 @@ inline CUtensorMap encode_4d(const void* base, const cuuint64_t (&dims)[4], cons
 }
 
 // Map of a 16-bit [B, S, H, D] operand (strides in elements, each a multiple of 8: checked by the planner) read in
-// boxes of 32 columns x box_rows rows.
+// boxes of box_cols columns x box_rows rows: 32 columns with the 64-byte swizzle, or 16 with the 32-byte one
+// (tile_sm90.h: forward v3's head dims 48 and 80).
 inline CUtensorMap make_rows_map(const void* base, int B, int S, int H, int D, int64_t s_b, int64_t s_s, int64_t s_h,
-                                 int box_rows) {
+                                 int box_rows, int box_cols = 32) {
   const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(S), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(s_s) * 2, cuuint64_t(s_h) * 2, cuuint64_t(s_b) * 2};  // bytes
-  return encode_4d(base, dims, strides, 32, box_rows, CU_TENSOR_MAP_SWIZZLE_64B,
+  return encode_4d(base, dims, strides, box_cols, box_rows,
+                   box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B,
                    "a [" + std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(H) + ", " +
                        std::to_string(D) + "] operand");
 }
@@ -70,23 +72,23 @@ inline CUtensorMap make_rows_map(const void* base, int B, int S, int H, int D, i
 // forward encodes three per call, against a W7 issue budget of 50 us), and a model calls its attention with the
 // same (pointer, shape, strides) layer after layer. A map is a pure function of these arguments, so a hit is exact.
 inline CUtensorMap cached_rows_map(const void* base, int B, int S, int H, int D, int64_t s_b, int64_t s_s, int64_t s_h,
-                                   int box_rows) {
+                                   int box_rows, int box_cols = 32) {
   struct Entry {
     const void* base = nullptr;
-    int64_t key[8] = {};
+    int64_t key[9] = {};
     CUtensorMap map;
   };
   constexpr int kEntries = 8;
   thread_local Entry cache[kEntries];
   thread_local int next = 0;
-  const int64_t key[8] = {B, S, H, D, s_b, s_s, s_h, box_rows};
+  const int64_t key[9] = {B, S, H, D, s_b, s_s, s_h, box_rows, box_cols};
   for (Entry& e : cache)
-    if (e.base == base && std::equal(key, key + 8, e.key)) return e.map;
+    if (e.base == base && std::equal(key, key + 9, e.key)) return e.map;
   Entry& e = cache[next];
   next = (next + 1) % kEntries;
-  e.map = make_rows_map(base, B, S, H, D, s_b, s_s, s_h, box_rows);  // (throws before the entry is filled)
+  e.map = make_rows_map(base, B, S, H, D, s_b, s_s, s_h, box_rows, box_cols);  // (throws before the entry is filled)
   e.base = base;
-  std::copy(key, key + 8, e.key);
+  std::copy(key, key + 9, e.key);
   return e.map;
 }
 

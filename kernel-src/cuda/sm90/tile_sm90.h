@@ -10,6 +10,10 @@
 //     LBO = ROWS * 64 (next 32-column block).
 // Column blocks of 32 keep every head dim that is a multiple of 32 in one layout (64-byte rows instead of 128).
 // Tiles are 1024-byte aligned (the swizzle is a function of address bits).
+// Forward v3's instances for head dims 48 and 80 (33-48 and 65-80, which the 32-column blocks pad to 64 and 96:
+// SD 1.5's 40, DiT's and PixArt's 72) use column blocks of 16 instead: 32-byte rows, the PTX "32B swizzle" (bit 4 of
+// the address XOR bit 7, atoms of 8 rows = 256 bytes), the same descriptors with SBO = 256 and, for V, LBO = ROWS * 32
+// (FwdPipeShapeSm90::kRowBytes, make_rows_map's box_cols).
 #pragma once
 #include "../utils.h"
 
@@ -31,15 +35,18 @@ __device__ __forceinline__ int tile_chunk_offset(int r, int c) {
 }
 
 // Matrix descriptor (PTX "matrix-descriptor-format"): start address, leading / stride byte offsets (16-byte units),
-// layout type 2 = 64-byte swizzle.
-__device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+// layout type 2 = 64-byte swizzle, 3 = 32-byte swizzle (swizzle_of(row bytes)).
+__device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                              uint32_t layout_type = 2) {
   uint64_t d = 0;
   d |= uint64_t((smem_addr & 0x3FFFF) >> 4);
   d |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
   d |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
-  d |= uint64_t(2) << 62;
+  d |= uint64_t(layout_type) << 62;
   return d;
 }
+// The descriptor layout type of a tile with `row_bytes`-byte rows (64: the 64-byte swizzle, 32: the 32-byte one).
+constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u; }
 
 // Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
 // rows_valid and columns past d_valid (cp.async, 16-byte chunks; the caller commits and waits).
