@@ -108,8 +108,8 @@ struct Forced {
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
-    "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, bwd_v3_two_stages, "
-    "bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
+    "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, "
+    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;

@@ -367,7 +367,8 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
     (40, 600, 600, 4, 2, BF16, {}, None), (72, 300, 257, 3, 3, FP16, {"causal": True}, None),
     (72, 1000, 1000, 2, 2, BF16, {"window": (100, 20)}, None), (72, 500, 77, 2, 2, BF16, {}, None),
     (40, 300, 120, 2, 1, BF16, {"key_padding": True}, None), (40, 197, 197, 3, 3, BF16, {}, None),
-    (72, 300, 300, 2, 2, BF16, {}, "bias"), (80, 200, 333, 2, 2, BF16, {}, "row"), (48, 250, 333, 4, 4, BF16, {}, "mask"),
+    (72, 300, 300, 2, 2, BF16, {}, "bias"), (80, 200, 333, 2, 2, BF16, {}, "row"),
+    (48, 250, 333, 4, 4, BF16, {}, "mask"),
 ], ids=["d40_gqa", "d72_fp16_causal", "d72_band", "d72_sk77", "d40_sk120_key_padding", "d40_two_ctas", "d72_bias",
         "d80_row_term", "d48_mask_bits"])
 def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):

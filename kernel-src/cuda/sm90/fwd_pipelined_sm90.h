@@ -114,8 +114,9 @@ struct PipeSmem {
 // 32-byte one; SBO = 8 rows. O += P V, step ks (keys 16 ks .. 16 ks + 15) of V (N-major): rows 16 ks on, LBO = the
 // next column block (kBlockN rows on), SBO = 8 rows.
 template <typename Tr>
-__device__ __forceinline__ constexpr int qk_step_offset(int ks, int rows) {
-  return (ks * 32 / Tr::kRowBytes) * (rows * Tr::kRowBytes) + ks * 32 % Tr::kRowBytes;
+__device__ __forceinline__ uint64_t qk_step_desc(uint32_t tile, int ks, int rows) {
+  return make_desc(tile + (ks * 32 / Tr::kRowBytes) * (rows * Tr::kRowBytes) + ks * 32 % Tr::kRowBytes, 16,
+                   8 * Tr::kRowBytes, swizzle_of(Tr::kRowBytes));
 }
 template <typename Tr>
 __device__ __forceinline__ uint64_t pv_step_desc(uint32_t va, int ks) {
@@ -264,7 +265,6 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
-  constexpr uint32_t kLayout = swizzle_of(Tr::kRowBytes);
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
@@ -277,14 +277,12 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   uint32_t pf[NT / 2][4];
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, corr[2];
 
-  auto issue_qk = [&](int s) {  // S = Q K^T of stage s (k16 step ks: its 32 bytes of a row, qk_step_offset)
+  auto issue_qk = [&](int s) {  // S = Q K^T of stage s
     const uint32_t ka = sm.k(s);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t da = make_desc(qa + qk_step_offset<Tr>(ks, BM), 16, 8 * Tr::kRowBytes, kLayout);
-      const uint64_t db = make_desc(ka + qk_step_offset<Tr>(ks, BN), 16, 8 * Tr::kRowBytes, kLayout);
-      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, da, db, ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, qk_step_desc<Tr>(qa, ks, BM), qk_step_desc<Tr>(ka, ks, BN), ks > 0);
     }
     wgmma_commit();
   };
@@ -393,7 +391,6 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                 "the general path has its own kernel");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT;
-  constexpr uint32_t kLayout = swizzle_of(Tr::kRowBytes);
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
   const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
@@ -425,9 +422,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t da = make_desc(qa + qk_step_offset<Tr>(ks, BM), 16, 8 * Tr::kRowBytes, kLayout);
-      const uint64_t db = make_desc(ka + qk_step_offset<Tr>(ks, BN), 16, 8 * Tr::kRowBytes, kLayout);
-      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, da, db, ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, qk_step_desc<Tr>(qa, ks, BM), qk_step_desc<Tr>(ka, ks, BN), ks > 0);
     }
     wgmma_commit();
   };
