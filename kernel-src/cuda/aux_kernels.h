@@ -42,6 +42,12 @@ __global__ void combine_terms_kernel(Out* comb, int P, int H, int Sq, int Sk, in
   constexpr int V = 8;  // columns per thread: one 16-byte store, the index arithmetic once per 8 elements
   const int groups = Skp / V;
   const Idx n = Idx(H) * Sq * groups;  // column groups of one period
+  // An fp32 term alone with 16-byte aligned rows (T5's position bias under autocast: [1, H, S, S]) is read with two
+  // 16-byte loads per thread instead of eight 4-byte ones; the recast is a pure stream, and eight dependent-free scalar
+  // loads per thread left it at ~1.4 TB/s (T5-base, 12.6 MB in + 6.3 MB out in 0.014 ms of a 0.137 ms forward).
+  const bool vec_f32 = table == nullptr && mask.ptr == nullptr && bias.ptr != nullptr && bias.dtype == 2 &&
+                       bias.sk == 1 && reinterpret_cast<uintptr_t>(bias.ptr) % 16 == 0 && bias.sq % 4 == 0 &&
+                       bias.sh % 4 == 0 && bias.sb % 4 == 0;
   for (Idx e = blockIdx.x * Idx(blockDim.x) + threadIdx.x; e < n; e += Idx(gridDim.x) * blockDim.x) {
     const Idx row = e / groups;  // (h, i)
     const int j0 = int(e - row * groups) * V, i = int(row % Sq), h = int(row / Sq);
@@ -60,6 +66,15 @@ __global__ void combine_terms_kernel(Out* comb, int P, int H, int Sq, int Sk, in
         const int64_t bo = int64_t(pp % bias.period) * bias.sb + boff;
         const int64_t mo = int64_t(pp % mask.period) * mask.sb + moff;
         alignas(16) Out out[V];
+        if (vec_f32 && j0 + V <= Sk) {
+          const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(bias.ptr) + bo);
+          const float4 lo = __ldg(src), hi = __ldg(src + 1);
+          const float x[V] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int v = 0; v < V; ++v) out[v] = saturate_term<Out>(x[v]);
+          *reinterpret_cast<uint4*>(comb + (int64_t(pp) * n + e) * V) = *reinterpret_cast<const uint4*>(out);
+          continue;
+        }
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           float x = term[v];
