@@ -159,6 +159,10 @@ def main():
         q, k, v = r(8, 1100, 4, 64, grad=False), r(8, 333, 2, 64, grad=False), r(8, 333, 2, 64, grad=False)
         kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
         kern.attention(q, k, v, window=(60, 60))
+        #    persistent with a band: a CTA's first tiles see no key (the first hand-over on a later tile, the last
+        #    one's look-ahead past empty tiles)
+        os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192,fwd_v3_persistent"
+        kern.attention(q, k, v, window=(60, 60))
     #    the 16-column instances (head dims 48 / 80): the raw path with a causal band, the short key block, the staged
     #    bias tile, a float row term, mask bits, the two-CTA tile at 48
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_fine_dims"
@@ -173,6 +177,9 @@ def main():
             kern.attention(q, k, v, mask=torch.rand(3, 4, 700, 333, device=dev) > 0.3)
         q, k, v = r(8, 197, 4, 40, grad=False), r(8, 197, 4, 40, grad=False), r(8, 197, 4, 40, grad=False)
         kern.attention(q, k, v)
+        os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_fine_dims,fwd_v3_persistent"
+        q, k, v = r(8, 1100, 4, 40, grad=False), r(8, 333, 2, 40, grad=False), r(8, 333, 2, 40, grad=False)
+        kern.attention(q, k, v, window=(60, 60))
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
     for D in (64, 128):
         q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)
