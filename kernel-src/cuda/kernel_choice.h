@@ -103,13 +103,14 @@ struct Forced {
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
+  bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
     "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, "
-    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
+    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -143,6 +144,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3") f.bwd = BwdKernel::kV3;
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
     else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
+    else if (n == "bwd_v3_fine_dims") f.bwd = BwdKernel::kV3, f.bwd_fine_dims = true;
     else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
     else if (n == "bwd_v3_fold") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 0;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
@@ -887,10 +889,12 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   // the 16-bit dbias store: dbias allocated in the bias dtype (bwd_dbias_layout), which is the input dtype, with rows
   // of whole 16-byte units (TMA)
   const bool dbias16_ok = bp.dbias != nullptr && bp.dbias_in_bias_dtype && bp.bias.dtype == bp.dtype && p.Sk % 8 == 0;
-  c.dk = bwd_v3_head_dim(p.D);
+  c.dk = bwd_v3_head_dim(p.D, force.bwd_fine_dims);
+  if (force.bwd_fine_dims && c.dk != 96) return "bwd_v3_fine_dims: the 96 instance takes head dims 65-96";
   std::string no;
   switch (c.dk) {
     case 64: no = configure_bwd_v3<64>(vb, p, dt, dbias16_ok, dev, force); break;
+    case 96: no = configure_bwd_v3<96>(vb, p, dt, dbias16_ok, dev, force); break;
     case 128: no = configure_bwd_v3<128>(vb, p, dt, dbias16_ok, dev, force); break;
     default: no = configure_bwd_v3<256>(vb, p, dt, dbias16_ok, dev, force); break;
   }

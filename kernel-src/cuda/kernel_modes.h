@@ -85,7 +85,10 @@ constexpr int bwd_terms_read(int terms) {
 constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
 // The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
 // by head-dim halves); the dims between run on the next one up with TMA's zero fill as padding.
-inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+// fine: the 16-column instance at 96 for 65-96 (forced only: bwd_v3_fine_dims).
+inline int bwd_v3_head_dim(int D, bool fine = false) {
+  return D <= 64 ? 64 : fine && D <= 96 ? 96 : D <= 128 ? 128 : 256;
+}
 
 // The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
 struct BwdV3Buffers {

@@ -123,6 +123,8 @@ template <typename F>
 void dispatch_bwd_v3_hdim(int dk, F&& f) {
   if (dk == 64)
     f(std::integral_constant<int, 64>{});
+  else if (dk == 96)
+    f(std::integral_constant<int, 96>{});
   else if (dk == 128)
     f(std::integral_constant<int, 128>{});
   else

@@ -180,6 +180,16 @@ def main():
         os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_fine_dims,fwd_v3_persistent"
         q, k, v = r(8, 1100, 4, 40, grad=False), r(8, 333, 2, 40, grad=False), r(8, 333, 2, 40, grad=False)
         kern.attention(q, k, v, window=(60, 60))
+    #    the backward's 16-column instance (head dim 96) at 72: no term (three stages), GQA and key padding, a staged
+    #    bias with its gradient, a float row term, mask bits with a band
+    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_fine_dims"
+    q, k, v = r(3, 300, 4, 72), r(3, 333, 2, 72), r(3, 333, 2, 72)
+    kern.attention(q, k, v).sum().backward()
+    kern.attention(q, k, v, key_padding_mask=torch.rand(3, 333, device=dev) > 0.2).sum().backward()
+    kern.attention(q, k, v, bias=r(1, 4, 300, 336)[..., :333]).sum().backward()
+    kern.attention(q, k, v, bias=torch.where(torch.rand(3, 1, 1, 333, device=dev) > 0.2, 0.0,
+                                             float("-inf")).to(dt)).sum().backward()
+    kern.attention(q, k, v, mask=torch.rand(3, 4, 300, 333, device=dev) > 0.3, window=(100, 30)).sum().backward()
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_bits"
     for D in (64, 128):
         q, k, v = r(2, 250, 4, D), r(2, 333, 2, D), r(2, 333, 2, D)

@@ -358,8 +358,9 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeTraitsSm90<256, 80, 2,"), sorted(names)
 
 
-# Forward v3's 16-column instances at head dims 48 and 80 (fwd_v3_fine_dims, forced only until measured: SD 1.5's 40,
-# DiT's and PixArt's 72 run there instead of at 64 / 96): every tile and term path they have, against the reference.
+# Forward v3's 16-column instances at head dims 48 and 80 and the backward's at 96 (fwd_v3_fine_dims,
+# bwd_v3_fine_dims, forced only until measured: SD 1.5's 40, DiT's and PixArt's 72 run there instead of at 64 / 96 /
+# 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80).
 # The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding
 # as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a
 # float row term, a bool mask per score as bits.
@@ -374,7 +375,8 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
 def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
     if not hopper():
         pytest.skip("fwd_v3_fine_dims is a Hopper kernel")
-    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_fine_dims")
+    fine_bwd = 64 < D <= 96
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_fine_dims" + (",bwd_v3_fine_dims" if fine_bwd else ""))
     kw = dict(kw)
     B = 3
     inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
@@ -391,6 +393,10 @@ def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, 
                                                  mask=inp.get("mask"), key_padding_mask=inp.get("key_padding_mask"),
                                                  **kw))
     assert ran(names, "fwd_pipelined_kernel_sm90", f"FwdPipeTraitsSm90<{48 if D <= 48 else 80}, "), sorted(names)
+    if fine_bwd:
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"),
+                                                     mask=inp.get("mask"), **kw).sum().backward())
+        assert ran(names, "bwd_pipelined_kernel_sm90", "BwdPipeTraitsSm90<96, "), sorted(names)
 
 
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice

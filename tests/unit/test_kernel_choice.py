@@ -66,7 +66,7 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
-                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
+                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
@@ -180,9 +180,9 @@ def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
 
 
 def test_fine_head_dims_run_on_the_16_column_instances(table_exe):
-    """fwd_v3_fine_dims (forced only until measured): head dims 33-48 and 65-80 on forward v3's instances at 48 and 80
-    (16-column blocks) instead of 64 / 96, with every tile and term path they take at 64 / 96; other head dims are
-    refused with the reason, and the backward keeps its own instance."""
+    """fwd_v3_fine_dims / bwd_v3_fine_dims (forced only until measured): head dims 33-48 and 65-80 on forward v3's
+    instances at 48 and 80, 65-96 on the backward's at 96 (16-column blocks), instead of 64 / 96 / 128, with every
+    tile and term path they take there; other head dims are refused with the reason."""
     for shape, want in [
         ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent d80 | bwd_v3 d128"),
         ("sd15 D40 S4096", "fwd_v3 128x128 terms=raw persistent d48 | bwd_v3 d64"),
@@ -195,6 +195,15 @@ def test_fine_head_dims_run_on_the_16_column_instances(table_exe):
     check_forced(table_exe, "fwd_v3_fine_dims", refuses=["flux S4608 D128", "vit-b S197 D64", "swin W7"],
                  reason="the 48 / 80 instances take head dims 33-48 and 65-80")
     assert " d48" not in run_table(table_exe).stdout and " d80" not in run_table(table_exe).stdout
+    # the backward's 16-column instance at 96 (bwd_v3_fine_dims) for 65-96, which pad to 128 by default
+    for shape, want in [("dit-xl D72 S256", "bwd_v3 d96 terms=none"),
+                        ("bool mask [1,H,S,S] dit D72 S1024", "bwd_v3 d96 terms=bits"),
+                        ("pixart cross Sk120 float mask [B,1,1,S]", "bwd_v3 d96 terms=row")]:
+        r = run_table(table_exe, "--force", "bwd_v3_fine_dims", shape)
+        assert want in r.stdout, (shape, r.stdout)
+    check_forced(table_exe, "bwd_v3_fine_dims", refuses=["flux S4608 D128", "sd15 D40 S4096"],
+                 reason="the 96 instance takes head dims 65-96")
+    assert "bwd_v3 d96" not in run_table(table_exe).stdout
 
 
 def test_backward_mask_bits_take_masks_per_score_without_a_term(table_exe):

@@ -58,7 +58,9 @@ template <typename Tr, typename Elem, int kTerms, int KV, bool kDefer>
 __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
                                             const BwdTile& t, bool deterministic, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
-  constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes;
+  // W: the row bytes of the head-dim tiles (K, V, Q, dO: 32 at head dim 96, Tr::kRowBytes); the dS^T tile's column
+  // blocks are queries, always 32 (kSwizzleRowBytes)
+  constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes, W = Tr::kRowBytes;
   const KParams& p = P.p;
   const int wi = warp & 3, qr = lane >> 2, qc = (lane & 3) * 2, ctid = threadIdx.x - 128;
   const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
@@ -108,7 +110,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks)
       wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
-                     make_desc(kb_half + ks * 16 * RB, BN * RB, 512), ks > 0);
+                     nmajor_step_desc<W>(kb_half, ks, BN), ks > 0);
     wgmma_commit();
   };
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DTQ][4]) {
@@ -132,7 +134,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   constexpr bool defer = kDefer && KV == 1;
   const uint32_t ds_third = sm.dbias(P.bias_stage_bytes, 0, 0);
   auto ds_tile = [&](int i) { return i < 2 ? sm.ds(i) : ds_third; };
-  const uint32_t kb_half0 = sm.k(0) + cw * (DK / 64) * (BN * RB);
+  const uint32_t kb_half0 = sm.k(0) + cw * (DK / 2 / Tr::kBlockCols) * (BN * W);
   int prev_b = 0, prev_h = 0, prev_m = 0;
 
   const int cnt = t.m_hi - t.m_lo;
@@ -147,29 +149,24 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
 #pragma unroll
       for (int bi = 0; bi < KV; ++bi, ++it) {
         const int s = it % ST, buf = defer ? it % 3 : (it & 1), b = t.batch(bi);
-        const uint32_t ka = sm.k(bi) + cw * 64 * RB, va = sm.v(bi) + cw * 64 * RB;  // M of S^T, dP^T: our keys
-        const uint32_t kb_half = sm.k(bi) + cw * (DK / 64) * (BN * RB);              // B of dQ: head-dim half cw
+        const uint32_t ka = sm.k(bi) + cw * 64 * W, va = sm.v(bi) + cw * 64 * W;  // M of S^T, dP^T: our keys
+        const uint32_t kb_half = sm.k(bi) + cw * (DK / 2 / Tr::kBlockCols) * (BN * W);  // B of dQ: head-dim half cw
         uint2 key_bits[2] = {};
         if constexpr (kTerms == kBwdTermsBits) load_key_bits<BM>(key_bits, p, b, h, m, j0);
         mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
 
         // S^T = K Q^T, then dP^T = V dO^T in a second group: P is computed while dP is on the tensor cores
-        // (k16 step ks: column block ks / 2, 32-byte half ks % 2)
         float acc_s[NTQ][4], acc_dp[NTQ][4];
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < DK / 16; ++ks) {
-          const uint32_t on = (ks >> 1) * (BN * RB) + (ks & 1) * 32, om = (ks >> 1) * (BM * RB) + (ks & 1) * 32;
-          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, make_desc(ka + on, 16, 512), make_desc(sm.q(s) + om, 16, 512),
-                         ks > 0);
-        }
+        for (int ks = 0; ks < DK / 16; ++ks)
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, kmajor_step_desc<W>(ka, ks, BN),
+                         kmajor_step_desc<W>(sm.q(s), ks, BM), ks > 0);
         wgmma_commit();
 #pragma unroll
-        for (int ks = 0; ks < DK / 16; ++ks) {
-          const uint32_t on = (ks >> 1) * (BN * RB) + (ks & 1) * 32, om = (ks >> 1) * (BM * RB) + (ks & 1) * 32;
-          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, make_desc(va + on, 16, 512),
-                         make_desc(sm.dout(s) + om, 16, 512), ks > 0);
-        }
+        for (int ks = 0; ks < DK / 16; ++ks)
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, kmajor_step_desc<W>(va, ks, BN),
+                         kmajor_step_desc<W>(sm.dout(s), ks, BM), ks > 0);
         wgmma_commit();
         wgmma_wait<1>();
         fence_acc(acc_s);
@@ -275,8 +272,8 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks) {
-          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], make_desc(sm.dout(s) + ks * 16 * RB, BM * RB, 512), 1);
-          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], make_desc(sm.q(s) + ks * 16 * RB, BM * RB, 512), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], nmajor_step_desc<W>(sm.dout(s), ks, BM), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], nmajor_step_desc<W>(sm.q(s), ks, BM), 1);
         }
         wgmma_commit();
         float acc_dq[DTQ][4];

@@ -110,7 +110,8 @@ __device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool 
 // batch of the pair) Q, dO, lse, delta and the bias tile into the stage ring.
 template <typename Tr, int KV>
 __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, const BwdTile& t) {
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / 32;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / Tr::kBlockCols;
+  constexpr int W = Tr::kRowBytes, WC = Tr::kBlockCols;
   const KParams& p = P.p;
   const int bb = P.bias_stage_bytes, bias_b = t.b % p.bias.period;
   mbar_arrive_expect_tx(sm.kv_full(), 2 * KV * Tr::kKVBytes);
@@ -118,8 +119,8 @@ __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSme
   for (int bi = 0; bi < KV; ++bi)
 #pragma unroll
     for (int c = 0; c < CB; ++c) {
-      tma_load_4d(sm.k(bi) + c * BN * kSwizzleRowBytes, &P.tk, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.batch(bi));
-      tma_load_4d(sm.v(bi) + c * BN * kSwizzleRowBytes, &P.tv, sm.kv_full(), c * 32, t.n * BN, t.hkv, t.batch(bi));
+      tma_load_4d(sm.k(bi) + c * BN * W, &P.tk, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
+      tma_load_4d(sm.v(bi) + c * BN * W, &P.tv, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
     }
   const int cnt = t.m_hi - t.m_lo;
   int it = 0;
@@ -133,8 +134,8 @@ __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSme
         mbar_arrive_expect_tx(sm.full(s), 2 * Tr::kQBytes + Tr::kVecBytes + bb);
 #pragma unroll
         for (int c = 0; c < CB; ++c) {
-          tma_load_4d(sm.q(s) + c * BM * kSwizzleRowBytes, &P.tq, sm.full(s), c * 32, m * BM, h, b);
-          tma_load_4d(sm.dout(s) + c * BM * kSwizzleRowBytes, &P.tdo, sm.full(s), c * 32, m * BM, h, b);
+          tma_load_4d(sm.q(s) + c * BM * W, &P.tq, sm.full(s), c * WC, m * BM, h, b);
+          tma_load_4d(sm.dout(s) + c * BM * W, &P.tdo, sm.full(s), c * WC, m * BM, h, b);
         }
         tma_load_4d(sm.lse(s), &P.tlse, sm.full(s), m * BM, h, b, 0);
         tma_load_4d(sm.delta(s), &P.tdelta, sm.full(s), m * BM, h, b, 0);

@@ -109,21 +109,6 @@ struct PipeSmem {
   }
 };
 
-// The k16 steps' operands in the column blocks (tile_sm90.h). S = Q K^T, step ks of a [rows x DK] tile (Q or K,
-// K-major): the 32 bytes of each row at head-dim columns 16 ks .. 16 ks + 15, i.e. half a 64-byte block or a whole
-// 32-byte one; SBO = 8 rows. O += P V, step ks (keys 16 ks .. 16 ks + 15) of V (N-major): rows 16 ks on, LBO = the
-// next column block (kBlockN rows on), SBO = 8 rows.
-template <typename Tr>
-__device__ __forceinline__ uint64_t qk_step_desc(uint32_t tile, int ks, int rows) {
-  return make_desc(tile + (ks * 32 / Tr::kRowBytes) * (rows * Tr::kRowBytes) + ks * 32 % Tr::kRowBytes, 16,
-                   8 * Tr::kRowBytes, swizzle_of(Tr::kRowBytes));
-}
-template <typename Tr>
-__device__ __forceinline__ uint64_t pv_step_desc(uint32_t va, int ks) {
-  return make_desc(va + ks * 16 * Tr::kRowBytes, Tr::kBlockN * Tr::kRowBytes, 8 * Tr::kRowBytes,
-                   swizzle_of(Tr::kRowBytes));
-}
-
 // One work tile: (batch, head, 128-query block) and its visible key blocks [n_lo, n_hi).
 struct PipeTile {
   int b, h, m_block, n_lo, n_hi;
@@ -264,12 +249,12 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                                         const unsigned char* smem_base, int cw, const PipeTile& tile, int kb, int t,
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
-  constexpr int NT = Tr::kNT, DT = Tr::kDT;
+  constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
   const int i0 = m_block * BM;
-  const uint32_t qa = sm.q() + cw * 64 * Tr::kRowBytes;
+  const uint32_t qa = sm.q() + cw * 64 * W;
 
   float acc_o[1][DT][4];
   zero_acc(acc_o);
@@ -282,7 +267,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, qk_step_desc<Tr>(qa, ks, BM), qk_step_desc<Tr>(ka, ks, BN), ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, kmajor_step_desc<W>(qa, ks, BM), kmajor_step_desc<W>(ka, ks, BN),
+                     ks > 0);
     }
     wgmma_commit();
   };
@@ -291,7 +277,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
-      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], pv_step_desc<Tr>(va, ks), 1);
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W>(va, ks, BN), 1);
     wgmma_commit();
   };
   // kTermsRawBits: the mask bits of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
@@ -390,7 +376,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                     ((stages_row(kMode) || kMode == kTermsRawBits) && Tr::kBlockN % 32 == 0),
                 "the general path has its own kernel");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
-  constexpr int NT = Tr::kNT, DT = Tr::kDT;
+  constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
   const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
@@ -418,11 +404,12 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // g: this CTA's key blocks before this one (the producer's kb + it): stage g % ST; t: its tiles with a key before
   // this one (the producer's t): Q slot t % 2
   auto issue_qk = [&](int t, int g) {
-    const uint32_t qa = sm.q(t % 2) + cw * 64 * Tr::kRowBytes, ka = sm.k(g % ST);
+    const uint32_t qa = sm.q(t % 2) + cw * 64 * W, ka = sm.k(g % ST);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, qk_step_desc<Tr>(qa, ks, BM), qk_step_desc<Tr>(ka, ks, BN), ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, kmajor_step_desc<W>(qa, ks, BM), kmajor_step_desc<W>(ka, ks, BN),
+                     ks > 0);
     }
     wgmma_commit();
   };
@@ -431,7 +418,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
-      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], pv_step_desc<Tr>(va, ks), ks > 0 || !first);
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W>(va, ks, BN), ks > 0 || !first);
     wgmma_commit();
   };
   // S of block n of `tile` (stage g % ST) -> its unnormalized P, the running row state and corr; a tile's first

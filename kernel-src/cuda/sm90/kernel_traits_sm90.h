@@ -179,6 +179,9 @@ struct BwdPipeTraitsSm90 {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
   static constexpr int kBlockM = 64, kBlockN = 128, kNThreads = 384, kConsumerWarps = 8;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // the head-dim tiles' column blocks (tile_sm90.h): each consumer warpgroup's dQ takes whole blocks of one half,
+  // so 32 columns where D / 2 is a multiple of 32, 16 at head dim 96 (bwd_v3_fine_dims)
+  static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kDSBytes = kBlockN * kBlockM * 2;  // one dS^T buffer (bf16 / fp16)
   static constexpr int kVecBytes = 2 * kBlockM * 4;       // lse and delta of one stage
@@ -187,11 +190,12 @@ struct BwdPipeTraitsSm90 {
   static constexpr int kBarsOffset =
       2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDSBytes + (kStages * kVecBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = 1024 + kBarsOffset + 1024;  // + 1 KB of slack to align the base to 1024 bytes
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "dQ splits the head dim into two whole 32-column blocks");
+  static_assert(kHeadDim % (2 * kBlockCols) == 0 && kHeadDim <= 128, "dQ splits the head dim into whole column blocks");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
 // `type`: two stages (room for the staged bias tiles and the dbias staging next to them); `deep`: three, for calls
-// without an additive term (a query block's loads get two steps of lead instead of one).
+// without an additive term (a query block's loads get two steps of lead instead of one). Head dim 96 (16-column
+// blocks; forced only, bwd_v3_fine_dims) runs 65-96, which otherwise pad to 128.
 template <int D> struct BwdPipeTraitsSm90For {
   using type = BwdPipeTraitsSm90<D, 2>;
   using deep = BwdPipeTraitsSm90<D, 3>;
@@ -205,6 +209,7 @@ struct BwdSplitTraitsSm90 {
   static constexpr bool kSplitD = true;
   static constexpr int kHeadDim = kHeadDim_, kStages = 2;
   static constexpr int kBlockM = 64, kBlockN = 64, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr int kRowBytes = 64, kBlockCols = 32;  // (the loads shared with the unsplit kernel read these)
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kDSBytes = kBlockN * kBlockM * 2;  // the P^T tile, then the dS^T tile

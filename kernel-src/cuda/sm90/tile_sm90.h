@@ -48,6 +48,21 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_b
 // The descriptor layout type of a tile with `row_bytes`-byte rows (64: the 64-byte swizzle, 32: the 32-byte one).
 constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u; }
 
+// The descriptors of k16 step ks over a [rows x D] tile of column blocks with kRowBytes-byte rows.
+// K-major (D is the GEMM's K: Q and K in S = Q K^T; the backward's K, V, Q, dO in S^T and dP^T): each row's 32 bytes
+// at columns 16 ks .. 16 ks + 15, half a 64-byte block or a whole 32-byte one; SBO = the next 8 rows.
+// N-major (D is the GEMM's N, the tile's rows its K: V in O += P V; the backward's dO, Q, K in dV, dK, dQ): rows
+// 16 ks on; LBO = the next column block (rows further), SBO = the next 8 rows.
+template <int kRowBytes>
+__device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
+  return make_desc(tile + (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes, 16, 8 * kRowBytes,
+                   swizzle_of(kRowBytes));
+}
+template <int kRowBytes>
+__device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
+  return make_desc(tile + ks * 16 * kRowBytes, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes));
+}
+
 // Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
 // rows_valid and columns past d_valid (cp.async, 16-byte chunks; the caller commits and waits).
 template <typename Elem, int ROWS, int DK, int NTHREADS>
