@@ -78,10 +78,12 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   P.dq_acc = buf.dq_acc;
   P.dq_sems = buf.dq_sems;
   P.sq_pad = buf.sq_pad;
-  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM);
-  P.tdo = sm90::cached_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, Tr::kBlockM);
-  P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN);
-  P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN);
+  // (boxes of the traits' column blocks: 16 columns with the 32-byte swizzle at head dim 96)
+  constexpr int C = Tr::kBlockCols;
+  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM, C);
+  P.tdo = sm90::cached_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, Tr::kBlockM, C);
+  P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN, C);
+  P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN, C);
   P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's lse rows");
   P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's delta rows");
   if (buf.terms == kBwdTermsStaged) {
