@@ -363,15 +363,17 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
 # 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80).
 # The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding
 # as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a
-# float row term, a bool mask per score as bits.
+# float row term, a bool mask per score as bits; in the backward also GQA with key padding and a bias gradient, and
+# deterministic mode with the 16-bit dbias store (Sk % 8 == 0).
 @pytest.mark.parametrize("D,Sq,Sk,H,Hkv,dtype,kw,term", [
     (40, 600, 600, 4, 2, BF16, {}, None), (72, 300, 257, 3, 3, FP16, {"causal": True}, None),
     (72, 1000, 1000, 2, 2, BF16, {"window": (100, 20)}, None), (72, 500, 77, 2, 2, BF16, {}, None),
     (40, 300, 120, 2, 1, BF16, {"key_padding": True}, None), (40, 197, 197, 3, 3, BF16, {}, None),
     (72, 300, 300, 2, 2, BF16, {}, "bias"), (80, 200, 333, 2, 2, BF16, {}, "row"),
-    (48, 250, 333, 4, 4, BF16, {}, "mask"),
+    (48, 250, 333, 4, 4, BF16, {}, "mask"), (80, 250, 300, 4, 2, BF16, {"key_padding": True}, "bias"),
+    (72, 260, 264, 4, 2, BF16, {"deterministic": True}, "bias per item"),
 ], ids=["d40_gqa", "d72_fp16_causal", "d72_band", "d72_sk77", "d40_sk120_key_padding", "d40_two_ctas", "d72_bias",
-        "d80_row_term", "d48_mask_bits"])
+        "d80_row_term", "d48_mask_bits", "d80_gqa_key_padding_bias", "d72_gqa_deterministic_bias16"])
 def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
     if not hopper():
         pytest.skip("fwd_v3_fine_dims is a Hopper kernel")
@@ -384,18 +386,22 @@ def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, 
         inp["key_padding_mask"] = three_padded_items(Sk, 40, 5)
     if term == "bias":
         inp["bias"] = rand(1, H, Sq, Sk, dtype=dtype, grad=True)
+    elif term == "bias per item":  # (one contributor per dbias element: deterministic v3 takes it)
+        inp["bias"] = rand(B, H, Sq, Sk, dtype=dtype, grad=True)
     elif term == "row":
         inp["bias"] = torch.where(torch.rand(B, 1, 1, Sk, device="cuda") > 0.2, 0.0, float("-inf")).to(dtype)
     elif term == "mask":
         inp["mask"] = torch.rand(B, H, Sq, Sk, device="cuda") > 0.3
-    run_case(kernel, inp, kw)
-    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"),
-                                                 mask=inp.get("mask"), key_padding_mask=inp.get("key_padding_mask"),
-                                                 **kw))
+    run_case(kernel, inp, kw)  # (kw's deterministic reaches attention as the rest of kw does)
+
+    def call():
+        return kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), mask=inp.get("mask"),
+                                key_padding_mask=inp.get("key_padding_mask"), **kw)
+
+    names = kernels_run(call)
     assert ran(names, "fwd_pipelined_kernel_sm90", f"FwdPipeTraitsSm90<{48 if D <= 48 else 80}, "), sorted(names)
     if fine_bwd:
-        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"),
-                                                     mask=inp.get("mask"), **kw).sum().backward())
+        names = kernels_run(lambda: call().sum().backward())
         assert ran(names, "bwd_pipelined_kernel_sm90", "BwdPipeTraitsSm90<96, "), sorted(names)
 
 
