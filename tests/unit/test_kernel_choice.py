@@ -66,7 +66,8 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
-                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_bits", "bwd_v3_fold", "bwd_windows", "bwd_windows_wide",
+                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_bits", "bwd_v3_fold",
+                 "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
         assert r.returncode == 0 and "unknown kernel" not in r.stdout, (name, r.stdout, r.stderr)
