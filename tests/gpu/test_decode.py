@@ -100,7 +100,7 @@ def test_forcing_decode_on_a_long_query_is_refused(kernel, monkeypatch):
         kernel.attention(inp["q"], inp["k"], inp["v"])
 
 
-# ---- fwd_decode_tma (sm90/fwd_decode_sm90.h): the same calls on Hopper with K / V loaded by TMA, forced only ----------
+# ---- fwd_decode_tma (sm90/fwd_decode_sm90.h): the same calls on Hopper with K / V loaded by TMA, forced only ----
 # (WINATTN_FORCE_KERNEL is read on every call, so monkeypatch switches it per test.) Each case checks in the profiler's
 # trace that the TMA kernel ran, not fwd_decode_kernel, and that the combine step ran exactly when the planner split
 # the keys (tma_splits: kernel_choice.h try_fwd_decode's rule for it, one wave of its resident CTAs).
