@@ -78,6 +78,106 @@ __device__ __forceinline__ float decode_score(const KParams& p, float dot, int b
   return dot;
 }
 
+// What both decode kernels (this one and sm90/fwd_decode_sm90.h) share around their GEMMs: the score terms of a
+// warp's 16 keys, and the merge of the warps' parts into the rows they write.
+struct DecodeRows {
+  int b, hkv, split, G, rows;  // rows = G x Sq: r -> head hkv * G + r / Sq, query r % Sq
+  bool plain, kp_only;          // no term at all; key padding alone (its row kp_row, one byte per key)
+  const unsigned char* kp_row;
+};
+__device__ __forceinline__ DecodeRows decode_rows(const DecodeParams& P, int b, int hkv, int split) {
+  const KParams& p = P.p;
+  const bool plain = p.kp == nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
+  const bool kp_only = p.kp != nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
+  return {b, hkv, split, p.hgroup, p.hgroup * p.Sq, plain, kp_only,
+          kp_only ? reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb : nullptr};
+}
+
+// s: the raw Q K^T of a warp's 16 keys (j0: this thread's first key) -> scores in log2 units, -inf where hidden. No
+// term but key padding: a key hidden for every row (rows past the group are never read), one byte per key instead of
+// score_mod's checks per score.
+__device__ __forceinline__ void decode_scores(float (&s)[1][2][4], const KParams& p, const DecodeRows& d, int j0,
+                                              int key_hi, int lane) {
+  if (d.plain || d.kp_only) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int j = j0 + nt * 8 + c;
+        const bool seen = j < key_hi && (d.plain || d.kp_row[int64_t(j) * p.kp_sk] != 0);
+        s[0][nt][c] = seen ? s[0][nt][c] * p.scale_log2 : -INFINITY;
+        s[0][nt][c + 2] = seen ? s[0][nt][c + 2] * p.scale_log2 : -INFINITY;
+      }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = (lane >> 2) + (e >> 1) * 8, j = j0 + nt * 8 + (e & 1);
+        const float x = s[0][nt][e] * p.scale_log2;
+        s[0][nt][e] = j < key_hi && r < d.rows ? decode_score(p, x, d.b, d.hkv * d.G + r / p.Sq, r % p.Sq, j)
+                                               : -INFINITY;
+      }
+  }
+}
+
+// A warp's running max / sum and O rows into the merge buffers (the stages' space, after a barrier): sO [W][16][DK],
+// sM [W][16] maxima, then [W][16] sums.
+template <int W, int DK>
+__device__ __forceinline__ void decode_park_warp(float* sO, float* sM, const OnlineSoftmax<1>& softmax,
+                                                 const float (&acc_o)[1][DK / 8][4], int warp, int lane) {
+  constexpr int R = 16;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = (lane >> 2) + hf * 8;
+    const float l = quad_sum(softmax.row_sum[0][hf]);
+    if ((lane & 3) == 0) {
+      sM[warp * R + r] = softmax.row_max[0][hf];
+      sM[W * R + warp * R + r] = l;
+    }
+#pragma unroll
+    for (int dt = 0; dt < DK / 8; ++dt)
+      *reinterpret_cast<float2*>(sO + (warp * R + r) * DK + dt * 8 + (lane & 3) * 2) =
+          make_float2(acc_o[0][dt][2 * hf], acc_o[0][dt][2 * hf + 1]);
+  }
+}
+
+// The W warps' parts of each row merged (each with its own max), after a barrier, by threads tid, tid + nthreads, ..:
+// out and lse (one split) or the split's partial row and its log2-sum-exp (several; decode_combine_kernel merges them).
+template <typename Elem, int W, int DK>
+__device__ __forceinline__ void decode_write_rows(const DecodeParams& P, const DecodeRows& d, const float* sO,
+                                                  const float* sM, int tid, int nthreads) {
+  constexpr int R = 16;
+  const KParams& p = P.p;
+  for (int x = tid; x < d.rows * p.D; x += nthreads) {
+    const int r = x / p.D, dim = x % p.D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) M = fmaxf(M, sM[w * R + r]);
+    const float base = softmax_base(M);
+    float L = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float f = fast_exp2(sM[w * R + r] - base);
+      L = fmaf(sM[W * R + w * R + r], f, L);
+      acc = fmaf(sO[(w * R + r) * DK + dim], f, acc);
+    }
+    // the row policy (softmax.h): no key of this split visible -> out 0, lse -inf; a NaN score -> out and lse NaN
+    const RowFinal fin = finalize_row(M, L);
+    const float out = acc * fin.scale();
+    const int h = d.hkv * d.G + r / p.Sq, i = r % p.Sq;
+    if (P.splits == 1) {
+      Elem* orow = static_cast<Elem*>(p.o) + int64_t(d.b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
+      orow[dim] = Elem(out);
+      if (dim == 0) p.lse[(int64_t(d.b) * p.H + h) * p.Sq + i] = fin.lse();
+    } else {
+      const int64_t row = ((int64_t(d.split) * p.B + d.b) * p.H + h) * p.Sq + i;
+      P.o_part[row * p.D + dim] = out;
+      if (dim == 0) P.lse_part[row] = fin.lse2();
+    }
+  }
+}
+
 // One CTA: keys [split * chunk, ...) of KV head hkv of batch b, for the rows r = (h - hkv * G) * Sq + i.
 template <typename Tr, typename Elem>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_constant__ DecodeParams P) {
@@ -136,10 +236,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     cp_async_commit();
   }
 
-  const bool plain = p.kp == nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
-  const bool kp_only = p.kp != nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
-  const unsigned char* kp_row =
-      kp_only ? reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb : nullptr;
+  const DecodeRows dr = decode_rows(P, b, hkv, split);
   OnlineSoftmax<1> softmax;
   softmax.reset();
   float acc_o[1][DT][4];
@@ -154,28 +251,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     float s[1][2][4];
     zero_acc(s);
     gemm_ss<Elem, 1, 2, DK / 16, false, false>(s, sQ, LD, sK, LD, lane);
-    const int j0 = key_lo + t * BN + warp * Tr::kKeysPerWarp + (lane & 3) * 2;
-    if (plain || kp_only) {  // no term but key padding: a key hidden for every row (rows past the group are
-                             // never read), one byte per key instead of score_mod's checks per score
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int j = j0 + nt * 8 + c;
-          const bool seen = j < key_hi && (plain || kp_row[int64_t(j) * p.kp_sk] != 0);
-          s[0][nt][c] = seen ? s[0][nt][c] * p.scale_log2 : -INFINITY;
-          s[0][nt][c + 2] = seen ? s[0][nt][c + 2] * p.scale_log2 : -INFINITY;
-        }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = (lane >> 2) + (e >> 1) * 8, j = j0 + nt * 8 + (e & 1);
-          const float x = s[0][nt][e] * p.scale_log2;
-          s[0][nt][e] = j < key_hi && r < rows ? decode_score(p, x, b, hkv * G + r / p.Sq, r % p.Sq, j) : -INFINITY;
-        }
-    }
+    decode_scores(s, p, dr, key_lo + t * BN + warp * Tr::kKeysPerWarp + (lane & 3) * 2, key_hi, lane);
     softmax.update(s, acc_o);
     uint32_t pa[1][1][4];
     acc_to_afrag<Elem, 1, 2>(pa, s);
@@ -187,47 +263,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   __syncthreads();
   float* sO = reinterpret_cast<float*>(sKV);  // [W][16][DK]
   float* sM = sO + W * R * DK;                // [W][16] maxima, then [W][16] sums
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = (lane >> 2) + hf * 8;
-    const float l = quad_sum(softmax.row_sum[0][hf]);
-    if ((lane & 3) == 0) {
-      sM[warp * R + r] = softmax.row_max[0][hf];
-      sM[W * R + warp * R + r] = l;
-    }
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-      *reinterpret_cast<float2*>(sO + (warp * R + r) * DK + dt * 8 + (lane & 3) * 2) =
-          make_float2(acc_o[0][dt][2 * hf], acc_o[0][dt][2 * hf + 1]);
-  }
+  decode_park_warp<W, DK>(sO, sM, softmax, acc_o, warp, lane);
   __syncthreads();
-  for (int x = tid; x < rows * p.D; x += NTH) {
-    const int r = x / p.D, d = x % p.D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sM[w * R + r]);
-    const float base = softmax_base(M);
-    float L = 0.f, acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float f = fast_exp2(sM[w * R + r] - base);
-      L = fmaf(sM[W * R + w * R + r], f, L);
-      acc = fmaf(sO[(w * R + r) * DK + d], f, acc);
-    }
-    // the row policy (softmax.h): no key of this split visible -> out 0, lse -inf; a NaN score -> out and lse NaN
-    const RowFinal fin = finalize_row(M, L);
-    const float out = acc * fin.scale();
-    const int h = hkv * G + r / p.Sq, i = r % p.Sq;
-    if (P.splits == 1) {
-      Elem* orow = static_cast<Elem*>(p.o) + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
-      orow[d] = Elem(out);
-      if (d == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = fin.lse();
-    } else {
-      const int64_t row = ((int64_t(split) * p.B + b) * p.H + h) * p.Sq + i;
-      P.o_part[row * p.D + d] = out;
-      if (d == 0) P.lse_part[row] = fin.lse2();
-    }
-  }
+  decode_write_rows<Elem, W, DK>(P, dr, sO, sM, tid, NTH);
 }
 
 // Merges the splits of each (b, h, i) row: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max). One CTA per

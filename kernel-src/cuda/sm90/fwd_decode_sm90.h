@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   const int b = int(blockIdx.x / p.Hkv / DP.splits);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = p.hgroup, rows = G * p.Sq;
+  const DecodeRows dr = decode_rows(DP, b, hkv, split);
   const int key_lo = split * DP.chunk, key_hi = min(p.Sk, key_lo + DP.chunk);
   const int tiles = (key_hi - key_lo + BN - 1) / BN;  // >= 1: every split has a key (planner)
   // column blocks holding a dim < D (D < DK: 40 at 64, 96 at 128, 160 / 192 at 256); the others are never loaded (no
@@ -214,10 +215,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     const DecodeLaneOffsets ko = decode_lane_offsets<BN>(kw + (lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
     const DecodeLaneOffsets vo = decode_lane_offsets<BN>(kw + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
 
-    const bool plain = p.kp == nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
-    const bool kp_only = p.kp != nullptr && !p.has_band && p.mask.ptr == nullptr && p.bias.ptr == nullptr;
-    const unsigned char* kp_row =
-        kp_only ? reinterpret_cast<const unsigned char*>(p.kp) + int64_t(b) * p.kp_sb : nullptr;
     int s = 0;
     uint32_t use_parity = 0;
     for (int t = 0; t < tiles; ++t) {
@@ -238,29 +235,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
         mma16816<Elem>(sc[0][0], af, bf[0], bf[1]);
         mma16816<Elem>(sc[0][1], af, bf[2], bf[3]);
       }
-      // the score terms exactly as fwd_decode_kernel
-      const int j0 = key_lo + t * BN + kw + (lane & 3) * 2;
-      if (plain || kp_only) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int j = j0 + nt * 8 + c;
-            const bool seen = j < key_hi && (plain || kp_row[int64_t(j) * p.kp_sk] != 0);
-            sc[0][nt][c] = seen ? sc[0][nt][c] * p.scale_log2 : -INFINITY;
-            sc[0][nt][c + 2] = seen ? sc[0][nt][c + 2] * p.scale_log2 : -INFINITY;
-          }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = (lane >> 2) + (e >> 1) * 8, j = j0 + nt * 8 + (e & 1);
-            const float x = sc[0][nt][e] * p.scale_log2;
-            sc[0][nt][e] =
-                j < key_hi && r < rows ? decode_score(p, x, b, hkv * G + r / p.Sq, r % p.Sq, j) : -INFINITY;
-          }
-      }
+      decode_scores(sc, p, dr, key_lo + t * BN + kw + (lane & 3) * 2, key_hi, lane);  // (fwd_decode.h's terms)
       // online softmax (softmax.h softmax_step, as OnlineSoftmax::update), O rescaled only when a row's max moved:
       // otherwise the factor is 2^(m - m) = 1, or the row has seen no key and O is 0 (either way a no-op)
       float corr[2];
@@ -298,49 +273,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   __syncthreads();
   float* sO = reinterpret_cast<float*>(smem);  // [W][16][DK]
   float* sM = sO + W * R * DK;                 // [W][16] maxima, then [W][16] sums
-  if (warp < W) {
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = (lane >> 2) + hf * 8;
-      const float l = quad_sum(softmax.row_sum[0][hf]);
-      if ((lane & 3) == 0) {
-        sM[warp * R + r] = softmax.row_max[0][hf];
-        sM[W * R + warp * R + r] = l;
-      }
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt)
-        *reinterpret_cast<float2*>(sO + (warp * R + r) * DK + dt * 8 + (lane & 3) * 2) =
-            make_float2(acc_o[0][dt][2 * hf], acc_o[0][dt][2 * hf + 1]);
-    }
-  }
+  if (warp < W) decode_park_warp<W, DK>(sO, sM, softmax, acc_o, warp, lane);
   __syncthreads();
-  for (int x = tid; x < rows * p.D; x += NTH) {
-    const int r = x / p.D, d = x % p.D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) M = fmaxf(M, sM[w * R + r]);
-    const float mb = softmax_base(M);
-    float L = 0.f, acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float f = fast_exp2(sM[w * R + r] - mb);
-      L = fmaf(sM[W * R + w * R + r], f, L);
-      acc = fmaf(sO[(w * R + r) * DK + d], f, acc);
-    }
-    // the row policy (softmax.h): no key of this split visible -> out 0, lse -inf; a NaN score -> out and lse NaN
-    const RowFinal fin = finalize_row(M, L);
-    const float out = acc * fin.scale();
-    const int h = hkv * G + r / p.Sq, i = r % p.Sq;
-    if (DP.splits == 1) {
-      Elem* orow = static_cast<Elem*>(p.o) + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
-      orow[d] = Elem(out);
-      if (d == 0) p.lse[(int64_t(b) * p.H + h) * p.Sq + i] = fin.lse();
-    } else {
-      const int64_t row = ((int64_t(split) * p.B + b) * p.H + h) * p.Sq + i;
-      DP.o_part[row * p.D + d] = out;
-      if (d == 0) DP.lse_part[row] = fin.lse2();
-    }
-  }
+  decode_write_rows<Elem, W, DK>(DP, dr, sO, sM, tid, NTH);
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (DeviceCaps::sm90a)
 #endif
