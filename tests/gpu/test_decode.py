@@ -81,8 +81,8 @@ def test_decode_float_key_mask_and_strided_inputs(kernel):
     run_case(kernel, dict(q=q, k=k, v=v, bias=m), {})
 
 
-def test_nan_in_q_reaches_only_its_row(kernel):
-    # README: a NaN in q gives NaN out and lse in every row it reaches, and only there
+def nan_in_q_reaches_only_its_row(kernel):
+    """README: a NaN in q gives NaN out and lse in every row it reaches, and only there."""
     inp = qkv(2, 1, 3000, 8, 64, Hkv=2, grad=False)
     q = inp["q"].clone()
     q[1, 0, 5, 3] = float("nan")
@@ -91,6 +91,10 @@ def test_nan_in_q_reaches_only_its_row(kernel):
     keep = torch.ones_like(lse, dtype=torch.bool)
     keep[1, 5, 0] = False
     assert torch.isfinite(lse[keep]).all() and torch.isfinite(out[0]).all() and torch.isfinite(out[1, 0, :5]).all()
+
+
+def test_nan_in_q_reaches_only_its_row(kernel):
+    nan_in_q_reaches_only_its_row(kernel)
 
 
 def test_forcing_decode_on_a_long_query_is_refused(kernel, monkeypatch):
@@ -227,14 +231,7 @@ def test_decode_tma_float_key_mask_and_strided_inputs(kernel, force_tma):
 
 
 def test_decode_tma_nan_in_q_reaches_only_its_row(kernel, force_tma):
-    inp = qkv(2, 1, 3000, 8, 64, Hkv=2, grad=False)
-    q = inp["q"].clone()
-    q[1, 0, 5, 3] = float("nan")
-    out, lse = kernel.attention(q, inp["k"], inp["v"], return_lse=True)
-    assert torch.isnan(out[1, 0, 5]).all() and torch.isnan(lse[1, 5, 0])
-    keep = torch.ones_like(lse, dtype=torch.bool)
-    keep[1, 5, 0] = False
-    assert torch.isfinite(lse[keep]).all() and torch.isfinite(out[0]).all() and torch.isfinite(out[1, 0, :5]).all()
+    nan_in_q_reaches_only_its_row(kernel)
 
 
 def test_forcing_decode_tma_is_refused_with_the_reason(kernel, monkeypatch):

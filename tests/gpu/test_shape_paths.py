@@ -310,6 +310,17 @@ def test_key_padding_on_long_key_sets_as_bits(kernel, D, Sk, Hkv, kw):
         assert ran_terms(names, 7, head_dim=D), sorted(names)
 
 
+def forced_hopper_case(kernel, monkeypatch, force, inp, kw):
+    """inp's case under WINATTN_FORCE_KERNEL=force (a Hopper kernel: skipped elsewhere) by the accuracy rule, forward
+    and backward; returns a call of its forward (for kernels_run)."""
+    if not hopper():
+        pytest.skip(f"{force} runs Hopper kernels only")
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", force)
+    run_case(kernel, inp, kw)
+    return lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), mask=inp.get("mask"),
+                                    key_padding_mask=inp.get("key_padding_mask"), **kw)
+
+
 # The 192-row tile (fwd_v3_rows192: three consumer warpgroups, head dim <= 64, forced only until measured): last
 # tiles of 5 / 8 / 17 rows, GQA, fp16, causal and sliding bands (one CTA per tile), key padding with an item whose keys
 # are all hidden (the vote per key block), more tiles than its persistent grid (ViT-B/16-384-shaped), cross-attention
@@ -320,16 +331,12 @@ def test_key_padding_on_long_key_sets_as_bits(kernel, D, Sk, Hkv, kw):
     (4, 577, 577, 12, 12, 64, BF16, {}), (2, 593, 77, 3, 3, 64, BF16, {}),
 ], ids=["s197", "fp16_gqa_causal", "key_padding_d48", "band", "more_tiles_than_ctas", "cross_sk77"])
 def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
-    if not hopper():
-        pytest.skip("fwd_v3_rows192 is a Hopper kernel")
-    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_rows192")
     kw = dict(kw)
     inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
     if kw.pop("key_padding", False):
         inp["key_padding_mask"] = three_padded_items(Sk, 100, 3)
-    run_case(kernel, inp, kw)
-    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
-                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_rows192", inp, kw)
+    names = kernels_run(call)
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
 
 
@@ -345,16 +352,12 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
 ], ids=["sk80", "sk81_gqa", "sk320", "sk321_fp16_causal", "cross_sk1000", "sk4099_key_padding", "band",
         "more_tiles_than_ctas"])
 def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dtype, kw):
-    if not hopper():
-        pytest.skip("fwd_v3_wide is a Hopper kernel")
-    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_wide")
     kw = dict(kw)
     inp = qkv(B, Sq, Sk, H, 256, dtype, Hkv=Hkv)
     if kw.pop("key_padding", False):
         inp["key_padding_mask"] = three_padded_items(Sk, 500, 7)
-    run_case(kernel, inp, kw)
-    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
-                                                 key_padding_mask=inp.get("key_padding_mask"), **kw))
+    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_wide", inp, kw)
+    names = kernels_run(call)
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeTraitsSm90<256, 80, 2,"), sorted(names)
 
 
@@ -375,10 +378,7 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
 ], ids=["d40_gqa", "d72_fp16_causal", "d72_band", "d72_sk77", "d40_sk120_key_padding", "d40_two_ctas", "d72_bias",
         "d80_row_term", "d48_mask_bits", "d80_gqa_key_padding_bias", "d72_gqa_deterministic_bias16"])
 def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
-    if not hopper():
-        pytest.skip("fwd_v3_fine_dims is a Hopper kernel")
     fine_bwd = 64 < D <= 96
-    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_v3_fine_dims" + (",bwd_v3_fine_dims" if fine_bwd else ""))
     kw = dict(kw)
     B = 3
     inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
@@ -392,12 +392,9 @@ def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, 
         inp["bias"] = torch.where(torch.rand(B, 1, 1, Sk, device="cuda") > 0.2, 0.0, float("-inf")).to(dtype)
     elif term == "mask":
         inp["mask"] = torch.rand(B, H, Sq, Sk, device="cuda") > 0.3
-    run_case(kernel, inp, kw)  # (kw's deterministic reaches attention as the rest of kw does)
-
-    def call():
-        return kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), mask=inp.get("mask"),
-                                key_padding_mask=inp.get("key_padding_mask"), **kw)
-
+    # (kw's deterministic reaches attention as the rest of kw does)
+    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_fine_dims" + (",bwd_v3_fine_dims" if fine_bwd else ""),
+                              inp, kw)
     names = kernels_run(call)
     assert ran(names, "fwd_pipelined_kernel_sm90", f"FwdPipeTraitsSm90<{48 if D <= 48 else 80}, "), sorted(names)
     if fine_bwd:
