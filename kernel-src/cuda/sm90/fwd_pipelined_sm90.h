@@ -234,10 +234,9 @@ struct Turns {
   __device__ __forceinline__ void start(bool first_tile) const {
     if (cw == kWGs - 1 && first_tile) pass();
   }
-  // the CTA's last hand-over of the last warpgroup is skipped: warpgroup 0 has no turn left to wait for it (the test
-  // for two warpgroups is written as before Turns existed, which keeps those kernels' PTX as it was)
+  // the CTA's last hand-over of the last warpgroup is skipped: warpgroup 0 has no turn left to wait for it
   __device__ __forceinline__ void pass_unless_last(bool last) const {
-    if ((kWGs == 2 ? cw == 0 : cw != kWGs - 1) || !last) pass();
+    if (cw != kWGs - 1 || !last) pass();
   }
 };
 
