@@ -3,7 +3,8 @@ verified by winattn.load) inside real diffusers / timm models with random weight
 attention in the same run.
 
     python benchmarks/bench_models.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--out results/bench_models.json]
-        [--only flux_step flux_train swin_t_train swin_b384_train beit_b16_train sdxl_step] [--flux-layers DOUBLE SINGLE]
+        [--only flux_step flux_train swin_t_train swin_b384_train beit_b16_train sdxl_step
+        wan_step] [--flux-layers DOUBLE SINGLE]
 
 Workloads:
   * flux_step: diffusers `FluxTransformer2DModel` with its default config (the 12B Flux transformer, random bf16
@@ -34,11 +35,16 @@ Workloads:
     by `DispatchAttnProcessor` (the same computation through `dispatch_attention_fn`) and selects the backend with
     `set_attention_backend`; `native_dispatch` (the same processor on diffusers' `native` backend) separates the
     dispatcher's own cost. Forward only; the output vs native and the count of modules on the backend are recorded.
+  * wan_step: diffusers `WanTransformer3DModel` with Wan 2.1 T2V 1.3B's config (1.42 B random weights, bf16 except
+    what diffusers keeps in fp32), one transformer call of a denoising step at 480 x 832 px and 81 frames (32760
+    tokens; 512 text tokens), `native` vs `window_attn_hub` (set_attention_backend: Wan's processor calls the
+    dispatcher). Each of its 30 blocks makes one 32760-token self-attention and one cross-attention to the text,
+    heads of 128. Forward only (issue 30's Wan inference target); the output vs native is recorded.
 Timing: CUDA events around each step after warm-up, median of --reps; training workloads also record the peak
 allocation of the timed steps (`peak_gib`). The workload functions take `device=` so that
 tests/integrations/test_bench_models.py runs them on tiny configs with the CPU build.
 On the H200 image (huggingface_hub 1.33, which has no kernel repo type) it needs, as wheels (.whl/, see
-../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1 (the Flux and SDXL workloads), kernel-abi-check
+../shared/device/wheelhouse.sh): kernels 0.17.2, diffusers 0.42.1 (the Flux, SDXL and Wan workloads), kernel-abi-check
 0.14.1 (publish's checks) and huggingface_hub 2.4.0 with httpx2 / httpcore2 2.16.2, truststore 0.10.5, click 8.5.1,
 hf-xet 1.8.0; timm (the Swin and BEiT workloads) comes with the image (the BEiT layer is tested with timm 1.0.31:
 `../shared/device/wheelhouse.sh timm==1.0.31` adds that version, which then shadows the image's). The BEiT workload
@@ -567,6 +573,82 @@ def bench_sdxl(reps, *, device="cuda", batch=2, size=1024, text_len=77, **config
     return res
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Wan 2.1 (diffusers): issue 30's "Wan 1.3B-shaped inference" target
+
+# Wan 2.1 T2V 1.3B's transformer config (Wan-AI/Wan2.1-T2V-1.3B-Diffusers, transformer/config.json): 12 heads of 128,
+# 30 blocks, UMT5 text of 4096, 1.42 B parameters as diffusers builds it.
+WAN_1P3B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+                text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True,
+                qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+# 480 x 832 px, 81 frames: Wan's VAE makes a 21 x 60 x 104 latent (4x in time after the first frame, 8x in space),
+# which (1, 2, 2) patches turn into 21 x 30 x 52 = 32760 tokens; WanPipeline pads the prompt to 512 text tokens.
+WAN_LATENT = (21, 60, 104)
+WAN_TEXT_LEN = 512
+
+
+def build_wan(device, **config):
+    """Random-weight `WanTransformer3DModel` built on `device`: WAN_1P3B updated by `config`, its parameters in bf16
+    except those diffusers keeps in fp32 (`_keep_in_fp32_modules`: time embedding, norms, modulation tables), matched
+    by a name component as `from_pretrained(torch_dtype=torch.bfloat16)` does when it loads the weights for users
+    (a plain `.to(torch.bfloat16)` would cast those too, which diffusers warns about)."""
+    import torch
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = WanTransformer3DModel(**{**WAN_1P3B, **config})
+    keep = set(model._keep_in_fp32_modules or ())
+    for name, param in model.named_parameters():
+        param.data = param.data.float() if keep & set(name.split(".")) else param.data.to(torch.bfloat16)
+    return model
+
+
+def wan_inputs(cfg, device, latent=WAN_LATENT, text_len=WAN_TEXT_LEN, batch=1) -> dict:
+    """Forward keywords of one denoising call: a [batch, C, F, H, W] latent, the timestep, `text_len` UMT5 states
+    (WanPipeline runs the conditional and the unconditional call one after the other, each with batch 1)."""
+    import torch
+
+    bf16 = torch.bfloat16
+    return dict(hidden_states=torch.randn(batch, cfg.in_channels, *latent, device=device, dtype=bf16),
+                timestep=torch.full((batch,), 999, device=device, dtype=torch.long),
+                encoder_hidden_states=torch.randn(batch, text_len, cfg.text_dim, device=device, dtype=bf16),
+                return_dict=False)
+
+
+def bench_wan(reps, *, device="cuda", latent=WAN_LATENT, text_len=WAN_TEXT_LEN, **config):
+    """One Wan 2.1 transformer call (a denoising step's conditional half), `native` vs `window_attn_hub`
+    (set_attention_backend: Wan's attention goes through diffusers' dispatcher), forward only: every block's
+    self-attention over all tokens (32760 x 32760, heads of 128, RoPE applied before the call) and its
+    cross-attention to the text (32760 x 512)."""
+    import torch
+
+    import winattn.integrations.diffusers as wd
+
+    wd.register()
+    model = build_wan(device, **config).eval()
+    cfg = model.config
+    kw = wan_inputs(cfg, device, latent, text_len)
+    p_t, p_h, p_w = cfg.patch_size
+    tokens = (latent[0] // p_t) * (latent[1] // p_h) * (latent[2] // p_w)
+    res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9, "latent": list(latent),
+           "tokens": tokens, "text_len": text_len}
+    outs = {}
+    with torch.no_grad():
+        for backend in ("native", "window_attn_hub"):
+            model.set_attention_backend(backend)
+            outs[backend] = model(**kw)[0].float()
+            res[backend] = timed(lambda: model(**kw), reps, device)
+    ref = outs["native"]
+    res["max_abs_diff_vs_native"] = (outs["window_attn_hub"] - ref).abs().max().item()
+    res["ref_max_abs"] = ref.abs().max().item()
+    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+    del model, outs
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
 def workloads(args) -> dict:
     """name -> zero-argument callable, in the order they run."""
     runs = {"flux_step": lambda: bench_flux(args.reps),
@@ -576,10 +658,11 @@ def workloads(args) -> dict:
     for name, (model_name, batch, img_size) in BEIT.items():
         runs[name] = lambda m=model_name, b=batch, s=img_size: bench_beit(args.reps, m, b, s)
     runs["sdxl_step"] = lambda: bench_sdxl(args.reps)
+    runs["wan_step"] = lambda: bench_wan(args.reps)
     return runs
 
 
-WORKLOADS = ("flux_step", "flux_train", *SWIN, *BEIT, "sdxl_step")
+WORKLOADS = ("flux_step", "flux_train", *SWIN, *BEIT, "sdxl_step", "wan_step")
 
 
 def main():

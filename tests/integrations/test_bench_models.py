@@ -31,6 +31,10 @@ TINY_SDXL = dict(block_out_channels=[32, 64], down_block_types=["DownBlock2D", "
                  transformer_layers_per_block=[1, 2], layers_per_block=1, cross_attention_dim=32,
                  addition_time_embed_dim=8, projection_class_embeddings_input_dim=16 + 6 * 8, norm_num_groups=8,
                  sample_size=8)
+# Wan 2.1's transformer (RoPE over frames / rows / columns, rms-norm q / k across heads, cross-attention to the
+# text) at 2 blocks of 2 heads of 16: a 3 x 4 x 4 latent in (1, 2, 2) patches is 12 tokens, 5 text tokens.
+TINY_WAN = dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, text_dim=32, freq_dim=32,
+                ffn_dim=64, num_layers=2, rope_max_seq_len=32)
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +174,35 @@ def test_sdxl_step_runs_on_the_kernel_and_matches_native(bm, wd, flux_kernel_cal
     assert len(flux_kernel_calls) == 16 * 4 and not any(flux_kernel_calls)
 
 
+def test_wan_config_is_wan21_t2v_1p3b(bm):
+    """The full config builds (on the meta device) into Wan 2.1 T2V 1.3B's transformer: 1.42 B parameters, 30 blocks
+    of 12 heads of 128, UMT5's 4096-wide text; bf16 except what diffusers keeps in fp32; 32760 tokens per call."""
+    model = bm.build_wan("meta")
+    assert round(sum(p.numel() for p in model.parameters()) / 1e9, 2) == 1.42
+    assert len(model.blocks) == 30 and model.config.num_attention_heads == 12
+    assert model.config.attention_head_dim == 128 and model.config.text_dim == 4096
+    dtypes = {n: p.dtype for n, p in model.named_parameters()}
+    assert dtypes["blocks.0.attn1.to_q.weight"] == torch.bfloat16
+    assert dtypes["blocks.0.scale_shift_table"] == torch.float32
+    assert dtypes["condition_embedder.time_embedder.linear_1.weight"] == torch.float32
+    kw = bm.wan_inputs(model.config, "meta")
+    assert tuple(kw["hidden_states"].shape) == (1, 16, 21, 60, 104)
+    assert tuple(kw["encoder_hidden_states"].shape) == (1, 512, 4096)
+    assert 21 * (60 // 2) * (104 // 2) == 32760
+
+
+def test_wan_step_runs_on_the_kernel_and_matches_native(bm, wd, flux_kernel_calls):
+    res = bm.bench_wan(2, device="cpu", latent=(3, 4, 4), text_len=5, **TINY_WAN)
+    assert res["tokens"] == 12 and res["text_len"] == 5
+    for name in ("native", "window_attn_hub"):
+        assert res[name]["step_ms"] > 0
+    assert res["ref_max_abs"] > 0
+    assert res["max_abs_diff_vs_native"] <= 2e-2 * res["ref_max_abs"], res
+    assert res["speedup"] > 0
+    # Self- and cross-attention of both blocks on the kernel, forward only: the check + 1 warm-up + 2 timed calls.
+    assert len(flux_kernel_calls) == 2 * 2 * 4 and not any(flux_kernel_calls)
+
+
 @pytest.mark.parametrize("argv", [["--only", "swin_b_train"], ["--flux-layers", "0", "0"],
                                   ["--flux-layers", "-1", "4"]])
 def test_cli_refuses_unknown_workloads_and_empty_flux(bm, monkeypatch, capsys, argv):
@@ -187,4 +220,4 @@ def test_cli_refuses_unknown_workloads_and_empty_flux(bm, monkeypatch, capsys, a
 
 def test_workload_names(bm):
     assert bm.WORKLOADS == ("flux_step", "flux_train", "swin_t_train", "swin_b384_train", "beit_b16_train",
-                            "sdxl_step")
+                            "sdxl_step", "wan_step")
