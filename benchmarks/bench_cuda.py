@@ -3,12 +3,14 @@
     python benchmarks/bench_cuda.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--out results/bench_cuda.json]
 
 Workloads (bf16): Swin W7 / W8 (16384 windows, H=4, N=49 / 64, D=32, table + shift mask), Swin W12 (8192
-windows, N=144), Swin W16 (4096 windows, N=256), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias S=16k (B=1) at D=64 / 128 (H=16) and
-D=256 (H=8), key-padding mask at S=4096, D=128 (B=4, H=16) against the same call without it; T5-style bias
-[1,H,S,S] (B=8, S=1024, H=16, D=64, with its gradient), Flux (S=4608, H=24, D=128) and QwenImage key padding
-(B=2, S=4352, H=24, D=128).
+windows, N=144), Swin W16 (4096 windows, N=256), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), no bias S=16k
+(B=1) at D=64 / 128 (H=16) and D=256 (H=8), causal S=16k D=128, key-padding mask at S=4096, D=128 (B=4, H=16)
+against the same call without it; T5-style bias [1,H,S,S] (B=8, S=1024, H=16, D=64, with its gradient), Flux
+(S=4608, H=24, D=128) and QwenImage key padding (B=2, S=4352, H=24, D=128).
 Peers: SDPA-efficient with the bias materialized (gradient on the bias / table), cuDNN SDPA with bias (no bias
-gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias; and
+gradient: its backward is run without one), FlexAttention score_mod (torch.compile'd), SDPA without bias,
+FlashAttention-4 (`fa4`) on the calls without a term (no bias / causal / Flux; staged by
+../shared/device/fa4_wheels.sh, else its rows say why it did not run); and
 `ours_v1`: our kernel with the Hopper kernels disabled (WINATTN_FORCE_KERNEL=v1), i.e. v1.1, in the same run;
 `ours_bwd_v1`: only the backward v3 disabled (WINATTN_FORCE_KERNEL=bwd_v1).
 Timing: CUDA events around each call after warm-up, repetitions queued back to back, median of --reps; backward
@@ -63,6 +65,40 @@ def cuda_time(fn, reps, warmup=3):
     torch.cuda.synchronize()
     HOST_MS.append(host_ms)
     return statistics.median(a.elapsed_time(b) for a, b in events)
+
+
+# FlashAttention-4 (flash-attn-4's CuTe DSL kernels, sm90 path on the H200): the best peer for plain attention (issue
+# 30). The H200 has no network: ../shared/device/fa4_wheels.sh stages its wheels into FA4_SITE over two calls.
+FA4_SITE = "/tmp/fa4/site"
+_FA4 = {}
+
+
+def fa4_import():
+    """(flash_attn.cute.flash_attn_func, None) after site.addsitedir(FA4_SITE), or (None, why it is not there); tried
+    once per process. FA4 is an optional peer: where it is missing its rows say why."""
+    if "fn" not in _FA4:
+        import site
+
+        site.addsitedir(FA4_SITE)
+        try:
+            from flash_attn.cute import flash_attn_func
+
+            _FA4["fn"], _FA4["why"] = flash_attn_func, None
+        except Exception as e:
+            first = str(e).splitlines()[0][:160] if str(e) else ""
+            _FA4["fn"], _FA4["why"] = None, (f"not importable after site.addsitedir({FA4_SITE!r}): "
+                                             f"{type(e).__name__}: {first}")
+    return _FA4["fn"], _FA4["why"]
+
+
+def fa4_attention(q, k, v, **kw):
+    """FA4's output for q / k / v [B, S, H, D] (some versions return (out, lse)); RuntimeError saying why when FA4 is
+    not there, which the peer's row records."""
+    fn, why = fa4_import()
+    if fn is None:
+        raise RuntimeError(f"FA4 {why}")
+    r = fn(q, k, v, **kw)
+    return r[0] if isinstance(r, tuple) else r
 
 
 def warm_up_gpu(seconds=1.0):
@@ -274,15 +310,21 @@ def bench_dense_bias(kern, reps, results, B=2, H=16, S=4096, D=64):
     del q, k, v, bias
 
 
-def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
-    key = f"nobias_d{D}_{S // 1024}k"
-    results[key] = {"shape": dict(B=B, H=H, S=S, D=D, dtype="bf16")}
+def run_fa4(q, k, v, results, key, reps, causal=False):
+    """FA4 on the same q / k / v (plain attention, optionally causal)."""
+    run_peer("fa4", lambda r: measure(lambda: fa4_attention(q, k, v, causal=causal), autograd_grads([q, k, v]), r),
+             results, key, reps)
+
+
+def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128, causal=False):
+    key = f"{'causal' if causal else 'nobias'}_d{D}_{S // 1024}k"
+    results[key] = {"shape": dict(B=B, H=H, S=S, D=D, causal=causal, dtype="bf16")}
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=BF16).requires_grad_(True) for _ in range(3))
-    flops = 4 * B * H * S * S * D
+    flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
     results[key]["flops"] = {"fwd": flops, "bwd": 2.5 * flops}
 
     def ours(reps):
-        return measure(lambda: kern.attention(q, k, v), autograd_grads([q, k, v]), reps)
+        return measure(lambda: kern.attention(q, k, v, causal=causal), autograd_grads([q, k, v]), reps)
 
     def sdpa(backend):
         def run(reps):
@@ -290,7 +332,7 @@ def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
 
             def f():
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(qt, kt, vt)
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
             return measure(f, autograd_grads([q, k, v]), reps)
 
@@ -302,6 +344,7 @@ def bench_nobias(kern, reps, results, B=1, H=16, S=16384, D=128):
         run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
         run_peer("cudnn_nobias", sdpa(SDPBackend.CUDNN_ATTENTION), results, key, reps)
         run_peer("sdpa_eff_nobias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
+        run_fa4(q, k, v, results, key, reps, causal)
     del q, k, v
 
 
@@ -372,6 +415,7 @@ def bench_model_shape(kern, reps, results, key, B, S, H, D, bias=False, pad=0):
             run_peer("sdpa_eff_bias", sdpa(SDPBackend.EFFICIENT_ATTENTION), results, key, reps)
         elif kpm is None:
             run_peer("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION), results, key, reps)
+            run_fa4(q, k, v, results, key, reps)
     del q, k, v, b
 
 
@@ -427,8 +471,8 @@ def summarize(results):
     return "\n".join(lines)
 
 
-WORKLOADS = ["swin_w7", "swin_w8", "swin_w12", "swin_w16", "dense", "nobias", "nobias_d64", "nobias_d256", "keypad",
-             "t5", "flux", "qwen"]
+WORKLOADS = ["swin_w7", "swin_w8", "swin_w12", "swin_w16", "dense", "nobias", "nobias_d64", "nobias_d256", "causal",
+             "keypad", "t5", "flux", "qwen"]
 
 
 def main():
@@ -467,6 +511,8 @@ def main():
         bench_nobias(kern, args.reps, results, D=64)
     if "nobias_d256" in only:
         bench_nobias(kern, args.reps, results, H=8, D=256)
+    if "causal" in only:
+        bench_nobias(kern, args.reps, results, causal=True)
     if "keypad" in only:
         bench_key_padding(kern, args.reps, results)
     if "t5" in only:

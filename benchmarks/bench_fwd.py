@@ -7,7 +7,8 @@ Flux 1024 px (B=1, S=4608, H=24, D=128), QwenImage-style key padding (B=2, S=435
 padded after 4000 keys), Wan video (B=1, S=32760, H=12, D=128), dense bias [1,H,S,S] (B=2, H=16, S=4096, D=64), and the same Qwen / dense
 shapes without their mask / bias (and with a key-padding mask that pads nothing) for the cost of each term.
 Implementations: ours (v3) and ours_v1 (WINATTN_FORCE_KERNEL=v1) from the same binary; peers cuDNN
-SDPA (with the same mask / bias), SDPA flash (no mask), FlexAttention (bias as score_mod). Each of ours is first
+SDPA (with the same mask / bias), SDPA flash (no mask), FlashAttention-4 (no mask; causal: staged by
+../shared/device/fa4_wheels.sh, else its rows say why it did not run), FlexAttention (bias as score_mod). Each of ours is first
 checked against an fp32 SDPA reference on the same inputs (max abs error printed), then timed: CUDA events after
 warm-up, median of --reps (bench_cuda.cuda_time).
 """
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_cuda import cuda_time, load_kernel, warm_up_gpu  # noqa: E402
+from bench_cuda import cuda_time, fa4_attention, load_kernel, warm_up_gpu  # noqa: E402
 
 BF16 = torch.bfloat16
 PROFILE = False  # --profile: no timing, one call of ours per workload inside a profiler range (ncu)
@@ -116,6 +117,7 @@ def run_workload(kern, name, cfg, reps, peers, ours_impls):
     peer_fns = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, sdpa_mask)}
     if sdpa_mask is None:
         peer_fns["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION, None)
+        peer_fns["fa4"] = lambda: fa4_attention(q, k, v, causal=causal)
     if bias is not None:
         from torch.nn.attention.flex_attention import flex_attention
 
@@ -133,12 +135,15 @@ def run_workload(kern, name, cfg, reps, peers, ours_impls):
     return res
 
 
+PEER_NAMES = ("cudnn", "sdpa_flash", "flex", "fa4")
+
+
 def summarize(results):
     lines = [f"{'workload':<18}{'impl':<12}{'fwd ms':>9}{'TF/s':>7}{'max err':>10}{'vs best peer':>14}"]
     for name, res in results.items():
         if name == "meta":
             continue
-        peer_ms = [r["fwd_ms"] for i, r in res.items() if i in ("cudnn", "sdpa_flash", "flex") and "fwd_ms" in r]
+        peer_ms = [r["fwd_ms"] for i, r in res.items() if i in PEER_NAMES and "fwd_ms" in r]
         best = min(peer_ms) if peer_ms else float("nan")
         for impl, r in res.items():
             if impl in ("shape", "flops"):

@@ -92,7 +92,6 @@ from bench_models import cpu_time  # noqa: E402
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 FILLS = {"-inf": lambda dt: float("-inf"), "finfo.min": lambda dt: torch.finfo(dt).min, "-10000": lambda dt: -1e4}
 CHECK_TOL = {torch.bfloat16: 0.05, torch.float16: 0.02, torch.float32: 1e-3}
-FA4_SITE = "/tmp/fa4/site"
 PAD_FRACTION = 0.1  # key padding: the last batch item hides this share of its keys, the others proportionally less
 FLEX_COMPILE_GUESS_S = 30.0  # Flex's compile before one has been measured (forward + backward, H200 host)
 
@@ -667,22 +666,8 @@ def flex_call(row: Row, x: dict, learn, device):
         contextlib.nullcontext, None
 
 
-_FA4 = {}
-
-
-def fa4_import():
-    """flash_attn.cute.flash_attn_func after site.addsitedir(FA4_SITE), or the reason it is not there (once)."""
-    if "fn" not in _FA4:
-        import site
-
-        site.addsitedir(FA4_SITE)
-        try:
-            from flash_attn.cute import flash_attn_func
-
-            _FA4["fn"], _FA4["why"] = flash_attn_func, None
-        except Exception as e:  # FA4 is optional: its rows say why it did not run
-            _FA4["fn"], _FA4["why"] = None, f"not importable after site.addsitedir({FA4_SITE!r}): {one_line(e)}"
-    return _FA4["fn"], _FA4["why"]
+# FA4's import lives in bench_cuda (bench_fwd.py and bench_cuda.py time it too): tried once per process.
+fa4_import = bc.fa4_import
 
 
 def fa4_takes(row: Row) -> Optional[str]:
@@ -693,16 +678,10 @@ def fa4_takes(row: Row) -> Optional[str]:
 
 
 def fa4_call(row: Row, x: dict, learn, device):
-    fn = fa4_import()[0]
     kw = {"causal": row.causal}
     if row.window is not None:
         kw["window_size"] = tuple(None if s < 0 else s for s in row.window)
-
-    def fwd():
-        r = fn(x["q"], x["k"], x["v"], **kw)  # out, or (out, lse) in the versions that always return the lse
-        return r[0] if isinstance(r, tuple) else r
-
-    return fwd, contextlib.nullcontext, None
+    return (lambda: bc.fa4_attention(x["q"], x["k"], x["v"], **kw)), contextlib.nullcontext, None
 
 
 def no_terms(what):

@@ -176,3 +176,20 @@ def test_grad_leaves_are_qkv_and_the_learnable_term(bs):
     row = bs.shrink(next(r for r in bs.ROWS if r.name == "vit_l16_infer"))  # (inference: nothing to differentiate)
     x = bs.make_inputs(row, "cpu")
     assert bs.grad_leaves(x, bs.learnable(x)) == []
+
+
+def test_fa4_missing_is_a_reason_not_a_crash(bs, monkeypatch):
+    """Without FA4's staged wheels (this machine, or an H200 call that skipped fa4_wheels.sh) its rows say why: the
+    matrix skips it with the import's reason, and bench_fwd / bench_cuda's FA4 call raises the same reason, which
+    their peer rows record (one import, shared by the three benchmarks)."""
+    import bench_cuda as bc
+
+    monkeypatch.setattr(bc, "FA4_SITE", "/nonexistent/fa4/site")
+    monkeypatch.setattr(bc, "_FA4", {})
+    fn, why = bc.fa4_import()
+    assert fn is None and "/nonexistent/fa4/site" in why and "flash_attn" in why
+    assert bs.fa4_import is bc.fa4_import
+    plain = next(r for r in bs.ROWS if not r.terms)
+    assert bs.fa4_takes(plain) in (why, "FA4 needs CUDA")
+    with pytest.raises(RuntimeError, match="FA4 not importable"):
+        bc.fa4_attention(None, None, None)
