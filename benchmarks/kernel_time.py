@@ -10,7 +10,11 @@ bimodal run to run. Here, per call:
     (CUPTI), over `--reps` calls: what the GPU spends, whatever the host does;
   * host: the wall time to issue one call with the GPU kept busy (a sleep kernel queued first), so the host never
     waits for the GPU: what the Python + dispatch path costs;
-  * the row's kernels by device time (the three longest), to see which one a change should go after.
+  * the row's kernels by device time (the three longest), to see which one a change should go after;
+  * with --host-profile, where the host time goes: torch.profiler's CPU events of the same issue loop (the op, its
+    allocations, each CUDA runtime call: launches, attribute and device queries), self time per call, longest
+    first, and what no event covers (Python, the dispatcher's boxing, the profiler's own cost). Events under
+    ~2 us are inflated by the profiler; compare ours with a peer in the same run rather than reading absolutes.
 """
 
 import argparse
@@ -55,6 +59,32 @@ def host_ms(step, reps):
     return ms
 
 
+def host_events(step, reps):
+    """([(event, self us per call, calls per call)] longest first, wall us per call) of `reps` issues of step() with
+    the GPU kept busy, from torch.profiler's CPU events (with CUDA activity on, so that the runtime API calls are
+    events too)."""
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        torch.cuda._sleep(int(2e8))
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            step()
+        wall_us = (time.perf_counter() - t0) * 1e6 / reps
+    torch.cuda.synchronize()
+    events = [(e.key, e.self_cpu_time_total / reps, e.count / reps) for e in prof.key_averages()
+              if e.self_cpu_time_total > 0 and e.key != "cudaDeviceSynchronize"]
+    return sorted(events, key=lambda ev: -ev[1]), wall_us
+
+
+def format_host_events(events, wall_us, top=6) -> str:
+    """One line: the `top` host events (name, us per call, x calls when more than one) and the wall time no event
+    covers."""
+    parts = [f"{short_name(name)} {us:.1f}" + (f" x{n:g}" if n > 1.05 else "") for name, us, n in events[:top]]
+    covered = sum(us for _, us, _ in events)
+    return f"host {wall_us:.1f} us: " + ", ".join(parts) + f"; outside events {max(wall_us - covered, 0.0):.1f}"
+
+
 def short_name(kernel: str) -> str:
     name = kernel.split("(")[0].split("<")[0]
     return name.replace("void ", "").split("::")[-1][:40]
@@ -67,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", required=True, help="row names or classes (bench_shapes.py --list)")
     ap.add_argument("--peers", default="cudnn,efficient")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--host-profile", action="store_true", help="also a line per pass saying where the host time "
+                    "goes (torch.profiler CPU events)")
     args = ap.parse_args(argv)
     kern = bc.load_kernel(args.variant)
     bc.warm_up_gpu()
@@ -97,6 +129,9 @@ def main(argv=None) -> int:
                         host = host_ms(step, args.reps)
                         top = ", ".join(f"{short_name(k)} {ms:.3f}" for k, ms in kernels[:3])
                         print(f"{row.name:26s} {label:10s} {pname:4s} {dev:10.3f} {host:8.3f}  {top}", flush=True)
+                        if args.host_profile:
+                            where = format_host_events(*host_events(step, args.reps))
+                            print(f"{'':26s} {label:10s} {pname:4s} {where}", flush=True)
             except Exception as e:  # a row an implementation cannot run is reported, not fatal
                 print(f"{row.name:26s} {label:10s} error: {bs.one_line(e)}", flush=True)
                 torch.cuda.synchronize()

@@ -32,3 +32,12 @@ def test_rows_and_variant_are_required(kt, capsys):
     with pytest.raises(SystemExit):
         kt.main(["--variant", "build/x"])  # (no --only)
     assert "--only" in capsys.readouterr().err
+
+
+def test_host_events_line_names_the_longest_and_what_no_event_covers(kt):
+    events = [("cudaLaunchKernel", 7.0, 2.0), ("_window_attention_cuda_s17a::fwd", 5.5, 1.0),
+              ("aten::empty_strided", 2.0, 3.0), ("cudaGetDevice", 0.4, 4.0)]
+    line = kt.format_host_events(events, 20.0, top=3)
+    assert line == ("host 20.0 us: cudaLaunchKernel 7.0 x2, fwd 5.5, empty_strided 2.0 x3; "
+                    "outside events 5.1")
+    assert kt.format_host_events([], 3.0).endswith("outside events 3.0")
