@@ -70,6 +70,21 @@ def test_scale_must_be_a_real_number(kernel, impl, scale):
         mod.window_attention(q, k, v, scale=scale)
 
 
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf"), 1e39, -3.5e38, torch.tensor(1e300,
+                                   dtype=torch.float64)], ids=repr)
+def test_scale_must_be_finite_in_float32(kernel, impl, scale):
+    """The kernels compute in float32: a scale that is finite as a double but past float32's range (1e39) became inf
+    inside the op and every output NaN, silently. Refused like a NaN or infinite scale."""
+    mod = kernel if impl == "kernel" else kernel.reference
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="scale must be finite in float32"):
+        mod.attention(q, k, v, scale=scale)
+    with pytest.raises(ValueError, match="scale must be finite in float32"):
+        mod.window_attention(q, k, v, scale=scale)
+    mod.attention(q, k, v, scale=float(torch.finfo(torch.float32).max))  # the largest float32 is accepted
+
+
 @pytest.mark.parametrize("scale", [0.5, 1, np.float32(0.5), np.int64(1), torch.tensor(0.5), torch.tensor(1)],
                          ids=repr)
 def test_real_scales_are_accepted(kernel, scale):

@@ -17,6 +17,7 @@ from ._index_bounds import check_rel_pos_index
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # (float32's largest finite value; rounding up from it gives inf)
 
 
 @dataclass
@@ -428,6 +429,8 @@ def _scale(scale, head_dim: int) -> float:
         raise TypeError(f"scale must be a real number (float or int) or a one-element real tensor, got "
                         f"{type(scale).__name__} {scale!r}")
     scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
+    # The kernels take the scale as a float32: a double past float32's range (|scale| > 3.4e38, e.g. 1e39) passed
+    # the finite check and became +-inf in the op, so every output was NaN with no error.
+    if not math.isfinite(scale) or abs(scale) > _FLOAT32_MAX:
+        raise ValueError(f"scale must be finite in float32 (|scale| <= {_FLOAT32_MAX:.7g}), got {scale}")
     return scale

@@ -92,7 +92,8 @@ def attention(
             are bools (TypeError otherwise, as SDPA's `is_causal`).
         window: (left, right) int sides of a sliding window around the bottom-right aligned diagonal; -1/None =
             unbounded (TypeError for a float or bool side; a side beyond Sq + Sk is unbounded in effect).
-        scale: softmax scale, default 1/sqrt(D): a real number or a one-element tensor (TypeError for a string).
+        scale: softmax scale, default 1/sqrt(D): a real number or a one-element tensor (TypeError for a string;
+            ValueError when NaN, infinite or past float32's range, in which the kernels compute).
         return_lse: also return lse [B, H, Sq] float32 (natural log).
         deterministic: bit-identical gradients for identical inputs.
 
