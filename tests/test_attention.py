@@ -262,6 +262,33 @@ def test_bias_noncontiguous_view(kernel, device):
     check_attention(kernel, dtype, q, k, v, bias=bias)
 
 
+EXPANDED = {"batch": (1, 3, 80, 80), "heads": (2, 1, 80, 80), "rows": (2, 3, 1, 80), "heads_rows": (2, 1, 1, 80)}
+
+
+@pytest.mark.parametrize("form", list(EXPANDED))
+@pytest.mark.parametrize("learn", [False, True], ids=["frozen", "learnable"])
+def test_expanded_bias_views(kernel, device, form, learn):
+    """A bias `.expand()`-ed to [B, H, S, S] (what pipelines do to a per-head or per-item mask) has stride 0 on full
+    dims; the op takes it as given (nothing copied), so every kernel must read a zero stride, and the forward path
+    that stages the bias through a TMA tensor map (16-bit, 16-byte rows, here S = 80) gets zero strides in its map.
+    The gradient reaches the expanded tensor's base through autograd."""
+    dtype = _low_precision(device)
+    B, H, S = 2, 3, 80
+    q, k, v = _qkv(B, S, S, H, H, 64, dtype, device)
+    base = _rand(*EXPANDED[form], dtype=dtype, device=device, grad=learn)
+    bias = base.expand(B, H, S, S)
+    assert 0 in bias.stride()
+    out = check_attention(kernel, dtype, q, k, v, bias=bias.detach())  # (the same view: detach keeps the strides)
+    if learn:  # the gradient of the base, through the expand (check_attention compares leaves' gradients)
+        ref_base = base.detach().double().requires_grad_()
+        ref = kernel.reference.attention(q.detach().double(), k.detach().double(), v.detach().double(),
+                                         bias=ref_base.expand(B, H, S, S))
+        g = torch.randn(out.shape, device=device, dtype=torch.float32).to(dtype)
+        (dbase,) = torch.autograd.grad(kernel.attention(q, k, v, bias=bias), base, g)
+        ref.backward(g.double())
+        assert_rel_l2("dbias (base of the expanded view)", dbase, ref_base.grad)
+
+
 def test_bias_without_grad(kernel, device):
     dtype = _low_precision(device)
     q, k, v = _qkv(2, 30, 30, 2, 2, 32, dtype, device)
