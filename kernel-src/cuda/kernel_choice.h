@@ -596,7 +596,7 @@ inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KPara
                                   bool tma = false) {
   const std::string who = tma ? "fwd_decode_tma: " : "";
   if (tma && !dev.sm90a) return who + "not Hopper / no sm_90a code";
-  const int rows = user.hgroup * user.Sq;
+  const int64_t rows = int64_t(user.hgroup) * user.Sq;  // (int64: H / Hkv x Sq can pass 2^31)
   if (rows > kDecodeMaxRows) return who + "more than 16 query rows per KV head";
   if (fp.rel_table) return who + "a table term";
   if (user.Sk == 0) return who + "an empty key set";
