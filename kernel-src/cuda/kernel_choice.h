@@ -454,7 +454,9 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   const Operand4d& m = p.mask;
   if (m.ptr != nullptr && p.Sq > 1 && p.bias.ptr == nullptr && fp.rel_table == nullptr && p.scale > 0.f &&
       Narrow::kBlockN % 32 == 0) {
-    c.mb_words = (div_up(p.Sk, 32) + 3) / 4 * 4;  // whole 16-byte rows (load_mask_bits reads 16 bytes at a time)
+    // whole key blocks (load_mask_bits reads BN / 32 words per block: 96-key blocks at head dims 160 / 192 pass
+    // ceil(Sk / 32) words) in whole 16-byte rows (it reads 16 bytes at a time where BN is a multiple of 128)
+    c.mb_words = (div_up(p.Sk, Narrow::kBlockN) * (Narrow::kBlockN / 32) + 3) / 4 * 4;
     p.mb_period = m.period;
     p.mb_heads = m.heads;
     p.mb_rows = m.rows == 1 ? 1 : p.Sq;
