@@ -33,7 +33,8 @@
 namespace winattn {
 namespace cuda {
 
-inline int div_up(int a, int b) { return (a + b - 1) / b; }
+// (a + b - 1 in int64: it passes 2^31 for a batch past 2^30 in try_bwd_v3's div_up(B, period))
+inline int div_up(int a, int b) { return int((int64_t(a) + b - 1) / b); }
 
 // The head-dim instance a call's D runs on (the kernels are instantiated for these; the columns past D are zero).
 __host__ __device__ constexpr int kernel_head_dim(int d) {
@@ -825,7 +826,7 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
   vb.defer = !Tr::kSplitD && (vb.dbias_mode == kDbiasNone || vb.dbias_mode == kDbiasAtomic);
   if (vb.dbias_mode == kDbiasStore || vb.dbias_mode == kDbiasReduce) {
     const bool shared = vb.dbias_mode == kDbiasReduce;
-    vb.pair = D == 64 && p.B == 2 * vb.dbias_period && vb.dbias_heads == p.H && !force.bwd_no_pair;
+    vb.pair = D == 64 && p.B == 2 * int64_t(vb.dbias_period) && vb.dbias_heads == p.H && !force.bwd_no_pair;
     if (vb.pair || !shared) vb.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
     if (vb.pair && bwd_v3_smem<Tr>(vb, 1) > dev.smem_optin) {
       vb.pair = false;
