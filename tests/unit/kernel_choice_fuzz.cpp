@@ -311,22 +311,35 @@ std::string describe(const Call& c) {
   return s;
 }
 
-// A choice in one line (--only, --repro).
-std::string choice_str(const FwdChoice& c) {
+// A choice in one line (--only, --repro; and compared whole where two choices must be the same).
+std::string view_str(const KParams& p) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d stage=%d mb_words=%d comb=[%d,%d,%d,%d]%s "
-                "%lld bytes splits=%d chunk=%d", name_of(c.kernel), c.why.c_str(), c.dk, c.block_m, c.block_n,
-                c.v3_terms, c.v3_tile, c.v3_stage_bytes, c.mb_words, c.comb.P, c.comb.heads, c.comb.rows,
-                c.comb.Skp, c.comb.mask ? "+mask" : "", (long long)c.comb.bytes, c.decode_splits, c.decode_chunk);
+  std::snprintf(buf, sizeof buf, "bias=%s/%d[%d,%d,%d,%d] mode %d pitch %d%s mask=%s bits=[%d,%d,%d,%d]",
+                p.bias.ptr == kWorkspaceTerm ? "prepared" : p.bias.ptr ? "given" : "-", p.bias.dtype, p.bias.period,
+                p.bias.heads, p.bias.rows, p.bias.cols, p.bias_mode, p.bias_pitch, p.term_hides ? " hides" : "",
+                p.mask.ptr ? "given" : "-", p.mb_period, p.mb_heads, p.mb_rows, p.mb_words);
   return buf;
 }
+std::string choice_str(const FwdChoice& c) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d stage=%d window_smem=%d "
+                "comb=[%d,%d,%d,%d]%s dtype %d %lld bytes splits=%d chunk=%d part=%lld%s | ", name_of(c.kernel),
+                c.why.c_str(), c.dk, c.block_m, c.block_n, c.v3_terms, c.v3_tile, c.v3_persistent, c.v3_stage_bytes,
+                c.window_smem, c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "",
+                c.comb.dtype, (long long)c.comb.bytes, c.decode_splits, c.decode_chunk,
+                (long long)c.decode_part_bytes, c.decode_tma ? " tma" : "");
+  return buf + view_str(c.p);
+}
 std::string choice_str(const BwdChoice& c) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d terms=%d hides=%d dbias=%d pair=%d deep=%d defer=%d bufs=%d smem=%d "
-                "mb_words=%d comb=[%d,%d,%d,%d]%s wide=%d", name_of(c.kernel), c.why.c_str(), c.dk, c.v3.terms,
-                c.v3.hides, c.v3.dbias_mode, c.v3.pair, c.v3.deep, c.v3.defer, c.v3.dbias_bufs, c.v3.smem, c.mb_words,
-                c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "", c.wide);
-  return buf;
+  const BwdV3Buffers& v = c.v3;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d hides=%d dbias=%d [%d,%d,%d,%d] pitch %d%s "
+                "pair=%d deep=%d defer=%d bufs=%d smem=%d window_smem=%d wide=%d comb=[%d,%d,%d,%d]%s dtype %d | ",
+                name_of(c.kernel), c.why.c_str(), c.dk, c.block_m, c.block_n, v.terms, v.hides, v.dbias_mode,
+                v.dbias_period, v.dbias_heads, v.dbias_rows, v.dbias_cols, v.dbias_pitch,
+                v.dbias_padded ? " padded" : "", v.pair, v.deep, v.defer, v.dbias_bufs, v.smem, c.window_smem, c.wide,
+                c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "", c.comb.dtype);
+  return buf + view_str(c.p);
 }
 
 // ---- the invariants' bookkeeping ------------------------------------------------------------------------------------
@@ -972,24 +985,50 @@ struct Runner {
     const BwdParams real = as_allocated(bp, user, dev, f);
     plan_bwd(Ctx{real, start, dev, f, sink, bwd_bytes(call)}, user, dev_name, force_name);
   }
+  // (v1 takes every call: forced, it never refuses)
   void plan_fwd(const Ctx& x, const KParams& user, const char* dev_name, const std::string& force_name) {
     ++choices;
-    guarded(sink, x.force.fwd != FwdKernel::kAuto, [&] {
+    guarded(sink, x.force.fwd != FwdKernel::kAuto && x.force.fwd != FwdKernel::kV1, [&] {
       const FwdChoice c = choose_fwd(x.bp, user, x.dev, x.force);
       if (sink.verbose) std::printf("  %s %s fwd: %s\n", dev_name, force_name.c_str(), choice_str(c).c_str());
       check_fwd(x, c);
+      if (x.force.fwd != FwdKernel::kAuto) return;
       // the plan memo (winattn_cuda.cu FwdPlanMemo) reuses a plan: it must be a pure function of the call
-      const FwdChoice again = choose_fwd(x.bp, user, x.dev, x.force);
-      sink.expect("choice.fwd_deterministic", again.kernel == c.kernel && again.why == c.why &&
-                                                  again.comb.bytes == c.comb.bytes && again.block_n == c.block_n);
+      const std::string plan = choice_str(c);
+      sink.expect("choice.fwd_deterministic", choice_str(choose_fwd(x.bp, user, x.dev, x.force)) == plan);
+      // WINATTN_FORCE_KERNEL=<the kernel the table chose> (an A/B run's baseline) plans exactly what the table did
+      Forced same = x.force;
+      same.fwd = c.kernel;
+      same.decode_tma = c.decode_tma;
+      sink.expect("force.table_choice_reproduces", [&] {
+        try {
+          FwdChoice forced = choose_fwd(x.bp, user, x.dev, same);
+          forced.why = c.why;
+          return choice_str(forced) == plan;
+        } catch (...) {
+          return false;
+        }
+      }());
     });
   }
   void plan_bwd(const Ctx& x, const KParams& user, const char* dev_name, const std::string& force_name) {
     ++choices;
-    guarded(sink, x.force.bwd != BwdKernel::kAuto, [&] {
+    guarded(sink, x.force.bwd != BwdKernel::kAuto && x.force.bwd != BwdKernel::kV1, [&] {
       const BwdChoice c = choose_bwd(x.bp, user, x.dev, x.force);
       if (sink.verbose) std::printf("  %s %s bwd: %s\n", dev_name, force_name.c_str(), choice_str(c).c_str());
       check_bwd(x, c);
+      if (x.force.bwd != BwdKernel::kAuto) return;
+      Forced same = x.force;
+      same.bwd = c.kernel;
+      sink.expect("force.table_choice_reproduces", [&] {
+        try {
+          BwdChoice forced = choose_bwd(x.bp, user, x.dev, same);
+          forced.why = c.why;
+          return choice_str(forced) == choice_str(c);
+        } catch (...) {
+          return false;
+        }
+      }());
     });
   }
 
