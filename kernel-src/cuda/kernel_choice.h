@@ -33,7 +33,8 @@
 namespace winattn {
 namespace cuda {
 
-inline int div_up(int a, int b) { return (a + b - 1) / b; }
+// (a + b - 1 in int64: it passes 2^31 for a batch past 2^30 in try_bwd_v3's div_up(B, period))
+inline int div_up(int a, int b) { return int((int64_t(a) + b - 1) / b); }
 
 // The head-dim instance a call's D runs on (the kernels are instantiated for these; the columns past D are zero).
 __host__ __device__ constexpr int kernel_head_dim(int d) {
@@ -454,7 +455,9 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   const Operand4d& m = p.mask;
   if (m.ptr != nullptr && p.Sq > 1 && p.bias.ptr == nullptr && fp.rel_table == nullptr && p.scale > 0.f &&
       Narrow::kBlockN % 32 == 0) {
-    c.mb_words = (div_up(p.Sk, 32) + 3) / 4 * 4;  // whole 16-byte rows (load_mask_bits reads 16 bytes at a time)
+    // whole key blocks (load_mask_bits reads BN / 32 words per block: 96-key blocks at head dims 160 / 192 pass
+    // ceil(Sk / 32) words) in whole 16-byte rows (it reads 16 bytes at a time where BN is a multiple of 128)
+    c.mb_words = (div_up(p.Sk, Narrow::kBlockN) * (Narrow::kBlockN / 32) + 3) / 4 * 4;
     p.mb_period = m.period;
     p.mb_heads = m.heads;
     p.mb_rows = m.rows == 1 ? 1 : p.Sq;
@@ -596,7 +599,7 @@ inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KPara
                                   bool tma = false) {
   const std::string who = tma ? "fwd_decode_tma: " : "";
   if (tma && !dev.sm90a) return who + "not Hopper / no sm_90a code";
-  const int rows = user.hgroup * user.Sq;
+  const int64_t rows = int64_t(user.hgroup) * user.Sq;  // (int64: H / Hkv x Sq can pass 2^31)
   if (rows > kDecodeMaxRows) return who + "more than 16 query rows per KV head";
   if (fp.rel_table) return who + "a table term";
   if (user.Sk == 0) return who + "an empty key set";
@@ -823,7 +826,7 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
   vb.defer = !Tr::kSplitD && (vb.dbias_mode == kDbiasNone || vb.dbias_mode == kDbiasAtomic);
   if (vb.dbias_mode == kDbiasStore || vb.dbias_mode == kDbiasReduce) {
     const bool shared = vb.dbias_mode == kDbiasReduce;
-    vb.pair = D == 64 && p.B == 2 * vb.dbias_period && vb.dbias_heads == p.H && !force.bwd_no_pair;
+    vb.pair = D == 64 && p.B == 2 * int64_t(vb.dbias_period) && vb.dbias_heads == p.H && !force.bwd_no_pair;
     if (vb.pair || !shared) vb.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
     if (vb.pair && bwd_v3_smem<Tr>(vb, 1) > dev.smem_optin) {
       vb.pair = false;
