@@ -35,6 +35,9 @@ namespace cuda {
 
 // (a + b - 1 in int64: it passes 2^31 for a batch past 2^30 in try_bwd_v3's div_up(B, period))
 inline int div_up(int a, int b) { return int((int64_t(a) + b - 1) / b); }
+// Counts the kernels keep in int (grid indices, a mask-bits plane's words): a kernel whose count would pass this
+// does not take the call (kernel_choice_fuzz.cpp reached each with calls that fit an H200's memory).
+constexpr int64_t kIntCountMax = INT32_MAX;
 
 // The head-dim instance a call's D runs on (the kernels are instantiated for these; the columns past D are zero).
 __host__ __device__ constexpr int kernel_head_dim(int d) {
@@ -453,14 +456,16 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // given as its additive tensor: RESULTS v3.8). With an additive term the mask folds into it (one staged tile). A
   // mask broadcast over the queries ([B or 1, H, 1, Sk]: per-head token dropping) is one row of bits.
   const Operand4d& m = p.mask;
+  // whole key blocks (load_mask_bits reads BN / 32 words per block: 96-key blocks at head dims 160 / 192 pass
+  // ceil(Sk / 32) words) in whole 16-byte rows (it reads 16 bytes at a time where BN is a multiple of 128)
+  const int bits_words = (div_up(p.Sk, Narrow::kBlockN) * (Narrow::kBlockN / 32) + 3) / 4 * 4;
+  const int bits_rows = m.rows == 1 ? 1 : p.Sq;
   if (m.ptr != nullptr && p.Sq > 1 && p.bias.ptr == nullptr && fp.rel_table == nullptr && p.scale > 0.f &&
-      Narrow::kBlockN % 32 == 0) {
-    // whole key blocks (load_mask_bits reads BN / 32 words per block: 96-key blocks at head dims 160 / 192 pass
-    // ceil(Sk / 32) words) in whole 16-byte rows (it reads 16 bytes at a time where BN is a multiple of 128)
-    c.mb_words = (div_up(p.Sk, Narrow::kBlockN) * (Narrow::kBlockN / 32) + 3) / 4 * 4;
+      Narrow::kBlockN % 32 == 0 && int64_t(bits_rows) * bits_words <= kIntCountMax) {  // (mask_bits_kernel's plane)
+    c.mb_words = bits_words;
     p.mb_period = m.period;
     p.mb_heads = m.heads;
-    p.mb_rows = m.rows == 1 ? 1 : p.Sq;
+    p.mb_rows = bits_rows;
     p.mb_words = c.mb_words;
     p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
     p.mask = Operand4d{};
@@ -565,6 +570,9 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
                               const Forced& force) {
   if (!dev.sm90a) return "not Hopper / no sm_90a code";
   if (p.Sk == 0) return "an empty key set (a tensor map needs a nonzero extent)";
+  // fwd_pipelined_sm90.h walks tiles by an int index that steps by the grid (at most the tile count) past the last
+  // tile: 2^30 tiles of the smallest, 128-row, tile keep it in range
+  if (int64_t(div_up(p.Sq, 128)) * p.H * p.B > kIntCountMax / 2) return "more than 2^30 query tiles";
   if (force.v3_fine_dims) {
     if (v3_fine_head_dim(p.D) == c.dk) return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
     c.dk = v3_fine_head_dim(p.D);
@@ -584,8 +592,9 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 
 // Decode (fwd_decode.h): the H / Hkv x Sq rows of a KV head's query group in one CTA, at most 16 of them (one
 // m16 tile); no table term. The tiled kernels give such a call one useful row in 128 (Llama-3-8B decode with batch
-// 32: v3 0.755 ms against FlashAttention-4's 0.244; this kernel 0.278, RESULTS v3.7). The keys are split so that about kDecodeCtasPerSm CTAs per SM
-// are launched (B x Hkv x splits: a few waves of the 1-3 CTAs an SM holds, 104 KB of stages each at D = 128), in
+// 32: v3 0.755 ms against FlashAttention-4's 0.244; this kernel 0.278, RESULTS v3.7). The keys are split so that
+// about kDecodeCtasPerSm CTAs per SM are launched (B x Hkv x splits, a 1-D grid: a few waves of the 1-3 CTAs an SM
+// holds, 104 KB of stages each at D = 128), in
 // chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D bytes per
 // key and KV head read.
 // tma (WINATTN_FORCE_KERNEL=fwd_decode_tma, forced only, not measured yet): the same call on Hopper with K / V by TMA
@@ -608,11 +617,13 @@ inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KPara
   const int64_t want_ctas = tma ? decode_tma_ctas_per_sm(c.dk) * sms : kDecodeCtasPerSm * sms;
   const int64_t per_pair = tma ? want_ctas / pairs : (want_ctas + pairs - 1) / pairs;
   const int want = int(std::min<int64_t>(std::max<int64_t>(per_pair, 1), steps));
+  const int chunk = div_up(steps, want) * kDecodeStep, splits = div_up(user.Sk, chunk);
+  if (splits * pairs > kIntCountMax) return who + "more than 2^31 - 1 CTAs (one per split, KV head and item)";
   c.kernel = FwdKernel::kDecode;
   c.decode_tma = tma;
   c.p = user;
-  c.decode_chunk = div_up(steps, want) * kDecodeStep;
-  c.decode_splits = div_up(user.Sk, c.decode_chunk);
+  c.decode_chunk = chunk;
+  c.decode_splits = splits;
   const int64_t part_rows = int64_t(c.decode_splits) * user.B * user.H * user.Sq;  // fp32 o [D] + lse per row
   c.decode_part_bytes = c.decode_splits > 1 ? part_rows * (user.D + 1) * 4 : 0;
   c.block_m = c.block_n = 0;
@@ -655,14 +666,16 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
     return c;
   }
   // 3. Everything else on Hopper: v3, with every score term.
-  if (try_fwd_v3(c, fp, user, dev, force).empty()) {
+  const std::string v3_no = try_fwd_v3(c, fp, user, dev, force);
+  if (v3_no.empty()) {
     c.why = "v3";
     return c;
   }
   // 4. v1 everywhere else: other architectures, and on Hopper the empty key sets (v3 cannot map them; out = 0,
-  // lse = -inf: nothing to be fast at, so the v2 forward that ran them without a term was retired, issue 31).
+  // lse = -inf: nothing to be fast at, so the v2 forward that ran them without a term was retired, issue 31) and
+  // calls past v3's tile count.
   fwd_v1(c, fp, user);
-  c.why = dev.sm90a ? "v1 (empty key set)" : "not Hopper";
+  c.why = dev.sm90a ? "v1 (v3: " + v3_no + ")" : "not Hopper";
   return c;
 }
 
@@ -857,9 +870,11 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   // [B, H, S, S] mask, f+b kernel time: 0.585 ms against 0.689 folded (0.539 with the four-keys bits pass); the DiT /
   // SDXL / Llama-documents mask rows unchanged (RESULTS v3.9). bwd_v3_fold forces the fold (A/B).
   const Operand4d& m = p.mask;
+  const int bits_words = (div_up(p.Sq, 32) + 3) / 4 * 4;  // (whole 16-byte rows as the forward's; 2 per query block)
   if (force.bwd_mask_bits != 0 && m.ptr != nullptr && m.rows == p.Sq && p.Sq > 1 && p.bias.ptr == nullptr &&
-      bp.rel_table == nullptr && p.scale > 0.f && bwd_v3_head_dim(p.D) <= 128) {
-    c.mb_words = (div_up(p.Sq, 32) + 3) / 4 * 4;  // (whole 16-byte rows, as the forward's; a query block = 2 words)
+      bp.rel_table == nullptr && p.scale > 0.f && bwd_v3_head_dim(p.D) <= 128 &&
+      int64_t(p.Sk) * bits_words <= kIntCountMax) {  // (mask_bits_kernel's plane: a key row of words per key)
+    c.mb_words = bits_words;
     p.mb_period = m.period;
     p.mb_heads = m.heads;
     p.mb_rows = p.Sk;
@@ -867,7 +882,8 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
     p.mbits = static_cast<const uint32_t*>(kWorkspaceTerm);
     p.mask = Operand4d{};
   } else {
-    if (force.bwd_mask_bits == 1) return "bwd_v3_bits: a bool mask per score without an additive term, head dim <= 128";
+    if (force.bwd_mask_bits == 1)
+      return "bwd_v3_bits: a bool mask per score without an additive term, head dim <= 128, < 2^31 words of bits";
     prepare_v3_term(p, comb, bp, dt);
   }
   BwdV3Buffers vb;

@@ -22,24 +22,11 @@ SEED, CALLS = 20261223, 6000  # ~2.5 s under the sanitizers (each call: 3 device
 SANITIZERS = ["-fsanitize=undefined,address", "-fno-sanitize-recover=all"]
 ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
 
-# Open bugs outside kernel_choice.h, each with its reproduction (kernel_choice_fuzz.cpp kRepros): the random run
-# reports these invariants without failing on them, and test_open_bug_invariant_holds is xfail until each is fixed.
-OPEN = {
-    "bits.kernel_plane_fits_int": (
-        "mask_bits_plane_overflow",
-        "aux_kernels.h mask_bits_kernel / mask_bits_transposed4_kernel count rows x words of a plane in int: a bool "
-        "mask of 2^36+ scores as bits (256k-token document mask, fwd and bwd) overflows; fix: int64 per_plane and "
-        "in_plane there"),
-    "v3.tiles_fit_int": (
-        "v3_tiles_overflow",
-        "fwd_pipelined_sm90.h counts tiles ceil(Sq / BM) x H x B in int (ntiles, idx, three loops): 2^31+ tiles "
-        "(B=2^22 Sq=1 H=512 Hkv=1) overflow and no tile runs; fix: int64 ntiles / idx and decode_tile, or refuse v3"),
-    "decode.grid_fits": (
-        "decode_grid_overflow",
-        "fwd_decode launches splits x Hkv x B CTAs on gridDim.x: 2^31 of them (B=2^28 H=Hkv=8 Sq=1, 136 GiB) fail "
-        "the launch with an error (not a wrong result); fix: a 2-D grid, or split the batch over launches"),
-}
-FIXED = ["decode_rows_overflow", "v3_bits_96_key_blocks", "bwd_dbias_writers_overflow"]
+# Bugs the fuzz found, each with its reproduction (kernel_choice_fuzz.cpp kRepros), which must stay clean. The last
+# three are counts the kernels keep in int (a mask-bits plane's words, forward v3's tile index, decode's 1-D grid):
+# kernel_choice.h now refuses those kernels past kIntCountMax, and a call falls through to one that takes it.
+FIXED = ["decode_rows_overflow", "v3_bits_96_key_blocks", "bwd_dbias_writers_overflow", "mask_bits_plane_overflow",
+         "v3_tiles_overflow", "decode_grid_overflow"]
 # every kernel and score-term path the random calls must reach (the fuzz proves nothing about a path it never takes)
 MUST_COVER = [
     "fwd_v1", "fwd_decode", "fwd_decode_tma", "fwd_windows bn=64", "fwd_windows bn=64 folded", "fwd_windows bn=128",
@@ -98,7 +85,7 @@ def random_run(fuzz_exe):
 
 
 def test_random_calls_keep_every_invariant(random_run):
-    failed = {name: call for name, call in random_run["fails"].items() if name not in OPEN}
+    failed = random_run["fails"]
     assert not failed, "invariants broken (first call of each; rerun it with the --seed / --only it names):\n" + \
         "\n".join(f"{name}: {call}" for name, call in sorted(failed.items()))
 
@@ -106,7 +93,7 @@ def test_random_calls_keep_every_invariant(random_run):
 def test_random_calls_reach_every_kernel_and_check_every_invariant(random_run):
     missing = [path for path in MUST_COVER if random_run["cover"].get(path, 0) == 0]
     assert not missing, f"kernel paths the random calls never reached: {missing}"
-    unchecked = [name for name, (passed, _) in random_run["checks"].items() if passed == 0 and name not in OPEN]
+    unchecked = [name for name, (passed, _) in random_run["checks"].items() if passed == 0]
     assert not unchecked, f"invariants that never held once (vacuous or always broken): {unchecked}"
     assert len(random_run["checks"]) >= 100, sorted(random_run["checks"])
 
@@ -115,19 +102,6 @@ def test_random_calls_reach_every_kernel_and_check_every_invariant(random_run):
 def test_fixed_bug_stays_fixed(fuzz_exe, name):
     r = run(fuzz_exe, "--repro", name)
     assert not r["fails"], r["fails"]
-
-
-@pytest.mark.parametrize("invariant", sorted(OPEN))
-def test_open_bug_breaks_only_open_invariants(fuzz_exe, invariant):
-    r = run(fuzz_exe, "--repro", OPEN[invariant][0])
-    assert set(r["fails"]) <= set(OPEN), r["fails"]
-
-
-@pytest.mark.parametrize("invariant", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
-                                       for name, (_, reason) in sorted(OPEN.items())])
-def test_open_bug_invariant_holds(fuzz_exe, invariant):
-    r = run(fuzz_exe, "--repro", OPEN[invariant][0])
-    assert invariant in r["checks"] and invariant not in r["fails"], r["fails"].get(invariant)
 
 
 if __name__ == "__main__":
