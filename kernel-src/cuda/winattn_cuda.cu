@@ -322,7 +322,7 @@ void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
 void size_bwd_v1(BwdPlan& pl, const BwdParams& bp, const BwdNeeds& n, const DeviceCaps& dev, int dt,
                  const TileConfig& tc) {
   KParams& p = pl.c.p;
-  const int acc_bytes = p.Sq * tc.bwd_ld_acc * 4;
+  const int64_t acc_bytes = int64_t(p.Sq) * tc.bwd_ld_acc * 4;  // (int64: Sq up to 2^30; past smem_optin unused)
   const bool window_ok = n.wants_accum && p.H == p.Hkv && p.B >= 2;
   int tile = 0;
   if (p.bias.ptr) {
@@ -334,10 +334,10 @@ void size_bwd_v1(BwdPlan& pl, const BwdParams& bp, const BwdNeeds& n, const Devi
   bool best_window = false;
   for (int win = window_ok ? 1 : 0; win >= 0; --win) {
     for (int st = max_stages; st >= 0; --st) {
-      const int smem = tc.bwd_smem + st * tile + (win ? acc_bytes : 0);
+      const int64_t smem = tc.bwd_smem + int64_t(st) * tile + (win ? acc_bytes : 0);
       if (smem > dev.smem_optin) continue;
       int occ = 0;
-      dispatch_hdim(pl.c.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, smem, pl.cfg); });
+      dispatch_hdim(pl.c.dk, [&](auto d) { occ = bwd_blocks_per_sm<decltype(d)::value>(dt, int(smem), pl.cfg); });
       if (occ > best_occ) {
         best_occ = occ;
         best_stages = st;
@@ -355,7 +355,7 @@ void size_bwd_v1(BwdPlan& pl, const BwdParams& bp, const BwdNeeds& n, const Devi
     const int64_t items = int64_t(p.B) * p.Hkv * pl.nblocks;
     int occ = 1;
     dispatch_hdim(pl.c.dk, [&](auto d) {
-      occ = bwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem + acc_bytes, pl.cfg);
+      occ = bwd_blocks_per_sm<decltype(d)::value>(dt, pl.smem + int(acc_bytes), pl.cfg);
     });
     G = waves_g(items, int64_t(dev.sms) * std::max(occ, 1), 64);
     G = env_int("WINATTN_BWD_G", G);
@@ -368,7 +368,7 @@ void size_bwd_v1(BwdPlan& pl, const BwdParams& bp, const BwdNeeds& n, const Devi
   p.NC = ceil_div(p.B / Pg, G);
   p.NR = p.NC * Pg;
   pl.grid = int64_t(pl.nblocks) * p.Hkv * p.NR;
-  if (pl.window) pl.smem += acc_bytes;
+  if (pl.window) pl.smem += int(acc_bytes);
 }
 
 BwdPlan plan_bwd(const BwdParams& bp) {
