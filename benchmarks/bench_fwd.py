@@ -8,9 +8,9 @@ padded after 4000 keys), Wan video (B=1, S=32760, H=12, D=128), dense bias [1,H,
 shapes without their mask / bias (and with a key-padding mask that pads nothing) for the cost of each term.
 Implementations: ours (v3) and ours_v1 (WINATTN_FORCE_KERNEL=v1) from the same binary; peers cuDNN
 SDPA (with the same mask / bias), SDPA flash (no mask), FlashAttention-4 (no mask; causal: staged by
-../shared/device/fa4_wheels.sh, else its rows say why it did not run), FlexAttention (bias as score_mod). Each of ours is first
-checked against an fp32 SDPA reference on the same inputs (max abs error printed), then timed: CUDA events after
-warm-up, median of --reps (bench_cuda.cuda_time).
+../shared/device/fa4_wheels.sh, else its rows say why it did not run), FlexAttention (bias as score_mod). Each of
+ours is first checked against an fp32 SDPA reference on the same inputs (max abs error printed), then timed: CUDA
+events after warm-up, median of --reps (bench_cuda.cuda_time).
 """
 
 import argparse

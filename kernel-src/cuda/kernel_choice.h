@@ -594,9 +594,8 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 // m16 tile); no table term. The tiled kernels give such a call one useful row in 128 (Llama-3-8B decode with batch
 // 32: v3 0.755 ms against FlashAttention-4's 0.244; this kernel 0.278, RESULTS v3.7). The keys are split so that
 // about kDecodeCtasPerSm CTAs per SM are launched (B x Hkv x splits, a 1-D grid: a few waves of the 1-3 CTAs an SM
-// holds, 104 KB of stages each at D = 128), in
-// chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1) bytes per split and row, next to 4 D bytes per
-// key and KV head read.
+// holds, 104 KB of stages each at D = 128), in chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1)
+// bytes per split and row, next to 4 D bytes per key and KV head read.
 // tma (WINATTN_FORCE_KERNEL=fwd_decode_tma, forced only, not measured yet): the same call on Hopper with K / V by TMA
 // (sm90/fwd_decode_sm90.h, head dims 64 / 128 / 256 as fwd_decode.h), its splits sized to one wave of the CTAs it
 // keeps resident (decode_tma_ctas_per_sm: its stage ring fills two CTAs' shared memory, one at head dim 256), rounded
