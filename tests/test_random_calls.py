@@ -9,11 +9,12 @@ reference for out / dq / dk / dv, relative L2 for dbias (an exact bound for a ke
 pattern, outputs poisoned first. 16-bit dtypes, the rule's domain (float32 has test_attention.py's cases); the CPU
 build in CI, the GPU build on the H200.
 
-Past these seeds (652 more drawn on the CPU build, 2026-12-04) four fail, all the flash-style backward's delta =
-rowsum(dO * O) taken from the 16-bit output: a bias gradient summed over thousands of rows with few keys (seed 72:
-[1, 1, 1, 7] over 3 x 8 x 128 rows, relative L2 4.4e-2; 405: 1.08e-2; 615: 3.2e-2 at scale 2) and dk of a causal
-call whose rows see one or two keys (467). SDPA's efficient backward, the peer that returns dBias, takes delta the
-same way.
+Past these seeds (652 more drawn on the CPU build, 2026-12-04) four fail. Three are the flash-style backward's
+delta = rowsum(dO * O) taken from the 16-bit output (their errors fall 4-10x with delta corrected through
+attention_backward's grad_lse): a bias gradient summed over many rows with few keys (seed 72: [1, 1, 1, 7] over
+3 x 8 x 128 rows, relative L2 4.4e-2; 615: 3.2e-2 at scale 2) and dk of a causal call whose rows see one or two keys
+(467). SDPA's efficient backward, the peer that returns dBias, takes delta the same way. The fourth (405: 1.08e-2) is
+the API rounding a float16 bias to bfloat16 q's dtype, which the dbias rule's float64 reference does not.
 """
 
 import random
