@@ -32,7 +32,7 @@ rc=0
 
 if [[ " $steps " == *" tests "* ]]; then
   echo "== GPU tests"
-  python3 -m pytest -q tests/gpu tests/test_attention.py -p no:cacheprovider \
+  python3 -m pytest -q tests/gpu tests/test_attention.py tests/test_random_calls.py -p no:cacheprovider \
     --junitxml="$results/gpu_tests.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$results/gpu_tests.log" | tail -40
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
