@@ -252,6 +252,13 @@ def foreign(module_id: str) -> Optional[str]:
     module = sys.modules.get(module_id)
     if module is not None and module is not own:
         return f"sys.modules['{module_id}'] (from {getattr(module, '__file__', None) or 'an unknown file'})"
+    if own is None:
+        # A failed import elsewhere (kernels.get_kernel whose `__init__` raised) drops `<id>` but keeps the submodules
+        # it had imported: the verified `__init__`'s relative imports (`from .interface import ...`) would be handed
+        # those unverified modules from sys.modules instead of the copy's files. Any `<id>.*` is foreign here.
+        for name in sorted(m for m in list(sys.modules) if m.startswith(module_id + ".")):
+            sub = sys.modules.get(name)
+            return f"sys.modules['{name}'] (from {getattr(sub, '__file__', None) or 'an unknown file'})"
     try:
         from kernels import get_loaded_kernels
     except ImportError:
