@@ -10,7 +10,8 @@ in kernels, why winattn needs it, and what a kernels upgrade that changes it bre
   validates `build.toml` with the parser kernel-builder and kernels share (publish, builder); `Digest.hash_variant`
   computes a variant's digest the way kernels checks it. A rename breaks publishing, building and every load.
 - `available_versions_from_cache` (`kernels._versions._get_available_versions_from_cache`): the `v<N>` branches the
-  HF cache holds, for `version=N` offline. Breaks offline loads by version.
+  HF cache holds. No longer used by loads: it reads `refs/v<N>` through links and whole, so `version=N` offline
+  reads that one ref itself (`winattn.resolve.pin_offline`). Kept for tooling; a rename breaks nothing of a load.
 - `detect_backend` (`kernels.backends._backend`): this machine's backend as kernels' resolver sees it. Breaks
   variant selection (every load, `winattn info`).
 - `resolve_variant_for_system` (`kernels.variants._resolve_variant_for_system`): kernels' variant choice for a given

@@ -408,21 +408,23 @@ def pin_offline(repo_id: str, *, version: Optional[int], revision: Optional[str]
     """Resolve from the cache only (`refs/` written by earlier downloads), as kernels' offline resolvers. The revision
     is checked before it becomes a path under `refs/`, the ref file is read without following a link, and what it
     holds must be a commit id (`RemoteValueError`: anyone who can write the cache writes these files)."""
-    from ._kernels_private import available_versions_from_cache
-
     check_version_args(version, revision)
     if version is None and is_commit(revision):
         return Pin(repo_id, None, revision, revision)
     refs = repo_cache_folder(repo_id) / "refs"
     if version is not None:
-        versions = available_versions_from_cache(repo_id)
-        if version not in versions:
+        # `refs/v<N>` is read here like any other ref, not through kernels' `_get_available_versions_from_cache`:
+        # that one follows a link and reads the whole file, so a cache writer's link to a file of the victim's (a
+        # secret, /proc/self/environ) was read and its first bytes quoted in the refusal below.
+        ref_file = untrusted.contained(refs, refs / f"v{version}", source=f"the cache ref v{version}")
+        try:
+            commit = safe_fs.read_small(ref_file, MAX_REF_BYTES).decode("utf-8", "replace").strip()
+        except OSError:
             raise OfflineError(
                 f"version {version} of '{repo_id}' is not in the local cache ({cache_dir()}) and the Hub is in "
                 f"offline mode (HF_HUB_OFFLINE); load it once online, or pass revision=<commit>"
-            )
-        commit = untrusted.commit_id(versions[version].target_commit, source=f"the cache ref {refs / f'v{version}'}")
-        return Pin(repo_id, version, f"v{version}", commit)
+            ) from None
+        return Pin(repo_id, version, f"v{version}", untrusted.commit_id(commit, source=f"the cache ref {ref_file}"))
     ref_file = untrusted.contained(refs, refs / revision, source=f"revision= {revision!r}")
     try:
         commit = safe_fs.read_small(ref_file, MAX_REF_BYTES).decode("utf-8", "replace").strip()

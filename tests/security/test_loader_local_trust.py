@@ -155,3 +155,35 @@ def test_lock_sha256_needs_a_vendored_directory():
 
     with pytest.raises(ValueError, match="lock_sha256= pins the lock of a vendored directory"):
         winattn.load(REPO, lock_sha256="0" * 64)
+
+
+def test_offline_version_ref_is_not_read_through_a_link(hf_cache, offline, tmp_path):
+    """Audit 3: `version=N` offline read `refs/v<N>` through kernels' `_get_available_versions_from_cache`, which
+    follows links and reads the whole file: a cache writer's link to any file the victim can read (a secret,
+    /proc/self/environ) got it read, and its first bytes quoted in the error. Now it is read as `revision=` is."""
+    import winattn
+    from winattn.errors import RemoteValueError
+
+    secret = tmp_path / "secret"
+    secret.write_text("HF_TOKEN=hf_victims_secret_token\n")
+    refs = hf_cache / "kernels--winattn--window-attention" / "refs"
+    refs.mkdir(parents=True)
+    os.symlink(secret, refs / "v1")
+    offline()
+    with pytest.raises(RemoteValueError, match="resolves to .*secret, outside .*refs") as e:
+        winattn.load(REPO, version=1)
+    assert "victims_secret" not in str(e.value)
+
+
+def test_offline_version_ref_must_hold_a_commit_id(hf_cache, offline):
+    import winattn
+    from winattn.errors import OfflineError, RemoteValueError
+
+    refs = hf_cache / "kernels--winattn--window-attention" / "refs"
+    refs.mkdir(parents=True)
+    (refs / "v1").write_text("../../../../outside")
+    offline()
+    with pytest.raises(RemoteValueError, match="as a commit id"):
+        winattn.load(REPO, version=1)
+    with pytest.raises(OfflineError, match="version 2 of 'winattn/window-attention' is not in the local cache"):
+        winattn.load(REPO, version=2)
