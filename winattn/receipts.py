@@ -58,6 +58,15 @@ def read_receipt(variant_path: Path) -> Optional[dict]:
         return None
     if data.get("variant_path") != os.path.realpath(variant_path):
         return None
+    # The shape too, not only the depth: a `files` that is a list (or a stat tuple that is a number) made
+    # `receipt_matches` raise TypeError, and an `origin` that is not an object made an offline load's `.get` raise
+    # AttributeError, on every later verification of the entry. Such a receipt is not one winattn wrote: ignored.
+    files, origin = data.get("files"), data.get("origin")
+    if not isinstance(files, dict) or not all(isinstance(v, list) and len(v) == 5 and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in v) for v in files.values()):
+        return None
+    if origin is not None and not isinstance(origin, dict):
+        return None
     return data
 
 

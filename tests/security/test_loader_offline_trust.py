@@ -79,3 +79,25 @@ def test_diffusers_disable_remote_code_wins_offline_after_an_online_opt_in(hub, 
         assert wd.load_backend(name).__winattn_info__.trust == "trust_remote_code"  # an offline opt-in, again
     finally:
         wd.unload(name)
+
+
+@pytest.mark.parametrize("origin", ["trusted publisher winattn", ["x"], {"repo_id": ["x"]}])
+def test_receipt_origin_of_the_wrong_shape_is_no_offline_verdict(hub, hf_cache, make_build, offline, origin):
+    """Audit 3: an offline load read the receipt's `origin` with `.get`: one that is not an object raised
+    AttributeError out of `winattn.load` (every offline load of the entry broke). Now it is no verdict: the offline
+    load asks for an opt-in, as without a receipt."""
+    import json
+
+    import winattn
+    from winattn.errors import UntrustedKernelError
+    from winattn.receipts import receipt_path
+
+    publish_build(hub, make_build())
+    online = winattn.load("winattn/window-attention", endpoint=hub.url)
+    path = receipt_path(online.__winattn_info__.variant_path)
+    receipt = json.loads(path.read_text())
+    receipt["origin"] = origin
+    path.write_text(json.dumps(receipt))
+    offline()
+    with pytest.raises(UntrustedKernelError, match="opt-in is not remembered"):
+        winattn.load("winattn/window-attention", version=1)

@@ -76,3 +76,23 @@ def test_depth_and_size_bounds():
         loads("[" * 65 + "]" * 65, max_bytes=1000)
     with pytest.raises(JSONLimitError, match="more than the 10 accepted"):
         loads(b"[1, 2, 3, 4, 5]", max_bytes=10)
+
+
+@pytest.mark.parametrize("files", [["__init__.py"], {"__init__.py": 7}], ids=["list", "number"])
+def test_receipt_of_the_wrong_shape_is_ignored_and_the_variant_hashed(make_build, hf_cache, files):
+    """Audit 3: a receipt is JSON of the right depth but not of the right shape (its `files` a list, a stat tuple a
+    number): `receipt_matches` indexed it and raised TypeError out of `verify_variant` (`winattn verify` crashed on
+    every later run). Now a receipt not of the shape winattn writes is ignored, as a deep one is."""
+    from winattn.receipts import receipt_path
+    from winattn.verify import verify_variant
+
+    b = make_build()
+    assert verify_variant(b.variant_dir).ok
+    path = receipt_path(b.variant_dir)
+    receipt = json.loads(path.read_text())
+    names = sorted(receipt["files"])
+    receipt["files"] = names if isinstance(files, list) else dict.fromkeys(names, 7)
+    path.write_text(json.dumps(receipt))
+    report = verify_variant(b.variant_dir)
+    assert report.ok and not report.receipt_hit
+
