@@ -143,30 +143,57 @@ def list_files(variant_path: Path) -> tuple[list, list]:
     return sorted(listing.files), sorted(listing.bytecode)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _remove_under(root_fd: int, parts: list) -> None:
+    """Remove `parts` (a file, a link, or a directory tree) under the directory `root_fd`, walking down by file
+    descriptor without following a link: a component swapped for a link since the listing raises OSError (ELOOP /
+    ENOTDIR) instead of being followed out of the variant."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        st = os.lstat(parts[-1], dir_fd=fd)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(parts[-1], dir_fd=fd)  # the fd-based rmtree: never follows a link inside either
+        else:
+            os.unlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def purge_bytecode(variant_path: Path, bytecode: Iterable[str]) -> list:
     """Remove stray bytecode (it is never part of a published variant); return what could not be removed.
-    Links are removed, never followed."""
+    Links are removed, never followed, and neither is a directory above them: each removal walks down from the
+    variant by file descriptor (`_remove_under`), since whoever writes a shared cache can swap a parent directory
+    for a link between the listing and the purge (a path-based removal then deleted `__pycache__/` elsewhere)."""
     left = []
     dirs = set()
-    for rel in bytecode:
-        p = variant_path / rel
-        try:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:
-            left.append(rel)
-        parts = rel.split("/")
-        if "__pycache__" in parts:
-            dirs.add(variant_path.joinpath(*parts[: parts.index("__pycache__") + 1]))
-    for d in sorted(dirs, reverse=True):
-        if d.is_symlink():
-            d.unlink(missing_ok=True)
-        else:
-            shutil.rmtree(d, ignore_errors=True)
+    try:
+        root = os.open(variant_path, _DIR_FLAGS)
+    except OSError:
+        return list(bytecode)
+    try:
+        for rel in bytecode:
+            parts = rel.split("/")
+            try:
+                _remove_under(root, parts)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(rel)
+            if "__pycache__" in parts:
+                dirs.add(tuple(parts[: parts.index("__pycache__") + 1]))
+        for d in sorted(dirs, reverse=True):
+            try:
+                _remove_under(root, list(d))
+            except OSError:
+                pass
+    finally:
+        os.close(root)
     return left
 
 

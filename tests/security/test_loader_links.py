@@ -225,3 +225,36 @@ def test_pycache_link_is_stray_bytecode_and_purging_never_follows_it(make_build,
     report = verify_variant(b.variant_dir, bytecode="purge", use_receipt=False)
     assert report.ok, report.summary()
     assert not os.path.lexists(b.variant_dir / "__pycache__") and (keep / "precious").exists()
+
+
+def test_purging_never_follows_a_parent_swapped_for_a_link_after_the_listing(make_build, tmp_path, monkeypatch):
+    """Audit 3: stray bytecode was purged by path (`variant/sub/__pycache__/x.pyc`, then `rmtree` of
+    `variant/sub/__pycache__`), so a cache writer who swaps `sub` for a link between the listing and the purge made
+    the loader delete `__pycache__` directories (whatever they hold) and `.pyc` files anywhere it can write. Now each
+    removal walks down from the variant by file descriptor without following a link: the swapped link stops it."""
+    import shutil
+
+    from winattn import file_reader
+    from winattn.verify import verify_variant
+
+    b = make_build()
+    sub = b.variant_dir / "sub"
+    (sub / "__pycache__").mkdir(parents=True)
+    (sub / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"stray")
+    victim = tmp_path / "victims-project"
+    (victim / "__pycache__").mkdir(parents=True)
+    (victim / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"the victim's")
+    (victim / "__pycache__" / "precious").write_text("x")
+    real_scan = file_reader.scan_variant
+
+    def scan_then_swap(path, **kwargs):
+        listing = real_scan(path, **kwargs)
+        if listing.bytecode and sub.is_dir() and not sub.is_symlink():
+            shutil.rmtree(sub)
+            os.symlink(victim, sub)  # the writer's move, right after the listing
+        return listing
+
+    monkeypatch.setattr(file_reader, "scan_variant", scan_then_swap)
+    verify_variant(b.variant_dir, bytecode="purge", use_receipt=False)
+    assert (victim / "__pycache__" / "precious").exists()
+    assert (victim / "__pycache__" / "x.cpython-311.pyc").read_bytes() == b"the victim's"
