@@ -9,9 +9,6 @@ in kernels, why winattn needs it, and what a kernels upgrade that changes it bre
   re-exported). `Backend` names a variant's backend type (arch check, device of the smoke test); `Build.open`
   validates `build.toml` with the parser kernel-builder and kernels share (publish, builder); `Digest.hash_variant`
   computes a variant's digest the way kernels checks it. A rename breaks publishing, building and every load.
-- `available_versions_from_cache` (`kernels._versions._get_available_versions_from_cache`): the `v<N>` branches the
-  HF cache holds. No longer used by loads: it reads `refs/v<N>` through links and whole, so `version=N` offline
-  reads that one ref itself (`winattn.resolve.pin_offline`). Kept for tooling; a rename breaks nothing of a load.
 - `detect_backend` (`kernels.backends._backend`): this machine's backend as kernels' resolver sees it. Breaks
   variant selection (every load, `winattn info`).
 - `resolve_variant_for_system` (`kernels.variants._resolve_variant_for_system`): kernels' variant choice for a given
@@ -37,13 +34,6 @@ def __getattr__(name: str):
 
         return getattr(_rust, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def available_versions_from_cache(repo_id: str) -> dict:
-    """{N: ref} for the version branches `v<N>` of `repo_id` in the local cache, as kernels' offline resolver."""
-    from kernels._versions import _get_available_versions_from_cache
-
-    return _get_available_versions_from_cache(repo_id)
 
 
 def detect_backend():
@@ -81,11 +71,10 @@ def resolve_all() -> dict:
     """Every private name above, resolved against the installed kernels (a test calls it, so that an upgrade that
     renames one fails there, by name)."""
     from kernels import importer
-    from kernels._versions import _get_available_versions_from_cache
     from kernels.backends import _backend
     from kernels.variants import _resolve_variant_for_system
 
     found = {name: __getattr__(name) for name in _RUST_NAMES}
-    found.update(_get_available_versions_from_cache=_get_available_versions_from_cache, _backend=_backend,
-                 _resolve_variant_for_system=_resolve_variant_for_system, _loaded_kernels=importer._loaded_kernels)
+    found.update(_backend=_backend, _resolve_variant_for_system=_resolve_variant_for_system,
+                 _loaded_kernels=importer._loaded_kernels)
     return found
