@@ -45,12 +45,37 @@ def resolved_repo_id(args: argparse.Namespace) -> str:
     return positional or legacy or DEFAULT_REPO_ID
 
 
+def version_arg(value: str) -> int:
+    """argparse type of --version: a non-negative integer. `--version -1` reached `resolve.check_version_args` and
+    ended in a ValueError traceback (the CLI maps only winattn's and the Hub client's errors); a usage error here."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a kernel major version (a non-negative integer N, "
+                                         "branch v<N>)")
+    return number
+
+
+def revision_arg(value: str) -> str:
+    """argparse type of --revision: a branch, tag or 40-hex commit (`winattn.untrusted.is_revision`, the rule
+    `resolve.check_version_args` applies). `--revision a..b` ended in a ValueError traceback; a usage error here."""
+    from .untrusted import is_revision, shown
+
+    if not is_revision(value):
+        raise argparse.ArgumentTypeError(f"{shown(repr(value))} is not a branch, tag or 40-hex commit id (a git ref "
+                                         "name: no '..', no component starting with '.', no control character or "
+                                         "space)")
+    return value
+
+
 def add_version_args(p: argparse.ArgumentParser) -> None:
     """`--version N` | `--revision R`, mutually exclusive, default version 1 (as `kernels.get_kernel` docs use)."""
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--version", type=int, default=None, metavar="N",
+    g.add_argument("--version", type=version_arg, default=None, metavar="N",
                    help=f"kernel major version, i.e. branch v<N> (default: {DEFAULT_VERSION})")
-    g.add_argument("--revision", default=None, metavar="REV",
+    g.add_argument("--revision", type=revision_arg, default=None, metavar="REV",
                    help="branch, tag or commit sha to use instead of --version")
 
 

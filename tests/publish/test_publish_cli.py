@@ -120,3 +120,50 @@ def test_hub_serve_writes_a_missing_token_file_mode_0600(tmp_path):
     token = path.read_text().strip()
     assert len(token) >= 32 and os.stat(path).st_mode & 0o777 == 0o600
     assert create_token_file(path) is None and path.read_text().strip() == token  # never overwritten
+
+
+@pytest.mark.parametrize("command", ["vendor", "info", "verify"])
+@pytest.mark.parametrize("flags", [["--version", "-1"], ["--revision", "a..b"], ["--revision", "x y"]])
+def test_a_bad_version_or_revision_is_a_usage_error_not_a_traceback(command, flags, capsys):
+    """`--version -1` / `--revision a..b` raised ValueError out of resolve.check_version_args with a traceback (the
+    CLI maps only winattn's and the Hub client's errors); they are usage errors naming the flag, before any Hub call."""
+    with pytest.raises(SystemExit) as exc:
+        main([command, *flags, "--endpoint", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {flags[0]}" in err and "Traceback" not in err
+
+
+def test_vendor_into_a_path_that_is_no_directory_is_one_line(tmp_path, hub, api, build_copy, src_root, capsys):
+    """`winattn vendor --local-dir FILE` (or an unwritable place) ended in a FileExistsError traceback from mkdir; it
+    is one line naming the path, and the file is left as it was."""
+    publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    target = tmp_path / "a-file"
+    target.write_text("keep me\n")
+    assert main(["vendor", "--local-dir", str(target), "--endpoint", hub.url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("winattn vendor: error: ") and str(target) in err and "Traceback" not in err
+    assert target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("name", ["RESULTS.md", "benchmark_secret.py"])
+def test_publish_refuses_a_benchmark_file_that_is_a_link(hub, api, build_copy, src_root, tmp_path, name):
+    """benchmarks/ is uploaded to main as it is: a link there (git stores links; a contributed RESULTS.md ->
+    ~/.ssh/id_ed25519) made publish upload the file it points at, publicly, and quote RESULTS.md's target into the
+    card. A link is refused, naming it, before anything is uploaded."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2\n")
+    (src_root / "benchmarks" / name).symlink_to(secret)
+    with pytest.raises(PublishError, match=f"benchmarks/{name}.* link"):
+        publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    assert not api.repo_exists(REPO, repo_type="kernel")
+
+
+def test_publish_refuses_a_card_template_that_is_a_link(hub, api, build_copy, src_root, tmp_path):
+    """CARD.md becomes the public README.md: a link there published the file it points at."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2\n")
+    (src_root / "CARD.md").unlink()
+    (src_root / "CARD.md").symlink_to(secret)
+    with pytest.raises(PublishError, match="CARD.md.* link"):
+        publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
+    assert not api.repo_exists(REPO, repo_type="kernel")
