@@ -80,6 +80,13 @@ def describe_error(e: BaseException, args=None) -> str | None:
     if isinstance(e, hub_call_errors()):  # connection refused, DNS, timeouts
         return cli_words(f"cannot reach the Hub at {endpoint}: {describe_hub_error(e)}; to use kernels already in "
                          "the local cache, set HF_HUB_OFFLINE=1")
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        # A local path the user named that cannot be used (`vendor --local-dir FILE`, an unwritable directory, a
+        # missing key file): the environment, not a bug. It ended in a traceback; one line naming the path instead.
+        from .untrusted import shown
+
+        other = f" -> {shown(e.filename2)}" if e.filename2 is not None else ""
+        return f"{shown(e.filename)}{other}: {e.strerror} (check the path and its permissions)"
     return None
 
 

@@ -139,6 +139,7 @@ def test_vendor_into_a_path_that_is_no_directory_is_one_line(tmp_path, hub, api,
     publish(REPO, build_dir=build_copy, endpoint=hub.url, token=TOKEN, repo_root=src_root)
     target = tmp_path / "a-file"
     target.write_text("keep me\n")
+    capsys.readouterr()
     assert main(["vendor", "--local-dir", str(target), "--endpoint", hub.url]) == 1
     err = capsys.readouterr().err
     assert err.startswith("winattn vendor: error: ") and str(target) in err and "Traceback" not in err
