@@ -214,6 +214,10 @@ def render_card(
     `signed` names the variants this release signs (default: those holding a signature in `variant_dirs`), `signer`
     is the key's fingerprint."""
     template = Path(template) if template else Path(repo_root) / CARD_TEMPLATE
+    if template.is_symlink():
+        # The card is published as main's README.md: a linked CARD.md published the file it points at.
+        raise PublishError(f"card template {template} is a link: publish uploads only the repository's own files; "
+                           "replace it by the file")
     if not template.is_file():
         raise PublishError(f"card template {template} is missing")
     if not variant_dirs:

@@ -145,15 +145,25 @@ def check_variant(
 
 
 def benchmark_files(repo_root: Path) -> list[Path]:
-    """`benchmarks/benchmark*.py` and `benchmarks/RESULTS.md`, relative to repo_root."""
+    """`benchmarks/benchmark*.py` and `benchmarks/RESULTS.md`, relative to repo_root.
+
+    Raises:
+        PublishError: `benchmarks/` or one of those files is a link. They are uploaded to the public `main` (and
+            RESULTS.md quoted into the card) as they are: a link (git stores links, so a contributed
+            `RESULTS.md -> ~/.ssh/id_ed25519` arrives with a pull) published the file it points at.
+    """
     bench = Path(repo_root) / "benchmarks"
+    if bench.is_symlink():
+        raise PublishError(f"{bench} is a link: publish uploads only the repository's own files; replace it by a "
+                           "directory")
     if not bench.is_dir():
         return []
-    return sorted(
-        p.relative_to(repo_root)
-        for p in bench.iterdir()
-        if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in BENCHMARK_PATTERNS)
-    )
+    found = sorted(p for p in bench.iterdir() if any(fnmatch.fnmatch(p.name, pat) for pat in BENCHMARK_PATTERNS))
+    links = [p for p in found if p.is_symlink()]
+    if links:
+        raise PublishError(f"{', '.join(str(p.relative_to(repo_root)) for p in links)}: a link, not a file; publish "
+                           "uploads only the repository's own files (replace it by the file, or remove it)")
+    return [p.relative_to(repo_root) for p in found if p.is_file()]
 
 
 def _is_benchmark_file(path: str) -> bool:
@@ -348,6 +358,8 @@ def publish_report(
                     signatures[vdir.name] = sign_variant(copy, signing_key, repo_id=repo_id, version=config.version)
                 except Exception as e:  # noqa: BLE001  (bad key format, unsupported curve, ...)
                     raise PublishError(f"variant {vdir.name}: signing failed: {e}") from None
+        # Before the card reads RESULTS.md: a linked benchmark file is refused before any of it is read.
+        benchmarks = {rel.as_posix() for rel in benchmark_files(repo_root)}
         for name in dirty_variants(variant_dirs):
             print(f"winattn publish: warning: {name} was built from a dirty git tree (noted on the card)",
                   file=sys.stderr)
@@ -378,7 +390,6 @@ def publish_report(
                 operations.append(CommitOperationAdd(path_in_repo=path_in_repo,
                                                      path_or_fileobj=signatures[vdir.name].read_bytes()))
         main_operations: list = [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())]
-        benchmarks = {rel.as_posix() for rel in benchmark_files(repo_root)}
         for rel in sorted(benchmarks):
             main_operations.append(CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(repo_root / rel)))
 
