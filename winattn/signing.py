@@ -293,9 +293,15 @@ def verify_signed_statement(metadata_bytes: bytes, signature_bytes: bytes, publi
                 fail("bad public key", f"cannot read trusted key {k}: {e}")
         candidates = [k for k in keys if fingerprints[k] == hint]
         if not candidates:
+            # The hint is the bundle's word, not a checked fingerprint: escaped and cut before it is quoted (raw, a
+            # hint with terminal escapes reached the terminal through this message; a 100 KB one made it 100 KB).
+            from .untrusted import shown
+
+            text = str(hint)
+            quoted = shown(text[:80] + ("..." if len(text) > 80 else ""))
             fail(
                 "unknown key",
-                f"signed by key sha256:{hint}, which is none of the trusted keys "
+                f"signed by key sha256:{quoted}, which is none of the trusted keys "
                 f"({', '.join(str(k) for k in keys)})",
             )
 

@@ -130,3 +130,21 @@ def test_unreadable_trusted_key_is_named(tmp_path, make_variant, keypair):
     bad.write_text("not a key")
     with pytest.raises(VerificationError, match=f"bad public key: cannot read trusted key {bad}"):
         verify_variant_signature(v, [bad, keypair[1]])
+
+
+@pytest.mark.parametrize("hint", ["\x1b]0;owned\x07\x1b[2J" + "ab" * 32, "f" * 100_000, 12345])
+def test_the_key_hint_of_a_signature_is_data_escaped_and_bounded_in_the_refusal(tmp_path, make_variant, keypair,
+                                                                                 other_keypair, hint):
+    """The bundle's `publicKey.hint` is written by whoever made the file; the "unknown key" refusal quoted it raw:
+    terminal escapes reached the terminal through the message (the CLI prints it as is) and a 100 KB hint a 100 KB
+    message. It is escaped (winattn.untrusted.shown) and cut."""
+    v = make_variant(tmp_path)
+    sig = sign_variant(v, keypair[0])
+    bundle = json.loads(sig.read_text())
+    bundle["verificationMaterial"]["publicKey"]["hint"] = hint
+    sig.write_text(json.dumps(bundle))
+    with pytest.raises(VerificationError, match="unknown key") as exc:
+        verify_variant_signature(v, [other_keypair[1]])
+    message = str(exc.value)
+    assert "\x1b" not in message and "\x07" not in message and len(message) < 2000
+    assert all("\x1b" not in str(c) for c in exc.value.checks)
