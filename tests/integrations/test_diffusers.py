@@ -507,3 +507,50 @@ def test_torch_compile_fullgraph_on_a_model(wd):
     with torch.no_grad():
         out = _models.output(compiled(**inputs))
     torch.testing.assert_close(out, native, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Arguments the backend must not ignore or mis-map (audit5)
+
+
+def test_heads_differing_without_enable_gqa_are_refused(wd, ad):
+    """native (torch SDPA) refuses K/V with fewer heads than Q unless enable_gqa=True; the backend ran them as GQA
+    anyway, ignoring the flag."""
+    q, _, _ = _qkv(1, 5, 5, 4, 16)
+    _, k, v = _qkv(1, 5, 5, 2, 16, seed=3)
+    wd.load_backend()
+    with pytest.raises(ValueError, match="enable_gqa"):
+        _dispatch(ad, q, k, v)
+    fn = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName(NAME)]
+    with pytest.raises(ValueError, match="enable_gqa"):
+        fn(query=q, key=k, value=v, enable_gqa=False)
+    _dispatch(ad, q, k, v, enable_gqa=True)  # still runs with the flag
+
+
+@pytest.mark.parametrize("mask", [torch.tensor(True), torch.tensor(0.5)], ids=["bool", "float"])
+def test_zero_dim_mask_is_a_clear_error(wd, ad, mask):
+    """A 0-D attn_mask ended in `IndexError: tuple index out of range` from inside kernel_mask_args."""
+    q, k, v = _qkv()
+    wd.load_backend()
+    with pytest.raises(ValueError, match="attn_mask.*0-D|0-D.*attn_mask"):
+        _dispatch(ad, q, k, v, attn_mask=mask)
+
+
+def test_complex_mask_is_refused_not_read_as_bool(wd, ad):
+    """native refuses a complex attn_mask; kernel_mask_args turned it into `mask != 0` (a bool mask) silently."""
+    q, k, v = _qkv()
+    wd.load_backend()
+    with pytest.raises(ValueError, match="complex"):
+        _dispatch(ad, q, k, v, attn_mask=torch.ones(2, 6, dtype=torch.complex64))
+
+
+@pytest.mark.parametrize("arg", ["is_causal", "return_lse"])
+@pytest.mark.parametrize("value", ["false", 1, None])
+def test_non_bool_flags_are_refused(wd, ad, arg, value):
+    """is_causal / return_lse were read by truthiness: is_causal="false" ran causal attention, return_lse="false"
+    returned a tuple. torch SDPA (native) and the kernel itself take bools only."""
+    q, k, v = _qkv()
+    wd.load_backend()
+    fn = ad._AttentionBackendRegistry._backends[ad.AttentionBackendName(NAME)]
+    with pytest.raises(TypeError, match=arg):
+        fn(query=q, key=k, value=v, **{arg: value})

@@ -186,6 +186,12 @@ def kernel_mask_args(attn_mask, batch: int, seqlen_q: int, seqlen_k: int, *, two
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
     m = attn_mask
+    # A 0-D mask has no key axis (m.shape[-1] below raised a bare IndexError), and a complex one has no meaning as
+    # bool or additive bias (torch SDPA refuses it; `!= 0` below would silently make it a bool mask).
+    if m.dim() == 0:
+        raise ValueError("attn_mask is a 0-D tensor; it needs at least a key dimension [.., Sk]")
+    if m.is_complex():
+        raise ValueError(f"attn_mask has complex dtype {m.dtype}; use a bool (True = attend) or float (additive) mask")
     if m.dtype != torch.bool and not m.is_floating_point():
         m = m != 0
     is_bool = m.dtype == torch.bool

@@ -355,6 +355,22 @@ def _dropout_message(dropout_p) -> str:
 # The backend function
 
 
+def _check_flags(query, key, is_causal, return_lse, enable_gqa) -> None:
+    """Refuse what would otherwise be ignored or read by truthiness (torch SDPA, diffusers' `native`, refuses both).
+
+    - is_causal / return_lse must be bools: `if is_causal:` ran causal attention for is_causal="false".
+    - enable_gqa=False with fewer K/V heads than Q heads: the kernel does GQA by itself, so the flag was ignored and
+      a mis-shaped call that `native` refuses ran as grouped-query attention.
+    """
+    for name, flag in (("is_causal", is_causal), ("return_lse", return_lse), ("enable_gqa", enable_gqa)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"window-attention backend: {name} must be a bool, got {type(flag).__name__} {flag!r}")
+    if not enable_gqa and key.shape[2] != query.shape[2]:
+        raise ValueError(
+            f"window-attention backend: query has {query.shape[2]} heads but key/value have {key.shape[2]}; pass "
+            "enable_gqa=True for grouped-query attention (as torch SDPA requires)")
+
+
 def _call_kwargs(query, key, attn_mask, is_causal) -> dict:
     """Kernel keyword arguments for a diffusers (attn_mask, is_causal) pair."""
     B, Sq, Sk = query.shape[0], query.shape[1], key.shape[1]
@@ -387,6 +403,7 @@ def _make_backend_fn(backend: _Backend):
         """q/k/v [B, S, H, D] -> out [B, Sq, H, D] (and lse [B, Sq, H] with return_lse)."""
         if dropout_p:
             raise ValueError(_dropout_message(dropout_p))
+        _check_flags(query, key, is_causal, return_lse, enable_gqa)
         module = backend.kernel()
         if _parallel_config is not None:
             from diffusers.models.attention_dispatch import _templated_context_parallel_attention
@@ -426,6 +443,7 @@ def _make_forward_op(backend: _Backend):
                    enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
         if dropout_p:
             raise ValueError(_dropout_message(dropout_p))
+        _check_flags(query, key, is_causal, return_lse, enable_gqa)
         module = backend.kernel()
         kwargs = _call_kwargs(query, key, attn_mask, is_causal)
         out, lse = module.attention_forward(query, key, value, scale=scale, **kwargs)  # autograd: backward_op
