@@ -165,6 +165,16 @@ def test_impl_causal_matches_sdpa_impl(wf, sq, sk):
     torch.testing.assert_close(ours.forward(q, k, v, None), ref.forward(q, k, v, None), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(), (10,), (1, 2, 4, 10, 10)], ids=["0d", "1d", "5d"])
+def test_impl_refuses_masks_of_other_ranks_clearly(wf, shape):
+    """A 0-D mask ended in a bare IndexError (the rank was checked after the key padding read shape[-1])."""
+    q, k, v = _qkv(2, 10, 4, 16)
+    ours = wf.WindowAttnHubImpl(num_heads=4, head_size=16, softmax_scale=0.3)
+    metadata = SDPAMetadata(current_timestep=0, attn_mask=torch.ones(shape, dtype=torch.bool))
+    with pytest.raises(ValueError, match="unsupported attention mask shape"):
+        ours.forward(q, k, v, metadata)
+
+
 def test_impl_refuses_dropout_and_bad_head_sizes(wf):
     with pytest.raises(ValueError, match="dropout"):
         wf.WindowAttnHubImpl(num_heads=2, head_size=16, softmax_scale=0.25, dropout_p=0.1)

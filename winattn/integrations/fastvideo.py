@@ -353,6 +353,9 @@ def fastvideo_mask_args(attn_mask, query: torch.Tensor, key: torch.Tensor) -> di
     if attn_mask is None:
         return {}
     m = attn_mask.to(device=query.device)
+    # (first: a 0-D mask ended in a bare IndexError at m.shape[-1] below)
+    if m.dim() not in (2, 3, 4):
+        raise ValueError(f"unsupported attention mask shape {tuple(m.shape)}: expected [B, Sk], [B, Sq, Sk] or 4-D")
     if m.dtype != torch.bool and not m.is_floating_point():
         m = m != 0
     Sk = key.shape[1]
@@ -361,8 +364,6 @@ def fastvideo_mask_args(attn_mask, query: torch.Tensor, key: torch.Tensor) -> di
     if m.shape[-1] < Sk:  # front-pad as "attend" (HYWorld prepends tokens the tokenizer mask does not cover)
         pad = torch.ones if m.dtype == torch.bool else torch.zeros
         m = torch.cat([pad((*m.shape[:-1], Sk - m.shape[-1]), dtype=m.dtype, device=m.device), m], dim=-1)
-    if m.dim() not in (2, 3, 4):
-        raise ValueError(f"unsupported attention mask shape {tuple(m.shape)}: expected [B, Sk], [B, Sq, Sk] or 4-D")
     return kernel_mask_args(m, query.shape[0], query.shape[1], Sk, two_d="key_padding")
 
 
