@@ -136,6 +136,14 @@ def timed(fn, reps, device):
     return {"step_ms": step_ms, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
+def versus_native(res: dict, outs: dict) -> None:
+    """The inference workloads' agreement and speed against `native` (outs: label -> fp32 output), into `res`."""
+    ref = outs["native"]
+    res["max_abs_diff_vs_native"] = (outs["window_attn_hub"] - ref).abs().max().item()
+    res["ref_max_abs"] = ref.abs().max().item()
+    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Training steps, shared by the Flux and Swin workloads
 
@@ -228,10 +236,7 @@ def bench_flux(reps):
             model.set_attention_backend(backend)
             outs[backend] = model(**kw)[0].float()
             res[backend] = {"step_ms": cuda_time(lambda: model(**kw), reps)}
-    ref = outs["native"]
-    res["max_abs_diff_vs_native"] = (outs["window_attn_hub"] - ref).abs().max().item()
-    res["ref_max_abs"] = ref.abs().max().item()
-    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+    versus_native(res, outs)
     del model
     torch.cuda.empty_cache()
     return res
@@ -562,11 +567,8 @@ def bench_sdxl(reps, *, device="cuda", batch=2, size=1024, text_len=77, **config
         model.set_attention_backend(backend)
         res[f"{label}_modules"] = modules_on_backend(model, backend)
         run(label)
-    ref = outs["native"]
-    res["max_abs_diff_vs_native"] = (outs["window_attn_hub"] - ref).abs().max().item()
-    res["native_dispatch_max_abs_diff"] = (outs["native_dispatch"] - ref).abs().max().item()
-    res["ref_max_abs"] = ref.abs().max().item()
-    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+    versus_native(res, outs)
+    res["native_dispatch_max_abs_diff"] = (outs["native_dispatch"] - outs["native"]).abs().max().item()
     del model, outs
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -639,10 +641,7 @@ def bench_wan(reps, *, device="cuda", latent=WAN_LATENT, text_len=WAN_TEXT_LEN, 
             model.set_attention_backend(backend)
             outs[backend] = model(**kw)[0].float()
             res[backend] = timed(lambda: model(**kw), reps, device)
-    ref = outs["native"]
-    res["max_abs_diff_vs_native"] = (outs["window_attn_hub"] - ref).abs().max().item()
-    res["ref_max_abs"] = ref.abs().max().item()
-    res["speedup"] = res["native"]["step_ms"] / res["window_attn_hub"]["step_ms"]
+    versus_native(res, outs)
     del model, outs
     if device == "cuda":
         torch.cuda.empty_cache()
