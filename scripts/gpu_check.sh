@@ -42,7 +42,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer --tool $tool"
       compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
-        python3 tests/gpu/sanitize_case.py "$variant" > "$results/sanitize_$tool.log" 2>&1
+        python3 tests/gpu/sanitize_case.py "$variant" $tool > "$results/sanitize_$tool.log" 2>&1
       s=$?
       tail -5 "$results/sanitize_$tool.log"
       [ $s -eq 0 ] || { echo "compute-sanitizer $tool: FAILED ($s)"; rc=1; }

@@ -44,11 +44,14 @@ __host__ __device__ constexpr int kernel_head_dim(int d) {
   return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
 }
 // Forward v3 also has instances at 48 and 80 (16-column blocks, tile_sm90.h), so that 33-48 and 65-80 (SD 1.5's 40,
-// DiT's and PixArt's 72, SD 1.5's 80) are not padded to 64 / 96: a quarter and a sixth less of each GEMM. Forced only
-// (fwd_v3_fine_dims) until measured.
+// DiT's and PixArt's 72, SD 1.5's 80) are not padded to 64 / 96: a quarter and a sixth less of each GEMM. H200 kernel
+// time (RESULTS v4.3): the 48 instance is the table's for 33-48 (SD 1.5 64x64 self-attention, D 40: 0.712 -> 0.664
+// ms); the 80 one stays forced only (fwd_v3_fine_dims): DiT-XL/2's 72 0.106 -> 0.108, 0.277 -> 0.289, PixArt's
+// 0.977 -> 0.985, SD 1.5's 80 0.057 either way (its 16-column blocks cost what the smaller GEMMs save there).
 __host__ __device__ constexpr int v3_fine_head_dim(int d) {
   return d > 32 && d <= 48 ? 48 : d > 64 && d <= 80 ? 80 : kernel_head_dim(d);
 }
+__host__ __device__ constexpr int v3_table_head_dim(int d) { return d > 32 && d <= 48 ? 48 : kernel_head_dim(d); }
 
 // ---- the kernels ---------------------------------------------------------------------------------------------
 enum class FwdKernel : int {
@@ -434,6 +437,15 @@ inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
   const long tiles = long(div_up(p.Sq, 128)) * p.H * p.B;
   return p.Sk <= kTwoCtasAnyBatchMaxKeys || tiles >= long(kTwoCtasMinTilesPerSm) * dev.sms;
 }
+// The 192-row tile (head dim 64, no term): three consumer warpgroups, two softmaxes beside the third one's GEMMs
+// (FA3 / FA4's tile there). H200 kernel time against the table's tile before it (RESULTS v4.3): D = 64 S = 16k
+// 4.83 -> 4.21 ms (the wide tile), CogVideoX-2B's 17776 tokens 5.11 -> 4.84, SDXL's 4096 0.396 -> 0.352 (narrow);
+// ViT-B/16's 197 0.094 -> 0.137 and ViT-B/16-384's 577 0.225 -> 0.244 (the two-CTA tile) slower. Taken without a
+// band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured.
+constexpr int kRows192MinLen = 4096;
+inline bool rows192_pays(const KParams& p) {
+  return !p.has_band && p.kp == nullptr && p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;
+}
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
 // 0.790 vs 0.778, where the last 176-key block is mostly padding)
@@ -528,7 +540,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
       tile = sm90::kV3Stream;
     else if (raw_two_ctas)
       tile = sm90::kV3TwoCtas;
-    else if (force.v3_tile == 6 && !std::is_same<Rows192, Narrow>::value)
+    else if (!std::is_same<Rows192, Narrow>::value && (force.v3_tile ? force.v3_tile == 6 : rows192_pays(p)))
       tile = sm90::kV3Rows192;
     else if (!std::is_same<Wide, Narrow>::value &&
              (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys && D != 256))  // (D = 256: forced only)
@@ -574,8 +586,11 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
   // tile: 2^30 tiles of the smallest, 128-row, tile keep it in range
   if (int64_t(div_up(p.Sq, 128)) * p.H * p.B > kIntCountMax / 2) return "more than 2^30 query tiles";
   if (force.v3_fine_dims) {
-    if (v3_fine_head_dim(p.D) == c.dk) return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
+    if (v3_fine_head_dim(p.D) == kernel_head_dim(p.D))
+      return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
     c.dk = v3_fine_head_dim(p.D);
+  } else {  // (a forced 192-row tile runs 33-48 on the 64 instance: the 48 one has none)
+    c.dk = force.v3_tile == 6 ? kernel_head_dim(p.D) : v3_table_head_dim(p.D);
   }
   switch (c.dk) {
     case 32: return try_fwd_v3_for<32>(c, fp, p, dev, force);
@@ -631,6 +646,7 @@ inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KPara
 
 inline void fwd_v1(FwdChoice& c, const FwdParams& fp, const KParams& user) {
   c.kernel = FwdKernel::kV1;
+  c.dk = kernel_head_dim(user.D);  // (v3 may have set its own instance before it declined)
   c.p = user;
   c.block_m = c.block_n = 0;
   if (fp.rel_table) {  // the table term (+ bias) gathered into an fp16 tile
@@ -907,7 +923,7 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   // the 16-bit dbias store: dbias allocated in the bias dtype (bwd_dbias_layout), which is the input dtype, with rows
   // of whole 16-byte units (TMA)
   const bool dbias16_ok = bp.dbias != nullptr && bp.dbias_in_bias_dtype && bp.bias.dtype == bp.dtype && p.Sk % 8 == 0;
-  c.dk = bwd_v3_head_dim(p.D, force.bwd_fine_dims);
+  c.dk = bwd_v3_head_dim(p.D);
   if (force.bwd_fine_dims && c.dk != 96) return "bwd_v3_fine_dims: the 96 instance takes head dims 65-96";
   std::string no;
   switch (c.dk) {

@@ -615,7 +615,9 @@ void check_fwd_v3(const Ctx& x, const FwdChoice& c) {
   const bool staged = t == sm90::kTermsRawBias || t == sm90::kTermsRawBiasMasked || t == sm90::kTermsRawBiasPadded;
   const bool row = sm90::stages_row_term(t);
   x.s.expect("v3.hopper_and_keys", x.dev.sm90a && p.Sk > 0);  // (a tensor map needs nonzero extents)
-  const int want_dk = x.force.v3_fine_dims ? v3_fine_head_dim(p.D) : kernel_head_dim(p.D);
+  const int want_dk = x.force.v3_fine_dims    ? v3_fine_head_dim(p.D)
+                      : x.force.v3_tile == 6 ? kernel_head_dim(p.D)  // (the 48 instance has no 192-row tile)
+                                             : v3_table_head_dim(p.D);
   x.s.expect("v3.instance", c.dk == want_dk && c.dk >= p.D);
   // the launcher ignores the tile for the staged and general modes, and takes the 128-key one or the narrow one for
   // the row and bits modes: the chosen tile must be the one that runs
@@ -778,7 +780,7 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
   const BwdV3Buffers& v = c.v3;
   const int t = v.terms;
   x.s.expect("bwd_v3.hopper_no_table_grad", x.dev.sm90a && !x.bp.dtable && p.Sk > 0);
-  x.s.expect("bwd_v3.instance", c.dk == bwd_v3_head_dim(p.D, x.force.bwd_fine_dims) && c.dk >= p.D);
+  x.s.expect("bwd_v3.instance", c.dk == bwd_v3_head_dim(p.D) && c.dk >= p.D);
   x.s.expect("bwd_v3.block", c.block_m == kBwdV3BlockM && c.block_n == (c.dk == 256 ? 64 : 128));
   x.s.expect("bwd_v3.sq_pad", v.sq_pad == round_up(p.Sq, kBwdV3BlockM));
   x.s.expect("bwd_v3.smem_covers_layout", v.smem >= bwd_v3_smem_used_for(c.dk, v));

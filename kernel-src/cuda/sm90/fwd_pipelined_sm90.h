@@ -241,7 +241,7 @@ struct Turns {
 };
 
 // Consumer warpgroup cw (0 .. kConsumerWGs - 1): tile rows [64 cw, 64 cw + 64), GEMMs on its turns (Turns); within a
-// warpgroup the QK^T of the next block is issued before the P V of the current.
+// warpgroup the QK^T of the next block is issued before the P V of the current (Tr::kOverlapQkPv; else after it).
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
@@ -317,17 +317,31 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     mbar_wait(sm.k_full(s), phase(it));
     mbar_wait(sm.v_full(sp), phase(it - 1));
     turn.mine();
-    issue_qk(s);
-    issue_pv(sp);
-    turn.pass();
-    wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
-    fence_acc(acc_s);
-    terms(s, n);
-    release_k<kMode>(sm.k_empty(s), lane);
-    wgmma_wait<0>();
-    fence_acc(acc_o[0]);
-    fence_frag(pf);
-    release_warp(sm.v_empty(sp), lane);
+    if constexpr (Tr::kOverlapQkPv) {
+      issue_qk(s);
+      issue_pv(sp);
+      turn.pass();
+      wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
+      fence_acc(acc_s);
+      terms(s, n);
+      release_k<kMode>(sm.k_empty(s), lane);
+      wgmma_wait<0>();
+      fence_acc(acc_o[0]);
+      fence_frag(pf);
+      release_warp(sm.v_empty(sp), lane);
+    } else {  // P V of the block before, then Q K^T: P is dead before S is written (the turn covers both)
+      issue_pv(sp);
+      wgmma_wait<0>();
+      fence_acc(acc_o[0]);
+      fence_frag(pf);
+      issue_qk(s);
+      turn.pass();
+      release_warp(sm.v_empty(sp), lane);
+      wgmma_wait<0>();
+      fence_acc(acc_s);
+      terms(s, n);
+      release_k<kMode>(sm.k_empty(s), lane);
+    }
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       acc_o[0][dt][0] *= corr[0];

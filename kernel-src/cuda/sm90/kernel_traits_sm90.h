@@ -32,6 +32,10 @@ struct FwdPipeShapeSm90 {
                 "one CTA per SM: FA3's 24 / 240 (two consumer warpgroups) or 160 (three)");
   static_assert(!kStream || kConsumerWGs == 2, "consume_stream's turns are two warpgroups'");
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
+  // Intra-warpgroup overlap (consume): the next block's Q K^T in flight beside this one's P V, so S and P live at
+  // once. The two-CTA tile's 104 consumer registers cannot hold both beside O: ptxas serialized its 16 wgmma around
+  // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other.
+  static constexpr bool kOverlapQkPv = kMinBlocks == 1;
   // column blocks (tile_sm90.h): 32 columns (64-byte rows, the 64-byte swizzle) for head dims that are multiples of
   // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
   static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
