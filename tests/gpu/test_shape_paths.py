@@ -324,7 +324,7 @@ def forced_hopper_case(kernel, monkeypatch, force, inp, kw):
                                     key_padding_mask=inp.get("key_padding_mask"), **kw)
 
 
-# The 192-row tile (fwd_v3_rows192: three consumer warpgroups, head dim <= 64, forced only until measured): last
+# The 192-row tile (fwd_v3_rows192: three consumer warpgroups, head dim <= 64; forced here for every path): last
 # tiles of 5 / 8 / 17 rows, GQA, fp16, causal and sliding bands (one CTA per tile), key padding with an item whose keys
 # are all hidden (the vote per key block), more tiles than its persistent grid (ViT-B/16-384-shaped), cross-attention
 # to fewer keys than one block
@@ -365,7 +365,7 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
 
 
 # Forward v3's 16-column instances at head dims 48 and 80 and the backward's at 96 (fwd_v3_fine_dims,
-# bwd_v3_fine_dims, forced only until measured: SD 1.5's 40, DiT's and PixArt's 72 run there instead of at 64 / 96 /
+# bwd_v3_fine_dims, forced here (the table takes 48 and 96, not 80): SD 1.5's 40, DiT's and PixArt's 72 run there instead of at 64 / 96 /
 # 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80).
 # The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding
 # as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a

@@ -68,7 +68,7 @@ template <> struct FwdPipeTraitsSm90For<64> {
   using narrow = FwdPipeTraitsSm90<64, 128, 3>;
   using wide = FwdPipeTraitsSm90<64, 192, 3>;
 };
-// The 16-column instances (fwd_v3_fine_dims, forced only until measured): 48 as 64's tiles, 80 as 96's.
+// The 16-column instances: 48 as 64's tiles (the table's for 33-48), 80 as 96's (forced only: fwd_v3_fine_dims).
 template <> struct FwdPipeTraitsSm90For<48> {
   using narrow = FwdPipeTraitsSm90<48, 128, 3>;
   using wide = FwdPipeTraitsSm90<48, 192, 3>;
@@ -88,9 +88,8 @@ template <> struct FwdPipeTraitsSm90For<192> {
 // D = 256: 80-key blocks (FA3 / FA4's) fill the shared memory to 1 KB of the limit and failed the sequence-length
 // tests at 4+ key blocks (2026-12-01, cause not found in the session; the kernel has been rewritten since); 64 stays
 // the narrow tile (staged terms need whole 64-key boxes, mask bits whole 32-key words). The 80-key tile is the raw
-// path's wide one, forced only (fwd_v3_wide) until it passes those tests again and is measured: D = 256, S = 16k
-// forward is 0.78x FA4 (RESULTS v4.1), whose tile it is; the per-block softmax and hand-over cost is spread over
-// 80 keys instead of 64.
+// path's wide one, forced only (fwd_v3_wide): it passes those tests now, but at 40 bytes of spills it gains
+// nothing (H200 kernel time, D = 256 S = 16k forward: 6.97 ms with 64-key blocks, 7.07 with 80; RESULTS v4.3).
 template <> struct FwdPipeTraitsSm90For<256> {
   using narrow = FwdPipeTraitsSm90<256, 64, 2>;
   using wide = FwdPipeTraitsSm90<256, 80, 2>;
@@ -114,7 +113,7 @@ template <> struct FwdPipeTwoCtasTileSm90<48> {
   using type = FwdPipeTraitsSm90<48, 64, 2, false, 2>;
 };
 
-// The 192-row tile (the raw path, D = 64; forced only, `fwd_v3_rows192`, until measured): three consumer warpgroups
+// The 192-row tile (the raw path, D = 64; the table's for long calls: kernel_choice.h rows192_pays): three consumer warpgroups
 // taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128, P from registers, 160 registers:
 // S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes about half as long as the tile's
 // GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do (docs/hopper-forward-vs-fa3-fa4.md,
@@ -199,7 +198,7 @@ struct BwdPipeTraitsSm90 {
 };
 // `type`: two stages (room for the staged bias tiles and the dbias staging next to them); `deep`: three, for calls
 // without an additive term (a query block's loads get two steps of lead instead of one). Head dim 96 (16-column
-// blocks; forced only, bwd_v3_fine_dims) runs 65-96, which otherwise pad to 128.
+// blocks) runs 65-96, which padded to 128 before v4.3 (kernel_modes.h bwd_v3_head_dim).
 template <int D> struct BwdPipeTraitsSm90For {
   using type = BwdPipeTraitsSm90<D, 2>;
   using deep = BwdPipeTraitsSm90<D, 3>;
