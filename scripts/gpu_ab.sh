@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One device call that answers "is this tree better than BASE_REV, and still correct": build this tree (id `new`) and
+# the baseline from .base/base.tar.xz (id `base`, scripts/device_prepare.sh BASE_REV) in the background while the GPU
+# suite and the sanitizers run on the new build, then kernel time (benchmarks/kernel_time.py, CUPTI: not the host's
+# pace) of both builds on AB_ROWS. The builds come back as $OUT/new.tar.xz and $OUT/base.tar.xz; unpacked here into
+# .ab/new and .ab/base (`tar xJf new.tar.xz -C .ab/new`) and carried by a later call, AB_REUSE=1 skips the builds.
+# At most 8 files come back from a call; this writes 7.
+#   AB_ROWS      bench_shapes.py rows or classes for kernel_time (default: short dense)
+#   AB_FORCE     also time the new build with WINATTN_FORCE_KERNEL=AB_FORCE (kernel_time --force)
+#   AB_STEPS     subset of "suite sanitize time" (default all three)
+# On the device: `bash scripts/gpu_ab.sh`, carry [".whl", ".torchinc", ".base"] (or ".ab" with AB_REUSE=1).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "${WHL:-.whl}"/*.whl 2>&1 | grep -v WARNING
+export PYTHONPATH=/tmp/site:$PWD
+V=torch-stable-abi210-cu130-x86_64-linux
+out=${OUT:-results/ab}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # (absolute: the baseline builds elsewhere)
+steps=${AB_STEPS:-"suite sanitize time"}
+t0=$(date +%s); lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
+if [ "${AB_REUSE:-0}" = 1 ]; then
+  new=.ab/new/build/$V; base=.ab/base/build/$V
+else
+  mkdir -p /tmp/th && tar xJf .torchinc/include.tar.xz -C /tmp/th && export WINATTN_TORCH_INCLUDE=/tmp/th/include
+  python3 -m winattn build --backend cuda --cuda-archs 9.0 --unique-id new > "$out/build.log" 2>&1 \
+    || { tail -40 "$out/build.log"; exit 1; }
+  lap "build (new)"; new=build/$V; base=/tmp/base/build/$V
+  tar cJf "$out/new.tar.xz" build/$V &
+  if [ -f .base/base.tar.xz ]; then
+    mkdir -p /tmp/base && tar xJf .base/base.tar.xz -C /tmp/base
+    ( cd /tmp/base && nice -n 10 python3 -m winattn build --backend cuda --cuda-archs 9.0 --unique-id base \
+        > "$out/base_build.log" 2>&1 && tar cJf "$out/base.tar.xz" build/$V ) &
+  fi
+fi
+export WINATTN_VARIANT_DIR=$new
+rc=0
+if [[ " $steps " == *" suite "* ]]; then
+  python3 -m pytest -q --maxfail=30 -p no:cacheprovider tests/gpu tests/test_attention.py tests/test_random_calls.py \
+    > "$out/suite.log" 2>&1 || rc=1
+  lap "suite"; tail -3 "$out/suite.log"
+fi
+if [[ " $steps " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 python3 tests/gpu/sanitize_case.py "$new" $tool \
+      > "/tmp/$tool.log" 2>&1 || rc=1
+    lap "$tool"; tail -2 "/tmp/$tool.log"; tail -30 "/tmp/$tool.log" >> "$out/sanitize.log"
+  done
+fi
+wait  # (the baseline's build and the tarballs)
+if [[ " $steps " == *" time "* ]]; then
+  rows=${AB_ROWS:-short dense}
+  { [ -d "$base" ] && python3 benchmarks/kernel_time.py --variant "$base" --peers "" --only $rows; echo "#### new";
+    python3 benchmarks/kernel_time.py --variant "$new" --peers cudnn ${AB_FORCE:+--force $AB_FORCE} --only $rows; } \
+    > "$out/kernel_time.txt" 2>&1 || rc=1
+  lap "kernel time"; grep -v -i "warn" "$out/kernel_time.txt" | cut -c1-120
+fi
+exit $rc
