@@ -13,12 +13,15 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"
 base=""; fa4=0
 for a in "$@"; do [ "$a" = --fa4 ] && fa4=1 || base=$a; done
-for d in /.whl/ /.whlmin/ /.torchinc/ /.base/ /.ab/; do grep -qxF "$d" .git/info/exclude || echo "$d" >> .git/info/exclude; done
+for d in /.whl/ /.whlmin/ /.torchinc/ /.base/ /.ab/; do
+  grep -qxF "$d" .git/info/exclude || echo "$d" >> .git/info/exclude
+done
 make -s setup
 ../shared/device/wheelhouse.sh kernel-abi-check==0.14.1 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 \
   truststore==0.10.5 click==8.5.1 hf-xet==1.8.0 timm==1.0.31 >/dev/null
 rm -rf .whlmin && mkdir -p .whlmin && cp .whl/kernels-* .whl/tomlkit-* .whl/importlib_metadata-* .whl/zipp-* .whlmin/
-mkdir -p .torchinc && tar cJf .torchinc/include.tar.xz -C "$(.venv/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')" include
+torch_dir=$(.venv/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+mkdir -p .torchinc && tar cJf .torchinc/include.tar.xz -C "$torch_dir" include
 if [ -n "$base" ]; then
   mkdir -p .base && git archive "$base" | xz -T2 > .base/base.tar.xz && git rev-parse "$base" > .base/REV
 fi

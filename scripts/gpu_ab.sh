@@ -12,7 +12,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "${WHL:-.whl}"/*.whl 2>&1 | grep -v WARNING
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "${WHL:-.whl}"/*.whl 2>&1 \
+  | grep -v WARNING
 export PYTHONPATH=/tmp/site:$PWD
 V=torch-stable-abi210-cu130-x86_64-linux
 out=${OUT:-results/ab}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # (absolute: the baseline builds elsewhere)

@@ -1,6 +1,6 @@
 """Small fwd+bwd cases covering every kernel path, run under compute-sanitizer (memcheck, racecheck) by
-scripts/gpu_check.sh. Not a pytest module: `python tests/gpu/sanitize_case.py <variant dir> [memcheck|racecheck]` (the tool it runs
-under: racecheck leaves out one forced-only kernel, see section 10)."""
+scripts/gpu_check.sh. Not a pytest module: `python tests/gpu/sanitize_case.py <variant dir> [memcheck|racecheck]`
+(the tool it runs under: racecheck leaves out one forced-only kernel, see section 10)."""
 
 import os
 import sys

@@ -365,8 +365,8 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
 
 
 # Forward v3's 16-column instances at head dims 48 and 80 and the backward's at 96 (fwd_v3_fine_dims,
-# bwd_v3_fine_dims, forced here (the table takes 48 and 96, not 80): SD 1.5's 40, DiT's and PixArt's 72 run there instead of at 64 / 96 /
-# 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80).
+# bwd_v3_fine_dims, forced here; the table takes 48 and 96, not 80: SD 1.5's 40, DiT's and PixArt's 72 run there
+# instead of at 64 / 96 / 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80).
 # The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding
 # as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a
 # float row term, a bool mask per score as bits; in the backward also GQA with key padding and a bias gradient, and
