@@ -364,13 +364,13 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeTraitsSm90<256, 80, 2,"), sorted(names)
 
 
-# Forward v3's 16-column instances at head dims 48 and 80 and the backward's at 96 (fwd_v3_fine_dims,
-# bwd_v3_fine_dims, forced here; the table takes 48 and 96, not 80: SD 1.5's 40, DiT's and PixArt's 72 run there
-# instead of at 64 / 96 / 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80).
-# The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding
-# as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a
-# float row term, a bool mask per score as bits; in the backward also GQA with key padding and a bias gradient, and
-# deterministic mode with the 16-bit dbias store (Sk % 8 == 0).
+# Forward v3's 16-column instances at head dims 48 and 80 and the backward's at 96 (fwd_v3_fine_dims, bwd_v3_fine_dims,
+# forced here; the table takes 48 and 96, not 80: SD 1.5's 40, DiT's and PixArt's 72 run there instead of at 64 / 96 /
+# 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80). The raw path's
+# narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding as staged bits, an
+# item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a float row term, a bool
+# mask per score as bits; in the backward also GQA with key padding and a bias gradient, and deterministic mode with the
+# 16-bit dbias store (Sk % 8 == 0).
 @pytest.mark.parametrize("D,Sq,Sk,H,Hkv,dtype,kw,term", [
     (40, 600, 600, 4, 2, BF16, {}, None), (72, 300, 257, 3, 3, FP16, {"causal": True}, None),
     (72, 1000, 1000, 2, 2, BF16, {"window": (100, 20)}, None), (72, 500, 77, 2, 2, BF16, {}, None),

@@ -161,8 +161,9 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
 
 def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
     """fwd_decode_tma (forced only: racecheck hazards open, RESULTS v4.3): the decode calls (<= 16 query rows per KV
-    head) on Hopper, with the splits sized to one wave of its resident CTAs (two per SM at head dims <= 128: 264 on 132 SMs, rounded down); a
-    call with more rows per KV head, or a device without sm_90a code, is refused with the reason."""
+    head) on Hopper, with the splits sized to one wave of its resident CTAs (two per SM at head dims <= 128: 264 on 132
+    SMs, rounded down); a call with more rows per KV head, or a device without sm_90a code, is refused with the
+    reason."""
     check_forced(table_exe, "fwd_decode_tma",
                  takes=["decode Sq1 Sk8192 GQA", "decode Sq1 Sk4096 B1 MHA kp", "decode Sq2 Sk1000 GQA 8/2 D64",
                         "speculative Sq4 GQA 32/8 (16 rows)"],

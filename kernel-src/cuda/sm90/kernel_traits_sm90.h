@@ -114,12 +114,12 @@ template <> struct FwdPipeTwoCtasTileSm90<48> {
 };
 
 // The 192-row tile (the raw path, D = 64; the table's for long calls: kernel_choice.h rows192_pays): three consumer
-// warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128, P from registers, 160 registers:
-// S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes about half as long as the tile's
-// GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do (docs/hopper-forward-vs-fa3-fa4.md,
-// suggestion 1: D = 64, S = 16k forward 0.82x FA4). Three stages: the slowest warpgroup holds a stage up to two turns
-// after the first took it (124 KB of shared memory, one CTA per SM either way). A head dim without one names its
-// narrow tile (no instance of its own).
+// warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128, P from registers, 160
+// registers: S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes about half as long as the
+// tile's GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do
+// (docs/hopper-forward-vs-fa3-fa4.md, suggestion 1: D = 64, S = 16k forward 0.82x FA4). Three stages: the slowest
+// warpgroup holds a stage up to two turns after the first took it (124 KB of shared memory, one CTA per SM either way).
+// A head dim without one names its narrow tile (no instance of its own).
 template <int D> struct FwdPipeRows192TileSm90 {
   using type = typename FwdPipeTraitsSm90For<D>::narrow;
 };
