@@ -504,8 +504,9 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
                          : !std::is_same<Keys208, Narrow>::value && p.Sk <= Keys208::kBlockN ? sm90::kV3Keys208
                                                                                              : sm90::kV3Narrow;
   const bool want_short = force.v3_tile == 3 || (force.v3_tile == 0 && p.Sk <= kShortMaxKeys);
+  // (the table's up to head dim 64, where it was measured; the 96 instance's 32-key tile is forced only)
   const bool raw_two_ctas = !std::is_same<TwoCtas, Narrow>::value &&
-                            (force.v3_tile == 5 || (force.v3_tile == 0 && two_ctas_pay(p, dev)));
+                            (force.v3_tile == 5 || (force.v3_tile == 0 && D <= 64 && two_ctas_pay(p, dev)));
   const bool padding_alone = p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f;
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
@@ -551,7 +552,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   if (force.v3_tile == 4 && tile != sm90::kV3Stream)
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
   if (force.v3_tile == 5 && tile != sm90::kV3TwoCtas)
-    return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dim 64";
+    return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dims 33-64 and 65-96";
   if (force.v3_tile == 6 && tile != sm90::kV3Rows192)
     return "fwd_v3_rows192: the 192-row tile takes the no-term path at head dim 64";
   if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)

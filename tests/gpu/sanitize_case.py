@@ -147,12 +147,13 @@ def main():
             kern.attention(q, k, v, key_padding_mask=torch.rand(4, 700, device=dev) > 0.2)
             kern.attention(q, k, v, window=(60, 60))
     #    the two-CTA tile (64-key blocks, two CTAs per SM; persistent over more tiles than its grid, key padding, a
-    #    band, GQA)
+    #    band, GQA); at head dim 72 its 96 instance's 32-key blocks
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_two_ctas"
     with torch.no_grad():
-        q, k, v = r(8, 1100, 4, 64, grad=False), r(8, 333, 2, 64, grad=False), r(8, 333, 2, 64, grad=False)
-        kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
-        kern.attention(q, k, v, window=(60, 60))
+        for D in (64, 72):
+            q, k, v = r(8, 1100, 4, D, grad=False), r(8, 333, 2, D, grad=False), r(8, 333, 2, D, grad=False)
+            kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
+            kern.attention(q, k, v, window=(60, 60))
     #    the 192-row tile (three consumer warpgroups; persistent over more tiles than its grid, key padding, a band,
     #    GQA, a last tile of 140 rows)
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192"

@@ -68,8 +68,10 @@ KERNELS = [
     # 128-key blocks streamed across tiles for any key set (the no-term path, head dims 64 / 96 / 128)
     Fwd("fwd_v3_stream", r"FwdPipeTraitsSm90<128,\s*128,\s*2,\s*true\b", D=128, S=600, H=2, bias=(), masks=False,
         table_W=None),
-    # 64-key blocks, two CTAs per SM (the no-term path, head dim 64)
+    # 64-key blocks, two CTAs per SM (the no-term path, head dim 64); 32-key blocks at 65-96 (forced only)
     Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<64,\s*64,\s*2,\s*false,\s*2>", D=64, S=300, H=2, bias=(),
+        masks=False, table_W=None),
+    Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<96,\s*32,\s*2,\s*false,\s*2>", D=72, S=300, H=2, bias=(),
         masks=False, table_W=None),
     # 192-row tiles of three consumer warpgroups (the no-term path, head dim 64)
     Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<64,\s*128\b", D=64, S=300, H=2, bias=(), masks=False,
@@ -93,7 +95,7 @@ def kernels(where=lambda f: True):
 
 def v3_slots(kernel_name):
     """CTAs the persistent grid of this v3 kernel keeps resident: one per SM, two for a tile whose traits end in
-    kMinBlocks = 2 (the two-CTA tile: FwdPipeTraitsSm90<64, 64, 2, false, 2>)."""
+    kMinBlocks = 2 (the two-CTA tiles: FwdPipeTraitsSm90<64, 64, 2, false, 2> and <96, 32, 2, false, 2>)."""
     per_sm = 2 if re.search(r"FwdPipeTraitsSm90<\d+,\s*\d+,\s*\d+,\s*\w+,\s*2>", kernel_name) else 1
     return per_sm * torch.cuda.get_device_properties(0).multi_processor_count
 

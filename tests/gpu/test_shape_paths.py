@@ -236,6 +236,24 @@ def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype
         assert ran(names, "fwd_pipelined_kernel_sm90", f"<{48 if D <= 48 else 64}, 64, 2, false, 2>"), sorted(names)
 
 
+# The two-CTA tile at head dims 65-96 (forced only: the 96 instance's 32-key blocks, for DiT / PixArt's 72 at 256-1024
+# tokens): DiT-shaped 256 and 1024 tokens, odd lengths, fp16 with GQA and a causal band, key padding (a vote per
+# block), a sliding band, more tiles than its persistent grid, head dim 96 itself
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
+    (16, 256, 256, 16, 16, 72, BF16, {}), (2, 1024, 1024, 4, 4, 72, BF16, {}),
+    (3, 257, 300, 4, 2, 72, FP16, {"causal": True}), (2, 300, 140, 4, 1, 80, BF16, {"key_padding": True}),
+    (2, 70, 320, 2, 2, 96, BF16, {"window": (30, 30)}), (40, 197, 197, 12, 12, 72, BF16, {}),
+], ids=["dit_256", "dit_1024", "fp16_gqa_causal", "key_padding_d80", "band_d96", "more_tiles_than_ctas"])
+def test_two_cta_tile_at_head_dims_65_to_96(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, 40, 3)[:B]
+    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_two_ctas", inp, kw)
+    names = kernels_run(call)
+    assert ran(names, "fwd_pipelined_kernel_sm90", "<96, 32, 2, false, 2>"), sorted(names)
+
+
 @pytest.mark.parametrize("D,Sq,Sk,H,Hkv,kw", [
     (64, 300, 77, 3, 3, {}), (40, 130, 80, 4, 2, {}), (64, 77, 77, 2, 2, {"causal": True}), (64, 5, 1, 2, 1, {}),
     (72, 257, 77, 3, 3, {}), (80, 64, 33, 2, 2, {"window": (10, 5)}), (96, 129, 80, 2, 1, {}),

@@ -129,14 +129,18 @@ def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
     assert "two-ctas" not in rows["sd15 D40 S4096"] and "two-ctas" not in rows["cogvideox S17776 D64"]
 
 
-def test_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
-    """fwd_v3_two_ctas: 64-key blocks in 104 consumer registers, two CTAs per SM (head dim 64, SD 1.5's 40 runs at
-    64); a term or another head dim is refused with the reason."""
+def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
+    """fwd_v3_two_ctas: two CTAs per SM in 104 consumer registers: 64-key blocks at head dims 33-64 (the 48 and 64
+    instances), 32-key blocks at 65-96 (forced only: the table keeps the narrow tile there); a term or a head dim past
+    96 is refused with the reason."""
     check_forced(table_exe, "fwd_v3_two_ctas",
                  takes=["vit-b S197 D64", "eva02 S257 D64", "sd15 D40 S4096", "decode Sq2 Sk1000 GQA 8/2 D64"],
                  taken="fwd_v3 128x64 terms=raw persistent two-ctas",
-                 refuses=["flux S4608 D128", "beit bias fp32", "dit-xl D72 S256"],
+                 refuses=["flux S4608 D128", "beit bias fp32"],
                  reason="the two-CTA tile takes the no-term path")
+    r = run_table(table_exe, "--force", "fwd_v3_two_ctas", "dit-xl D72 S256")
+    assert "fwd_v3 128x32 terms=raw persistent two-ctas" in r.stdout, r.stdout
+    assert "two-ctas" not in run_table(table_exe, "dit-xl D72 S256").stdout
 
 
 def test_192_row_tile_takes_the_no_term_path_at_head_dim_64(table_exe):

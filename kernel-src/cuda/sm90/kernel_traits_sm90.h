@@ -100,9 +100,10 @@ template <> struct FwdPipeTraitsSm90For<256> {
 // padding stays a per-block vote (kTermsRawBias).
 constexpr bool fwd_v3_stages_padding(int D) { return D <= 64; }
 
-// The two-CTA tile (the raw path, D = 64): 64-key blocks in 104 consumer registers, so that two CTAs share an SM
-// (short sequences: one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its wgmma / barrier chain,
-// ncu of ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of its own).
+// The two-CTA tile (the raw path, D = 48 / 64; 96 forced only): 64-key blocks in 104 consumer registers, so that two
+// CTAs share an SM (short sequences: one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its
+// wgmma / barrier chain, ncu of ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of
+// its own).
 template <int D> struct FwdPipeTwoCtasTileSm90 {
   using type = typename FwdPipeTraitsSm90For<D>::narrow;
 };
@@ -111,6 +112,12 @@ template <> struct FwdPipeTwoCtasTileSm90<64> {
 };
 template <> struct FwdPipeTwoCtasTileSm90<48> {
   using type = FwdPipeTraitsSm90<48, 64, 2, false, 2>;
+};
+// Head dims 65-96 (DiT's and PixArt's 72 at 256-1024 tokens, ViT's shape at a wider head; forced only until
+// measured): 32-key blocks, so that O (48 registers) and S fit beside each other in 104: 0 spills, 16 wgmma on 4
+// waits (ptxas, sass_check.py). 64-key blocks spilled and serialized at 96 (572 bytes) and at 80 (32 bytes).
+template <> struct FwdPipeTwoCtasTileSm90<96> {
+  using type = FwdPipeTraitsSm90<96, 32, 2, false, 2>;
 };
 
 // The 192-row tile (the raw path, D = 64; the table's for long calls: kernel_choice.h rows192_pays): three consumer
