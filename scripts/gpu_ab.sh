@@ -10,13 +10,9 @@
 #   AB_STEPS     subset of "suite sanitize time" (default all three)
 # On the device: `bash scripts/gpu_ab.sh`, carry [".whl", ".torchinc", ".base"] (or ".ab" with AB_REUSE=1).
 set -uo pipefail
-export PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "${WHL:-.whl}"/*.whl 2>&1 \
-  | grep -v WARNING
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
 V=torch-stable-abi210-cu130-x86_64-linux
-out=${OUT:-results/ab}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # (absolute: the baseline builds elsewhere)
+out=${OUT:-$results/ab}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # (absolute: the baseline builds elsewhere)
 steps=${AB_STEPS:-"suite sanitize time"}
 t0=$(date +%s); lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 if [ "${AB_REUSE:-0}" = 1 ]; then
