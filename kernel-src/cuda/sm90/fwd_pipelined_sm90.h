@@ -9,7 +9,8 @@
 //   * the others are consumers, 64 query rows each: S = Q K^T and O += P V on wgmma (Q, K, V by descriptor,
 //     P from registers), the score terms (score_mod.h) and the online softmax in registers.
 //   * intra-warpgroup overlap: the QK^T of key block n+1 is issued before the P V of block n, so the softmax of
-//     block n+1 runs while the tensor cores do P V (two wgmma groups in flight; wgmma_wait<1>).
+//     block n+1 runs while the tensor cores do P V (two wgmma groups in flight; wgmma_wait<1>); not in the two-CTA
+//     tiles, whose 104 registers cannot hold S and P at once (Tr::kOverlapQkPv).
 //   * exp2 with the softmax scale folded into one FMA where the scores are still raw (no additive term).
 //   * key blocks are visited from the last visible one down, so the tiles that need the sequence-end / causal
 //     mask come first; CTAs are ordered by (batch, head) and, within a head, longest query tile first (causal).
