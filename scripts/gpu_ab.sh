@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that answers "is this tree better than BASE_REV, and still correct": build this tree (id `new`) and
 # the baseline from .base/base.tar.xz (id `base`, scripts/device_prepare.sh BASE_REV) in the background while the GPU
-# suite and the sanitizers run on the new build, then kernel time (benchmarks/kernel_time.py, CUPTI: not the host's
+# suite and the sanitizers (scripts/gpu_check.sh's steps) run on the new build, then kernel time (benchmarks/kernel_time.py, CUPTI: not the host's
 # pace) of both builds on AB_ROWS. The builds come back as $OUT/new.tar.xz and $OUT/base.tar.xz; unpacked here into
 # .ab/new and .ab/base (`tar xJf new.tar.xz -C .ab/new`) and carried by a later call, AB_REUSE=1 skips the builds.
 # At most 8 files come back from a call; this writes 7.
@@ -31,17 +31,15 @@ else
 fi
 export WINATTN_VARIANT_DIR=$new
 rc=0
-if [[ " $steps " == *" suite "* ]]; then
-  python3 -m pytest -q --maxfail=30 -p no:cacheprovider tests/gpu tests/test_attention.py tests/test_random_calls.py \
-    > "$out/suite.log" 2>&1 || rc=1
-  lap "suite"; tail -3 "$out/suite.log"
-fi
-if [[ " $steps " == *" sanitize "* ]]; then
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 python3 tests/gpu/sanitize_case.py "$new" $tool \
-      > "/tmp/$tool.log" 2>&1 || rc=1
-    lap "$tool"; tail -2 "/tmp/$tool.log"; tail -30 "/tmp/$tool.log" >> "$out/sanitize.log"
-  done
+# the suite and the sanitizers as gpu_check.sh runs them, into a folder of their own (gpu_check.sh would copy all of
+# its files to $OUT; a call returns 8), then the two logs this call returns
+check_steps=$(echo $(for s in $steps; do case $s in suite) echo tests;; sanitize) echo sanitize;; esac; done))
+if [ -n "$check_steps" ]; then
+  env -u OUT RESULTS_DIR=/tmp/ab_check GPU_CHECK_STEPS="$check_steps" WINATTN_VARIANT_DIR="$new" \
+    bash scripts/gpu_check.sh > /tmp/ab_check.log 2>&1 || rc=1
+  lap "gpu_check ($check_steps)"; grep -E "passed|failed|SUMMARY|FAILED" /tmp/ab_check.log | tail -5
+  cp /tmp/ab_check/gpu_tests.log "$out/suite.log" 2>/dev/null
+  tail -n 30 /tmp/ab_check/sanitize_*.log > "$out/sanitize.log" 2>/dev/null
 fi
 wait  # (the baseline's build and the tarballs)
 if [[ " $steps " == *" time "* ]]; then
