@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call that answers "is this tree better than BASE_REV, and still correct": build this tree (id `new`) and
 # the baseline from .base/base.tar.xz (id `base`, scripts/device_prepare.sh BASE_REV) in the background while the GPU
-# suite and the sanitizers (scripts/gpu_check.sh's steps) run on the new build, then kernel time (benchmarks/kernel_time.py, CUPTI: not the host's
-# pace) of both builds on AB_ROWS. The builds come back as $OUT/new.tar.xz and $OUT/base.tar.xz; unpacked here into
+# suite and the sanitizers (scripts/gpu_check.sh's steps) run on the new build, then kernel time
+# (benchmarks/kernel_time.py, CUPTI: not the host's pace) of both builds on AB_ROWS. The builds come back as $OUT/new.tar.xz and $OUT/base.tar.xz; unpacked here into
 # .ab/new and .ab/base (`tar xJf new.tar.xz -C .ab/new`) and carried by a later call, AB_REUSE=1 skips the builds.
 # At most 8 files come back from a call; this writes 7.
 #   AB_ROWS      bench_shapes.py rows or classes for kernel_time (default: short dense)
