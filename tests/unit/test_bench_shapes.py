@@ -131,6 +131,10 @@ def test_a_discarded_warm_up_run_then_both_builds_in_both_positions(bs, kernel, 
     assert len(timed) == 5  # warm-up, A, B, B, A
     assert res["impls"]["ours"]["runs"] == [{"fwd_ms": 2.0, "fb_ms": 20.0}, {"fwd_ms": 5.0, "fb_ms": 50.0}]
     assert res["impls"]["ours_b"]["runs"] == [{"fwd_ms": 3.0, "fb_ms": 30.0}, {"fwd_ms": 4.0, "fb_ms": 40.0}]
+
+
+def test_two_builds_are_timed_in_both_positions(bs):
+    # A, B, B, A and the mean of each build's runs (no build needed: these run on every machine)
     assert bs.timing_order(["ours", "ours_b"]) == ["ours", "ours_b", "ours_b", "ours"]
     assert bs.timing_order(["ours"]) == ["ours"]
     rec = bs.merge_runs([{"setup_s": 1.0, "fwd_ms": 1.0, "fb_ms": 3.0}, {"setup_s": 0.1, "fwd_ms": 2.0, "fb_ms": 5.0}])
