@@ -26,7 +26,9 @@ from pathlib import Path
 
 from ._build import toolchain as _tc
 from ._build.config import BuildConfig, load_config
-from ._build.variant_build import BuildResult, build, build_variant, kernel_cuda_caps  # noqa: F401  (the API)
+from ._build.variant_build import (  # noqa: F401  (the API)
+    BuildResult, build, build_variant, compile_sources, kernel_cuda_caps,
+)
 from ._build.variant_build import _check_fatbin  # noqa: F401  (tests check it directly)
 from .errors import BuildError
 

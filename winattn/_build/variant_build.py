@@ -18,7 +18,7 @@ from . import toolchain as _tc
 from .config import CUDA_SOURCE_SUFFIXES, check_backend, load_config
 from .locking import FileLock
 
-__all__ = ["BuildResult", "build", "build_variant", "kernel_cuda_caps", "variant_name_for"]
+__all__ = ["BuildResult", "build", "build_variant", "compile_sources", "kernel_cuda_caps", "variant_name_for"]
 
 # kernel-builder's CUDA_DEFAULT_KERNEL_ARCHS (reference/kernel-builder.md §3), for kernels without cuda-capabilities.
 _DEFAULT_CUDA_CAPS = {
@@ -112,6 +112,77 @@ def _cxx_version(cxx: str) -> str:
     return f"{Path(cxx).name} {out}".strip()
 
 
+@dataclass
+class _Plan:
+    """What a build of one variant decides before it compiles: shared by `build` and `compile_sources`."""
+    root: Path
+    cfg: object  # BuildConfig
+    backend: str
+    kernels: list
+    stable_abi: str | None
+    torch: _tc.TorchPaths
+    cuda: _tc.CudaToolkit | None
+    cuda_caps: dict[str, list[str]]
+    toolchain: str
+    git: object  # _tc.GitState | None
+    ops_name: str
+    variant: str
+    obj_dir: Path
+    archs: list[str]
+
+    @property
+    def so_name(self) -> str:
+        return f"{self.ops_name}.abi3.so"
+
+
+def _plan(repo_root, backend, cuda_archs, unique_id, obj_dir, cuda, torch, torch_version, log) -> _Plan:
+    """The kernels, toolchain, capabilities, ops name, variant name and object dir of a build (see `build`)."""
+    root = Path(repo_root).resolve()
+    cfg = load_config(root)
+    kernels = check_backend(cfg, backend)
+    stable_abi = cfg.stable_abi_for(backend) if torch_version is None else None
+    torch = torch or _tc.torch_paths()
+
+    cuda_caps: dict[str, list[str]] = {}
+    if backend == "cuda":
+        cuda = cuda or _tc.find_cuda(required=True)
+        kept = []
+        for k in kernels:
+            if k.cuda_minver and cuda.version < _version_tuple(k.cuda_minver, f"{k.key} cuda-minver"):
+                log(f"[build] cuda: skipping {k.key} (cuda-minver {k.cuda_minver} > nvcc {cuda.version[0]}.{cuda.version[1]})")
+                continue
+            cuda_caps[k.name] = kernel_cuda_caps(k, cuda, cuda_archs)
+            kept.append(k)
+        kernels = kept
+        if not any(s.endswith(CUDA_SOURCE_SUFFIXES) for k in kernels for s in k.src):
+            raise BuildError("build.toml: no cuda kernel lists a .cu source to compile")
+        toolchain = f"nvcc {cuda.release or '.'.join(map(str, cuda.version))} ({cuda.source})"
+    else:
+        cuda = None
+        toolchain = _cxx_version(_tc.find_cxx())
+
+    git = _tc.git_state(root)
+    uid = _tc.check_unique_id(unique_id or (git.unique_id if git else _tc.content_id(cfg)))
+    ops_name = f"_{cfg.python_name}_{backend}_{uid}"
+    variant = variant_name_for(cfg, backend, cuda, torch_version)
+    obj_dir = Path(obj_dir).resolve() if obj_dir else root / "_build_obj" / variant
+    archs = sorted({c for caps in cuda_caps.values() for c in caps}, key=lambda c: _tc.parse_capability(c)[:3])
+
+    return _Plan(root=root, cfg=cfg, backend=backend, kernels=kernels, stable_abi=stable_abi, torch=torch, cuda=cuda,
+                 cuda_caps=cuda_caps, toolchain=toolchain, git=git, ops_name=ops_name, variant=variant,
+                 obj_dir=obj_dir, archs=archs)
+
+
+def _write_ninja(plan: _Plan) -> list:
+    """registration.h, manylinux_compat.cpp and build.ninja in the object dir; returns the units."""
+    _compile.write_generated(plan.obj_dir)
+    units = _compile.plan_units(plan.cfg, plan.backend, plan.kernels, plan.ops_name, plan.stable_abi, plan.obj_dir,
+                                plan.cuda, plan.cuda_caps, plan.torch)
+    ldflags = _compile.link_flags(plan.backend, plan.cuda, plan.obj_dir, plan.torch)
+    _compile.write_build_ninja(plan.obj_dir, _tc.find_cxx(), plan.cuda, units, plan.so_name, ldflags)
+    return units
+
+
 def build(
     repo_root: Path,
     backend: str,
@@ -135,59 +206,27 @@ def build(
     without TORCH_TARGET_VERSION; `strict` makes a manylinux_2_28 violation, a fatbinary that does not hold exactly
     the compiled capabilities, or a missing cuobjdump a BuildError (abi3 violations always are)."""
     t0 = time.monotonic()
-    root = Path(repo_root).resolve()
-    cfg = load_config(root)
-    kernels = check_backend(cfg, backend)
-    stable_abi = cfg.stable_abi_for(backend) if torch_version is None else None
-    torch = torch or _tc.torch_paths()
-
-    cuda_caps: dict[str, list[str]] = {}
-    if backend == "cuda":
-        cuda = cuda or _tc.find_cuda(required=True)
-        kept = []
-        for k in kernels:
-            if k.cuda_minver and cuda.version < _version_tuple(k.cuda_minver, f"{k.key} cuda-minver"):
-                log(f"[build] cuda: skipping {k.key} (cuda-minver {k.cuda_minver} > nvcc {cuda.version[0]}.{cuda.version[1]})")
-                continue
-            cuda_caps[k.name] = kernel_cuda_caps(k, cuda, cuda_archs)
-            kept.append(k)
-        kernels = kept
-        if not any(s.endswith(CUDA_SOURCE_SUFFIXES) for k in kernels for s in k.src):
-            raise BuildError("build.toml: no cuda kernel lists a .cu source to compile")
-        backend_tag = cuda.tag
-        toolchain = f"nvcc {cuda.release or '.'.join(map(str, cuda.version))} ({cuda.source})"
-    else:
-        cuda = None
-        backend_tag = "cpu"
-        toolchain = _cxx_version(_tc.find_cxx())
-
-    git = _tc.git_state(root)
-    uid = _tc.check_unique_id(unique_id or (git.unique_id if git else _tc.content_id(cfg)))
-    ops_name = f"_{cfg.python_name}_{backend}_{uid}"
-    variant = variant_name_for(cfg, backend, cuda, torch_version)
+    plan = _plan(repo_root, backend, cuda_archs, unique_id, obj_dir, cuda, torch, torch_version, log)
+    root, cfg, cuda, torch, obj_dir = plan.root, plan.cfg, plan.cuda, plan.torch, plan.obj_dir
+    ops_name, variant, archs, git, toolchain = plan.ops_name, plan.variant, plan.archs, plan.git, plan.toolchain
     build_dir = Path(build_dir).resolve()
     variant_dir = build_dir / variant
-    obj_dir = Path(obj_dir).resolve() if obj_dir else root / "_build_obj" / variant
-    archs = sorted({c for caps in cuda_caps.values() for c in caps}, key=lambda c: _tc.parse_capability(c)[:3])
 
     log(f"[build] {backend}: {variant} (ops namespace {ops_name})")
     # Concurrent builds of one variant wait instead of sharing ninja state.
     with FileLock(obj_dir / ".lock"):
-        _compile.write_generated(obj_dir)
-        units = _compile.plan_units(cfg, backend, kernels, ops_name, stable_abi, obj_dir, cuda, cuda_caps, torch)
-        so_name = f"{ops_name}.abi3.so"
-        ldflags = _compile.link_flags(backend, cuda, obj_dir, torch)
-        _compile.write_build_ninja(obj_dir, _tc.find_cxx(), cuda, units, so_name, ldflags)
+        units = _write_ninja(plan)
+        so_name = plan.so_name
         ninja = _tc.find_ninja()
-        plan = _compile.run_ninja(ninja, obj_dir, so_name, log, dry_run=True)
-        if plan.compiled or plan.linked:
+        pending = _compile.run_ninja(ninja, obj_dir, so_name, log, dry_run=True)
+        if pending.compiled or pending.linked:
             arch_note = f" for {', '.join(archs)}" if archs else ""
-            log(f"[build] {backend}: compiling {len(plan.compiled)} of {len(units)} units{arch_note} ...")
+            log(f"[build] {backend}: compiling {len(pending.compiled)} of {len(units)} units{arch_note} ...")
             t1 = time.monotonic()
             run = _compile.run_ninja(ninja, obj_dir, so_name, log, jobs=jobs)
             log(f"[build] {backend}: compiled {len(run.compiled)} units, linked in {time.monotonic() - t1:.1f} s")
         else:
-            run = plan
+            run = pending
             log(f"[build] {backend}: {len(units)} units up to date (nothing to compile)")
         built_so = obj_dir / so_name
 
@@ -246,6 +285,29 @@ def build(
     )
     _summary(result, log)
     return result
+
+
+def compile_sources(
+    repo_root: Path,
+    backend: str,
+    sources: list[str],
+    cuda_archs: list[str] | None = None,
+    *,
+    obj_dir: Path,
+    jobs: int | None = None,
+    log=print,
+) -> list[str]:
+    """Compile only `sources` (paths as build.toml names them) of the `backend` variant into `obj_dir`, with the
+    exact flags a build uses; no link, no variant dir. Returns the sources compiled. CI's CUDA check uses it: every
+    unit of the variant is ~15 minutes on 2 cores (docs/build-matrix.md "CI")."""
+    plan = _plan(repo_root, backend, cuda_archs, "compile_only", obj_dir, None, None, None, log)
+    with FileLock(plan.obj_dir / ".lock"):
+        units = {u.rel: u for u in _write_ninja(plan)}
+        unknown = [s for s in sources if s not in units]
+        if unknown:
+            raise BuildError(f"not a compiled source of the {backend} variant in build.toml: {', '.join(unknown)}")
+        run = _compile.run_ninja(_tc.find_ninja(), plan.obj_dir, [units[s].obj for s in sources], log, jobs=jobs)
+    return run.compiled
 
 
 def _check_fatbin(so: Path, cuda: _tc.CudaToolkit, archs: list[str], strict: bool, log):
