@@ -4,10 +4,11 @@
 # suite and the sanitizers (scripts/gpu_check.sh's steps) run on the new build, then kernel time
 # (benchmarks/kernel_time.py, CUPTI: not the host's pace) of both builds on AB_ROWS. The builds come back as $OUT/new.tar.xz and $OUT/base.tar.xz; unpacked here into
 # .ab/new and .ab/base (`tar xJf new.tar.xz -C .ab/new`) and carried by a later call, AB_REUSE=1 skips the builds.
-# At most 8 files come back from a call; this writes 7.
+# At most 8 files come back from a call; this writes 8 at most.
 #   AB_ROWS      bench_shapes.py rows or classes for kernel_time (default: short dense)
 #   AB_FORCE     also time the new build with WINATTN_FORCE_KERNEL=AB_FORCE (kernel_time --force)
 #   AB_STEPS     subset of "suite sanitize time" (default all three)
+#   AB_MODELS    bench_models.py workloads run on the new build last (models.txt; needs the full .whl)
 # On the device: `bash scripts/gpu_ab.sh`, carry [".whl", ".torchinc", ".base"] (or ".ab" with AB_REUSE=1).
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
@@ -48,5 +49,10 @@ if [[ " $steps " == *" time "* ]]; then
     python3 benchmarks/kernel_time.py --variant "$new" --peers cudnn ${AB_FORCE:+--force $AB_FORCE} --only $rows; } \
     > "$out/kernel_time.txt" 2>&1 || rc=1
   lap "kernel time"; grep -v -i "warn" "$out/kernel_time.txt" | cut -c1-120
+fi
+if [ -n "${AB_MODELS:-}" ]; then
+  python3 benchmarks/bench_models.py --variant "$new" --out /tmp/ab_models.json --only $AB_MODELS \
+    > "$out/models.txt" 2>&1 || rc=1
+  lap "models"; grep -v -i "warn" "$out/models.txt" | tail -n 30 | cut -c1-160
 fi
 exit $rc

@@ -160,13 +160,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
 
   if (warp == W) {
     // ---- producer: one lane issues every load of this CTA's key range ----
+    // The whole warp walks the ring and waits on each empty barrier; lane 0 alone issues. (Lane 0 alone in the
+    // loop, the others parked at a __syncwarp, is what v4.3's build did: racecheck then reported the merge's shared
+    // stores and loads below as hazards across the __syncthreads between them. This keeps the warp converged up to
+    // that barrier, the first of the two experiments RESULTS v4.3 names.)
     if (lane == 0) {
       tma_prefetch_desc(&P.tk);
       tma_prefetch_desc(&P.tv);
-      int s = 0;
-      uint32_t use_parity = 0;  // (t / ST) & 1
-      for (int t = 0; t < tiles; ++t) {
-        if (t >= ST) mbar_wait(empty(s), use_parity ^ 1u);  // every warp is done with tile t - ST
+    }
+    int s = 0;
+    uint32_t use_parity = 0;  // (t / ST) & 1
+    for (int t = 0; t < tiles; ++t) {
+      if (t >= ST) mbar_wait(empty(s), use_parity ^ 1u);  // every warp is done with tile t - ST
+      if (lane == 0) {
         // (a box's rows past Sk and columns past D arrive as zeros and count in full)
         mbar_arrive_expect_tx(full(s), 2 * nblocks * Tr::kBlockBytes);
         const int row = key_lo + t * BN;
@@ -176,10 +182,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
           if (c < nblocks) tma_load_4d(v_tile(s) + c * Tr::kBlockBytes, &P.tv, full(s), c * 32, row, hkv, b);
-        if (++s == ST) s = 0, use_parity ^= 1u;
       }
+      __syncwarp();
+      if (++s == ST) s = 0, use_parity ^= 1u;
     }
-    __syncwarp();
   } else {
     // ---- consumers: Q once (cp.async, as fwd_decode.h), then every tile's 16 keys of this warp ----
     constexpr int CT = 32 * W;
