@@ -207,7 +207,7 @@ def build(
     the compiled capabilities, or a missing cuobjdump a BuildError (abi3 violations always are)."""
     t0 = time.monotonic()
     plan = _plan(repo_root, backend, cuda_archs, unique_id, obj_dir, cuda, torch, torch_version, log)
-    root, cfg, cuda, torch, obj_dir = plan.root, plan.cfg, plan.cuda, plan.torch, plan.obj_dir
+    cfg, cuda, torch, obj_dir = plan.cfg, plan.cuda, plan.torch, plan.obj_dir
     ops_name, variant, archs, git, toolchain = plan.ops_name, plan.variant, plan.archs, plan.git, plan.toolchain
     build_dir = Path(build_dir).resolve()
     variant_dir = build_dir / variant
