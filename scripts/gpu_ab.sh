@@ -7,14 +7,14 @@
 # At most 8 files come back from a call; this writes 8 at most.
 #   AB_ROWS      bench_shapes.py rows or classes for kernel_time (default: short dense)
 #   AB_FORCE     also time the new build with WINATTN_FORCE_KERNEL=AB_FORCE (kernel_time --force)
-#   AB_STEPS     subset of "suite sanitize time" (default all three)
+#   AB_STEPS     subset of "suite sanitize time" (unset: all three; empty: none)
 #   AB_MODELS    bench_models.py workloads run on the new build last (models.txt; needs the full .whl)
 # On the device: `bash scripts/gpu_ab.sh`, carry [".whl", ".torchinc", ".base"] (or ".ab" with AB_REUSE=1).
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
 V=torch-stable-abi210-cu130-x86_64-linux
 out=${OUT:-$results/ab}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # (absolute: the baseline builds elsewhere)
-steps=${AB_STEPS:-"suite sanitize time"}
+steps=${AB_STEPS-"suite sanitize time"}  # (set and empty: none, e.g. a models-only call on reused builds)
 t0=$(date +%s); lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 if [ "${AB_REUSE:-0}" = 1 ]; then
   new=.ab/new/build/$V; base=.ab/base/build/$V

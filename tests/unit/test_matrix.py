@@ -364,7 +364,7 @@ def test_matrix_cli_on_the_throwaway_tree(tree, tmp_path, capsys):
 
 # One unit of each kernel family, chosen for coverage, not speed: every .cu is one family's instantiations at one
 # head dim, and the families share their headers across head dims. Compiling all 35 units is ~1750 CPU-seconds
-# (~15 minutes of CI's 2 cores, which pushed CI past its 25-minute budget); these 11 are ~450 CPU-seconds. Every
+# (~15 minutes of CI's 2 cores, which pushed CI past its 25-minute budget); these 13 are ~510 CPU-seconds. Every
 # unit, linked and ABI-checked, is compiled by each GPU session's build (scripts/gpu_ab.sh) and by `make matrix`.
 CI_CUDA_UNITS = {
     "torch-ext/torch_binding.cpp": "the op schemas and argument checks",
@@ -379,6 +379,9 @@ CI_CUDA_UNITS = {
     # D 64 holds the most v3 forward tiles: two-CTA, 192-row, persistent, split
     "kernel-src/cuda/instantiations/fwd_v3_sm90_hdim64.cu": "v3 forward",
     "kernel-src/cuda/instantiations/bwd_v3_sm90_hdim64.cu": "v3 backward, the pair kernel",
+    # two more v3 backward head dims, cheap (12 s, 43 s) and each a consumer of its own
+    "kernel-src/cuda/instantiations/bwd_v3_sm90_hdim96.cu": "v3 backward on 16-column blocks (32-byte swizzle)",
+    "kernel-src/cuda/instantiations/bwd_v3_sm90_hdim256.cu": "v3 backward, the split head-dim consumer",
 }
 
 
