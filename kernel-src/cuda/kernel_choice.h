@@ -111,13 +111,15 @@ struct Forced {
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
+  bool bwd_dq_direct = false;  // bwd_v3_dq_direct: dQ stored by the kernel (one key block; BwdV3Buffers::dq_direct)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
     "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, "
-    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
+    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_direct, bwd_v3_bits, bwd_v3_fold, bwd_windows, "
+    "bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -152,6 +154,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
     else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
     else if (n == "bwd_v3_fine_dims") f.bwd = BwdKernel::kV3, f.bwd_fine_dims = true;
+    else if (n == "bwd_v3_dq_direct") f.bwd = BwdKernel::kV3, f.bwd_dq_direct = true;
     else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
     else if (n == "bwd_v3_fold") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 0;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
@@ -936,6 +939,20 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
     default: no = configure_bwd_v3<256>(vb, p, dt, dbias16_ok, dev, force); break;
   }
   if (!no.empty()) return no;
+  // dQ stored directly where each of its tiles has one contributor: one key block (the KV-outer CTAs are the key
+  // blocks) and no band (every query block visited, none left for a zero-filled accumulator to answer). Cross-
+  // attention to a short text (77 / 120 keys): the accumulator's memset and conversion pass are ~0.03 ms of
+  // SD 1.5's 0.22 ms forward + backward (RESULTS, nineteenth session: prediction). Not the split head-dim consumer.
+  // Its kernels: the deferred ones without a term (three stages), with a row term or mask bits (launch_bwd_sm90.h
+  // pick_dq_direct: the cross-attention forms, key padding included).
+  const int key_blocks = div_up(p.Sk, c.dk == 256 ? 64 : 128);
+  if (force.bwd_dq_direct) {
+    const bool kernel = vb.deep || vb.terms == kBwdTermsRow || vb.terms == kBwdTermsBits;
+    if (key_blocks != 1 || p.has_band || c.dk == 256 || !kernel)
+      return "bwd_v3_dq_direct: one key block (128 keys, head dim <= 128), no causal / window band, no term but a "
+             "row term or mask bits";
+    vb.dq_direct = true;
+  }
   vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
   c.kernel = BwdKernel::kV3;
   c.p = p;

@@ -109,6 +109,9 @@ struct BwdV3Buffers {
   bool hides = false;  // the staged or row term was folded with a bool mask (its kernel instance: *Hiding)
   bool deep = false;   // three stages (no additive term)
   bool defer = false;  // deferred dQ (no dbias tile staged)
+  // dQ stored by the consumers (one key block, no band: each dQ tile has one contributor): no fp32 accumulator, no
+  // memset of it, no conversion pass (bwd_v3_dq_direct; forced only until measured)
+  bool dq_direct = false;
   int smem = 0;
 };
 

@@ -302,8 +302,8 @@ struct BwdPlan {
 void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
   const KParams& p = pl.c.p;
   Carver cv;
-  pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
-  if (bp.deterministic) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
+  if (!pl.c.v3.dq_direct) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
+  if (bp.deterministic && !pl.c.v3.dq_direct) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
   const BwdV3Buffers& vb = pl.c.v3;
   if (vb.dbias_padded)
     pl.off_dbias_pad = cv.take(int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq * vb.dbias_pitch * 4);
@@ -572,11 +572,12 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
 }
 
 // Backward v3: preprocess (delta, lse * log2 e into padded rows), the pipelined kernel (dK, dV, dbias written by it),
-// dQ from its fp32 fragment-order accumulator. The workspace's zero-filled part is cleared by the caller.
+// dQ from its fp32 fragment-order accumulator (dq_direct: stored by the kernel). The workspace's zero-filled part is
+// cleared by the caller.
 static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStream_t stream) {
   KParams& p = pl.c.p;
   BwdV3Buffers vb = pl.c.v3;
-  vb.dq_acc = reinterpret_cast<float*>(ws + pl.off_dqacc);
+  vb.dq_acc = vb.dq_direct ? nullptr : reinterpret_cast<float*>(ws + pl.off_dqacc);
   vb.dq_sems = pl.off_dqsem >= 0 ? reinterpret_cast<int*>(ws + pl.off_dqsem) : nullptr;
   vb.lse2 = reinterpret_cast<float*>(ws + pl.off_lse2);
   vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
@@ -604,8 +605,10 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
     });
     check_cuda(cudaGetLastError(), "window_attention bwd v3 dq conversion");
   };
-  if (dt == 0) convert(__half());
-  else convert(__nv_bfloat16());
+  if (!vb.dq_direct) {  // (dq_direct: the kernel stored dQ)
+    if (dt == 0) convert(__half());
+    else convert(__nv_bfloat16());
+  }
   if (vb.dbias_padded) {
     const int64_t rows = int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq;
     const int blocks = int(std::min<int64_t>((rows * p.Sk + 255) / 256, 65535 * 4));

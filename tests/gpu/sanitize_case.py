@@ -201,6 +201,18 @@ def main():
     q, k, v = r(2, 250, 4, 64), r(2, 336, 2, 64), r(2, 336, 2, 64)  # (four keys per thread: Sk % 4 == 0)
     kern.attention(q, k, v, mask=torch.rand(2, 4, 250, 336, device=dev) > 0.3).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
+    # 10a. dQ stored by the backward kernel (bwd_v3_dq_direct, forced: one key block, no band): rows ending mid-tile,
+    #      GQA, key padding with an item whose keys are all hidden, a head dim below its instance, a float row term
+    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_dq_direct"
+    q, k, v = r(3, 300, 4, 64), r(3, 120, 2, 64), r(3, 120, 2, 64)
+    kp = torch.rand(3, 120, device=dev) > 0.3
+    kp[0] = False
+    kern.attention(q, k, v, key_padding_mask=kp).sum().backward()
+    q, k, v = r(2, 129, 2, 40), r(2, 77, 2, 40), r(2, 77, 2, 40)
+    kern.attention(q, k, v).sum().backward()
+    q, k, v = r(2, 256, 4, 128), r(2, 128, 4, 128), r(2, 128, 4, 128)
+    kern.attention(q, k, v, bias=r(2, 1, 1, 128, grad=False)).sum().backward()
+    os.environ.pop("WINATTN_FORCE_KERNEL")
     # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
     #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the
     #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows

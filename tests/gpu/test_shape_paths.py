@@ -422,6 +422,34 @@ def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, 
         assert ran(names, "bwd_pipelined_kernel_sm90", "BwdPipeTraitsSm90<96, "), sorted(names)
 
 
+# dQ stored by the backward kernel itself where each dQ tile has one contributor (bwd_v3_dq_direct, forced only: one
+# key block, no band): no fp32 accumulator, no memset of it, no conversion pass. Cross-attention to 77 / 120 / 128
+# keys at head dims 40-128 with query counts that end mid-tile, GQA, fp16, key padding with an item whose keys are all
+# hidden (that key block is walked, not skipped: its dQ of 0 is stored), deterministic mode, a float row term with
+# -inf, a bool mask per score as bits with fully masked rows; a staged bias is refused (its kernels lack the store).
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw,term", [
+    (3, 593, 77, 4, 4, 64, BF16, {}, None), (2, 300, 77, 4, 4, 40, FP16, {}, None),
+    (3, 257, 120, 4, 2, 72, BF16, {"key_padding": True}, None), (2, 200, 128, 4, 2, 128, BF16, {}, None),
+    (2, 129, 100, 2, 2, 64, BF16, {"deterministic": True}, None), (2, 300, 77, 2, 2, 64, BF16, {}, "row"),
+    (2, 190, 96, 4, 4, 64, BF16, {}, "mask"), (3, 70, 128, 2, 2, 96, FP16, {"key_padding": True}, "row"),
+], ids=["sk77_d64", "sk77_d40_fp16", "sk120_d72_gqa_key_padding", "sk128_d128_gqa", "deterministic", "row_term",
+        "mask_bits_hidden_rows", "d96_fp16_row_term_key_padding"])
+def test_direct_dq_for_one_key_block(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw, term):
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, 40, 5)
+    if term == "row":
+        inp["bias"] = torch.where(torch.rand(B, 1, 1, Sk, device="cuda") > 0.2, 0.0, float("-inf")).to(dtype)
+    elif term == "mask":
+        mask = torch.rand(B, H, Sq, Sk, device="cuda") > 0.3
+        mask[:, :, 5:9] = False  # (rows that see no key: dQ 0)
+        inp["mask"] = mask
+    call = forced_hopper_case(kernel, monkeypatch, "bwd_v3_dq_direct", inp, kw)
+    names = kernels_run(lambda: call().sum().backward())
+    assert ran(names, "bwd_dq_direct_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

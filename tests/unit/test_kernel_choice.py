@@ -66,7 +66,8 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
-                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_bits", "bwd_v3_fold",
+                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_direct", "bwd_v3_bits",
+                 "bwd_v3_fold",
                  "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
         r = run_table(table_exe, "--force", name, "flux")  # (a kernel that cannot take Flux's call says so)
@@ -97,6 +98,21 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
     assert "fwd_v3 128x80 terms=raw persistent wide" in r.stdout, r.stdout
     r = run_table(table_exe, "S16k D256")
     assert "fwd_v3 128x64 terms=raw persistent" in r.stdout and " wide" not in r.stdout.split("\n")[1], r.stdout
+
+
+def test_direct_dq_takes_one_key_block_without_a_band(table_exe):
+    """bwd_v3_dq_direct (forced only): dQ stored by the kernel where each dQ tile has one contributor, one key block
+    and no band, on the kernels without a term or with a row term / mask bits (key padding included), head dims up
+    to 128. More key blocks, a band or the split head-dim consumer are refused with the reason; the table's own choice
+    keeps the accumulator."""
+    check_forced(table_exe, "bwd_v3_dq_direct",
+                 takes=["sdxl cross Sk77 D64", "pixart cross Sk120 kp", "pixart cross Sk120 float mask",
+                        "ltx cross Sk128 float mask", "sdxl cross Sk77 bool mask"],
+                 taken=" dq-direct bufs=",
+                 refuses=["vit-b S197 D64", "flux S4608 D128", "llm causal GQA", "S16k D256"],
+                 reason="one key block (128 keys, head dim <= 128), no causal / window band, no term but a row "
+                        "term or mask bits")
+    assert " dq-direct" not in run_table(table_exe).stdout
 
 
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):

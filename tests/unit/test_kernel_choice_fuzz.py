@@ -36,6 +36,7 @@ MUST_COVER = [
     "bwd_v1", "bwd_windows", "bwd_windows_wide N128", "bwd_windows_wide N144", "bwd_windows_wide N256",
     "bwd_windows_wide N256 bits", "bwd_v3 terms=0 dbias=0", "bwd_v3 terms=1 dbias=2", "bwd_v3 terms=1 dbias=3 pair",
     "bwd_v3 terms=2 dbias=4", "bwd_v3 terms=3 dbias=0", "bwd_v3 terms=4 dbias=0", "bwd_v3 terms=7 dbias=4",
+    "bwd_v3 dq-direct",
 ]
 
 

@@ -19,7 +19,8 @@
 //     10.7 ms); with a dbias tile to stage they meet at one barrier per step (double-buffered dS^T) and the dQ
 //     GEMM follows at once.
 //   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
-//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ.
+//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. With one key
+//     block (dq_direct: Sk <= 128, no band) each dQ tile has one contributor, which stores it from the fragments.
 //     deterministic=True adds in ascending key-block order behind one ticket counter per (batch, head, query block).
 //   * head dims past 128: bwd_split_d_sm90.h (64 keys per CTA, the head dim split between the warpgroups).
 //   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging
@@ -53,8 +54,9 @@ namespace sm90 {
 
 // Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode); kDefer: the
 // deferred-dQ schedule (below; a template parameter: sharing one kernel with the lock-step schedule cost both
-// schedules registers and 4-9% of their speed on the H200).
-template <typename Tr, typename Elem, int kTerms, int KV, bool kDefer>
+// schedules registers and 4-9% of their speed on the H200); kDqDirect: the only key block, dQ stored from the
+// fragments (a template parameter too: as a run-time branch it cost the D = 128 term instances 4-12 bytes of spills).
+template <typename Tr, typename Elem, int kTerms, int KV, bool kDefer, bool kDqDirect>
 __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
                                             const BwdTile& t, bool deterministic, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
@@ -114,6 +116,14 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     wgmma_commit();
   };
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DTQ][4]) {
+    if constexpr (kDqDirect) {  // the only key block: this is the whole tile, stored scaled as dq_frag_convert would
+      const int r0 = m * BM + wi * 16, c0 = cw * (DK / 2);
+      const int64_t row = int64_t(p.H) * p.D;  // (dQ is contiguous [B, Sq, H, D])
+      store_acc_rows<Elem, 1, DTQ>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
+                                   row, reinterpret_cast<const float (&)[1][DTQ][4]>(acc_dq), p.scale, p.Sq - r0,
+                                   p.D - c0, lane);
+      return;
+    }
     const int64_t tile = (int64_t(b) * p.H + h) * mblocks + m;
     float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
     int* sem = deterministic ? P.dq_sems + tile : nullptr;
@@ -324,8 +334,9 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   }
 }
 
-template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer>
-__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
+// The kernel's body: barriers, the tile, the producer / consumer split (the two kernels below).
+template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer, bool kDqDirect>
+__device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = Tr::kBlockN, ST = Tr::kStages, KV = kPair ? 2 : 1;
   const KParams& p = P.p;
@@ -344,7 +355,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
     mbar_fence_init();
   }
   // a key block hidden entirely by key padding has no work (its dK, dV are 0); deterministic calls still walk
-  // it, so the dQ tickets of the key blocks after it advance
+  // it, so the dQ tickets of the key blocks after it advance, and so do dq_direct ones, whose dQ (0) it stores
   bool any_key = true;
   if (p.kp != nullptr) {
     const int j = t.n * BN + (tid & (BN - 1)), bi = tid >= BN ? 1 : 0;
@@ -354,7 +365,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
   } else {
     __syncthreads();
   }
-  const bool skip = t.m_hi <= t.m_lo || (!any_key && !deterministic);
+  const bool skip = t.m_hi <= t.m_lo || (!any_key && !deterministic && !kDqDirect);
 
   if (wg == 0) {
     regs_dealloc<Tr::kProducerRegs>();
@@ -382,12 +393,24 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
     } else if constexpr (Tr::kSplitD) {
       bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, wg - 1, t, deterministic, warp, lane);
     } else {
-      bwd_consume<Tr, Elem, kTerms, KV, kDefer>(P, sm, wg - 1, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDqDirect>(P, sm, wg - 1, t, deterministic, warp, lane);
     }
   }
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_pipelined_sm90_ready)
 #endif
+}
+
+template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer>
+__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
+  bwd_pipelined_cta<Tr, Elem, kTerms, kPair, kDefer, false>(P);
+}
+
+// One key block (BwdV3Buffers::dq_direct): dQ stored from the fragments, no accumulator. A kernel of its own name, so
+// that the table's kernels stay what they were (their SASS) and a profile tells the two apart.
+template <typename Tr, typename Elem, int kTerms>
+__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_direct_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
+  bwd_pipelined_cta<Tr, Elem, kTerms, false, true, true>(P);
 }
 
 }  // namespace sm90

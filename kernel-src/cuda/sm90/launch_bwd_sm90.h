@@ -53,6 +53,19 @@ struct BwdPipelinedSm90 {
     return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, kBwdTermsNone, false, defer>
                       : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, kBwdTermsNone, false, defer>;
   }
+  // dQ stored by the kernel (BwdV3Buffers::dq_direct; kernel_choice.h allows it on these deferred kernels only):
+  // the deep kernel without a term, or a row term / mask bits
+  template <typename Elem>
+  static Fn pick_dq_direct(int terms, bool hides) {
+    if constexpr (!Tr::kSplitD) {
+      if (terms == kBwdTermsRow)
+        return hides ? sm90::bwd_dq_direct_kernel_sm90<Tr, Elem, kBwdTermsRowHiding>
+                     : sm90::bwd_dq_direct_kernel_sm90<Tr, Elem, kBwdTermsRow>;
+      if (terms == kBwdTermsBits) return sm90::bwd_dq_direct_kernel_sm90<Tr, Elem, kBwdTermsBits>;
+      if (terms == kBwdTermsNone) return sm90::bwd_dq_direct_kernel_sm90<Deep, Elem, kBwdTermsNone>;
+    }
+    throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ stored directly for a kernel without it");
+  }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
 
@@ -114,7 +127,10 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
     }
   }
   const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
+  auto kernel = buf.dq_direct ? (dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
+                                            : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides))
+                : buf.deep  ? K::pick_deep(dtype)
+                            : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), buf.smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), buf.smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
