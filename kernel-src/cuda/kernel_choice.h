@@ -111,15 +111,15 @@ struct Forced {
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
-  bool bwd_dq_direct = false;  // bwd_v3_dq_direct: dQ stored by the kernel (one key block; BwdV3Buffers::dq_direct)
+  int bwd_dq = -1;  // bwd_v3_dq_direct / bwd_v3_dq_resident: BwdV3Buffers::dq_mode (-1: the table's accumulator)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
     "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, "
-    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_direct, bwd_v3_bits, bwd_v3_fold, bwd_windows, "
-    "bwd_windows_wide";
+    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_direct, bwd_v3_dq_resident, bwd_v3_bits, "
+    "bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -154,7 +154,8 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
     else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
     else if (n == "bwd_v3_fine_dims") f.bwd = BwdKernel::kV3, f.bwd_fine_dims = true;
-    else if (n == "bwd_v3_dq_direct") f.bwd = BwdKernel::kV3, f.bwd_dq_direct = true;
+    else if (n == "bwd_v3_dq_direct") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqDirect;
+    else if (n == "bwd_v3_dq_resident") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqResident;
     else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
     else if (n == "bwd_v3_fold") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 0;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
@@ -946,12 +947,27 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   // Its kernels: the deferred ones without a term (three stages), with a row term or mask bits (launch_bwd_sm90.h
   // pick_dq_direct: the cross-attention forms, key padding included).
   const int key_blocks = div_up(p.Sk, c.dk == 256 ? 64 : 128);
-  if (force.bwd_dq_direct) {
+  if (force.bwd_dq == kBwdDqDirect) {
     const bool kernel = vb.deep || vb.terms == kBwdTermsRow || vb.terms == kBwdTermsBits;
     if (key_blocks != 1 || p.has_band || c.dk == 256 || !kernel)
       return "bwd_v3_dq_direct: one key block (128 keys, head dim <= 128), no causal / window band, no term but a "
              "row term or mask bits";
-    vb.dq_direct = true;
+    vb.dq_mode = kBwdDqDirect;
+  }
+  // dQ resident in shared memory: a CTA per (batch, KV head) walks the key blocks in turn and sums the dQ of all its
+  // group's queries on chip, fp32 [group heads][query rows][head dim] next to the deep kernel's tiles (ViT-B/16's 197
+  // rows at head dim 64: 64 KB beside 132 KB). What it saves is the accumulator's memset and conversion pass and the
+  // adds at L2: ~0.06 of ViT-B/16's 0.355 ms backward (prediction, RESULTS "Nineteenth session"). Deterministic by
+  // construction (one CTA adds in a fixed order). The deep kernel only (no term), head dims up to 96 (at 128 its
+  // tiles take 212 KB: not one 64-row dQ tile more fits).
+  if (force.bwd_dq == kBwdDqResident) {
+    const int64_t dq_bytes = int64_t(p.hgroup) * div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM * c.dk * 4;
+    if (!vb.deep || c.dk > 96 || vb.smem + dq_bytes > dev.smem_optin || int64_t(p.B) * p.Hkv > kIntCountMax)
+      return "bwd_v3_dq_resident: no term, head dim <= 96, the group's dQ (heads x query rows x head dim, fp32) "
+             "beside the tiles in shared memory";
+    vb.dq_mode = kBwdDqResident;
+    vb.dq_smem = int(dq_bytes);
+    vb.smem += vb.dq_smem;
   }
   vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
   c.kernel = BwdKernel::kV3;

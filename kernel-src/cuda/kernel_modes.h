@@ -91,6 +91,14 @@ constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTrait
 inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 96 ? 96 : D <= 128 ? 128 : 256; }
 
 // The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
+// Backward v3's dQ, summed over the key blocks that see a query:
+//   kBwdDqAccumulate  fp32 adds into a zero-filled accumulator in global memory, then a conversion pass (the table's);
+//   kBwdDqDirect      one key block, no band: each dQ tile has one contributor, stored from the fragments (no
+//                     accumulator, no memset, no conversion pass; bwd_v3_dq_direct, forced only until measured);
+//   kBwdDqResident    one CTA per (batch, KV head) walks every key block, dQ of its queries summed in shared memory
+//                     and stored once (short sequences: ViT's 197; bwd_v3_dq_resident, forced only until measured).
+enum BwdDq : int { kBwdDqAccumulate = 0, kBwdDqDirect = 1, kBwdDqResident = 2 };
+
 struct BwdV3Buffers {
   float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e), written by the preprocess
   float* delta = nullptr;   // [B, H, sq_pad] rowsum(dO * O) - dlse, written by the preprocess
@@ -109,9 +117,8 @@ struct BwdV3Buffers {
   bool hides = false;  // the staged or row term was folded with a bool mask (its kernel instance: *Hiding)
   bool deep = false;   // three stages (no additive term)
   bool defer = false;  // deferred dQ (no dbias tile staged)
-  // dQ stored by the consumers (one key block, no band: each dQ tile has one contributor): no fp32 accumulator, no
-  // memset of it, no conversion pass (bwd_v3_dq_direct; forced only until measured)
-  bool dq_direct = false;
+  int dq_mode = kBwdDqAccumulate;  // where dQ is summed over the key blocks (BwdDq)
+  int dq_smem = 0;                 // kBwdDqResident: the group's dQ in shared memory, bytes (in smem)
   int smem = 0;
 };
 

@@ -302,8 +302,9 @@ struct BwdPlan {
 void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
   const KParams& p = pl.c.p;
   Carver cv;
-  if (!pl.c.v3.dq_direct) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
-  if (bp.deterministic && !pl.c.v3.dq_direct) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
+  const bool accumulate = pl.c.v3.dq_mode == kBwdDqAccumulate;  // (the other modes need neither)
+  if (accumulate) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
+  if (bp.deterministic && accumulate) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
   const BwdV3Buffers& vb = pl.c.v3;
   if (vb.dbias_padded)
     pl.off_dbias_pad = cv.take(int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq * vb.dbias_pitch * 4);
@@ -572,12 +573,12 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
 }
 
 // Backward v3: preprocess (delta, lse * log2 e into padded rows), the pipelined kernel (dK, dV, dbias written by it),
-// dQ from its fp32 fragment-order accumulator (dq_direct: stored by the kernel). The workspace's zero-filled part is
-// cleared by the caller.
+// dQ from its fp32 fragment-order accumulator (or stored by the kernel: BwdV3Buffers::dq_mode). The workspace's
+// zero-filled part is cleared by the caller.
 static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStream_t stream) {
   KParams& p = pl.c.p;
   BwdV3Buffers vb = pl.c.v3;
-  vb.dq_acc = vb.dq_direct ? nullptr : reinterpret_cast<float*>(ws + pl.off_dqacc);
+  vb.dq_acc = pl.off_dqacc >= 0 ? reinterpret_cast<float*>(ws + pl.off_dqacc) : nullptr;
   vb.dq_sems = pl.off_dqsem >= 0 ? reinterpret_cast<int*>(ws + pl.off_dqsem) : nullptr;
   vb.lse2 = reinterpret_cast<float*>(ws + pl.off_lse2);
   vb.delta = reinterpret_cast<float*>(ws + pl.off_delta);
@@ -605,7 +606,7 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
     });
     check_cuda(cudaGetLastError(), "window_attention bwd v3 dq conversion");
   };
-  if (!vb.dq_direct) {  // (dq_direct: the kernel stored dQ)
+  if (vb.dq_mode == kBwdDqAccumulate) {  // (the other modes: the kernel stored dQ)
     if (dt == 0) convert(__half());
     else convert(__nv_bfloat16());
   }

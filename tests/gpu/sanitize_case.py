@@ -213,6 +213,18 @@ def main():
     q, k, v = r(2, 256, 4, 128), r(2, 128, 4, 128), r(2, 128, 4, 128)
     kern.attention(q, k, v, bias=r(2, 1, 1, 128, grad=False)).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
+    # 10b. dQ resident in shared memory (bwd_v3_dq_resident, forced): several key blocks through one CTA (the K / V
+    #      hand-over), a ragged last block, GQA, a causal band, key padding with an item whose keys are all hidden
+    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_dq_resident"
+    q, k, v = r(2, 197, 2, 64), r(2, 197, 2, 64), r(2, 197, 2, 64)
+    kern.attention(q, k, v).sum().backward()
+    q, k, v = r(3, 64, 4, 64), r(3, 300, 2, 64), r(3, 300, 2, 64)
+    kp = torch.rand(3, 300, device=dev) > 0.3
+    kp[0] = False
+    kern.attention(q, k, v, key_padding_mask=kp).sum().backward()
+    q, k, v = r(2, 200, 2, 64), r(2, 200, 2, 64), r(2, 200, 2, 64)
+    kern.attention(q, k, v, causal=True).sum().backward()
+    os.environ.pop("WINATTN_FORCE_KERNEL")
     # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
     #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the
     #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows

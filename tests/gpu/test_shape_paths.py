@@ -450,6 +450,27 @@ def test_direct_dq_for_one_key_block(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, 
     assert ran(names, "bwd_dq_direct_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
 
 
+# dQ resident in shared memory (bwd_v3_dq_resident, forced only): one CTA per (batch, KV head) walks every key block
+# with the group's dQ summed on chip, no accumulator in global memory. ViT's 197 tokens (two key blocks, the second
+# of 69 keys), EVA's 257 (three) in fp16, GQA (a group of two heads' dQ), causal and sliding bands (key blocks that
+# see few query blocks), key padding with an item whose keys are all hidden, deterministic mode, head dim 72 on the
+# 96 instance, one key block.
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
+    (4, 197, 197, 6, 6, 64, BF16, {}), (2, 257, 257, 4, 4, 64, FP16, {}), (2, 64, 300, 4, 2, 64, BF16, {}),
+    (2, 200, 200, 2, 2, 64, BF16, {"causal": True}), (2, 260, 260, 2, 2, 64, BF16, {"window": (50, 10)}),
+    (3, 150, 300, 2, 2, 64, BF16, {"key_padding": True}), (2, 197, 197, 2, 2, 64, BF16, {"deterministic": True}),
+    (2, 100, 300, 2, 2, 72, BF16, {}), (2, 197, 77, 4, 4, 40, BF16, {}),
+], ids=["vit_s197", "eva_s257_fp16", "gqa", "causal", "band", "key_padding", "deterministic", "d72", "one_key_block"])
+def test_resident_dq_for_short_sequences(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, 100, 7)
+    call = forced_hopper_case(kernel, monkeypatch, "bwd_v3_dq_resident", inp, kw)
+    names = kernels_run(lambda: call().sum().backward())
+    assert ran(names, "bwd_dq_resident_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

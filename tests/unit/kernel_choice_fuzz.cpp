@@ -334,11 +334,11 @@ std::string choice_str(const BwdChoice& c) {
   const BwdV3Buffers& v = c.v3;
   char buf[320];
   std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d hides=%d dbias=%d [%d,%d,%d,%d] pitch %d%s "
-                "pair=%d deep=%d defer=%d dq_direct=%d bufs=%d smem=%d window_smem=%d wide=%d comb=[%d,%d,%d,%d]%s "
+                "pair=%d deep=%d defer=%d dq_mode=%d bufs=%d smem=%d window_smem=%d wide=%d comb=[%d,%d,%d,%d]%s "
                 "dtype %d | ",
                 name_of(c.kernel), c.why.c_str(), c.dk, c.block_m, c.block_n, v.terms, v.hides, v.dbias_mode,
                 v.dbias_period, v.dbias_heads, v.dbias_rows, v.dbias_cols, v.dbias_pitch,
-                v.dbias_padded ? " padded" : "", v.pair, v.deep, v.defer, v.dq_direct, v.dbias_bufs, v.smem,
+                v.dbias_padded ? " padded" : "", v.pair, v.deep, v.defer, v.dq_mode, v.dbias_bufs, v.smem,
                 c.window_smem, c.wide,
                 c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "", c.comb.dtype);
   return buf + view_str(c.p);
@@ -713,6 +713,8 @@ template <int D>
 int bwd_v3_smem_used(const BwdV3Buffers& v) {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
+  if (v.deep && v.dq_mode == kBwdDqResident)  // (+ the group's dQ after the third dS^T tile: BwdSmem::dq)
+    return Deep::kSmemBytes + Deep::kDSBytes + v.dq_smem;
   if (v.deep) return Deep::kSmemBytes + (Deep::kSplitD ? 0 : Deep::kDSBytes);
   const int read = bwd_terms_read(v.terms);
   const bool always_defer = read == kBwdTermsNone || read == kBwdTermsRow || read == kBwdTermsBits;
@@ -772,7 +774,7 @@ double bwd_workspace(const BwdChoice& c) {
   const KParams& p = c.p;
   const double bits = c.mb_words ? double(p.mb_period) * p.mb_heads * p.mb_rows * c.mb_words * 4 : 0;
   const double rows = double(p.B) * p.H * (c.kernel == BwdKernel::kV3 ? c.v3.sq_pad : p.Sq);
-  const double dq = c.kernel == BwdKernel::kV3 ? (c.v3.dq_direct ? 0 : rows * c.dk * 4)
+  const double dq = c.kernel == BwdKernel::kV3 ? (c.v3.dq_mode != kBwdDqAccumulate ? 0 : rows * c.dk * 4)
                     : c.kernel == BwdKernel::kV1 ? rows * p.D * 4 : 0;
   return double(c.comb.bytes) + bits + dq + 2 * rows * 4;
 }
@@ -788,10 +790,15 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
   x.s.expect("bwd_v3.sq_pad", v.sq_pad == round_up(p.Sq, kBwdV3BlockM));
   // each dQ tile has one contributor (one key block, every query block visited), on a kernel that has the store
   // (launch_bwd_sm90.h pick_dq_direct: the deep one without a term, the deferred row-term and bits ones)
-  x.s.expect("bwd_v3.dq_direct_one_writer",
-             !v.dq_direct || (p.Sk <= c.block_n && !p.has_band && c.dk != 256 && x.force.bwd_dq_direct));
-  x.s.expect("bwd_v3.dq_direct_kernel", !v.dq_direct || (!v.pair && v.defer && (v.deep || t == kBwdTermsRow ||
-                                                                               t == kBwdTermsBits)));
+  const bool direct = v.dq_mode == kBwdDqDirect, resident = v.dq_mode == kBwdDqResident;
+  x.s.expect("bwd_v3.dq_mode_forced_only", v.dq_mode == kBwdDqAccumulate || v.dq_mode == x.force.bwd_dq);
+  x.s.expect("bwd_v3.dq_direct_one_writer", !direct || (p.Sk <= c.block_n && !p.has_band && c.dk != 256));
+  x.s.expect("bwd_v3.dq_direct_kernel", !direct || (!v.pair && v.defer && (v.deep || t == kBwdTermsRow ||
+                                                                           t == kBwdTermsBits)));
+  // one CTA per (batch, KV head) on the deep kernel, the group's dQ [heads][sq_pad][dk] fp32 in its shared memory
+  x.s.expect("bwd_v3.dq_resident_kernel", !resident || (v.deep && !v.pair && c.dk <= 96 &&
+                                                        int64_t(p.B) * p.Hkv <= kIntCountMax));
+  x.s.expect("bwd_v3.dq_resident_smem", v.dq_smem == (resident ? int64_t(p.hgroup) * v.sq_pad * c.dk * 4 : 0));
   x.s.expect("bwd_v3.smem_covers_layout", v.smem >= bwd_v3_smem_used_for(c.dk, v));
   x.s.expect("bwd_v3.smem_fits", v.smem <= x.dev.smem_optin);
   x.s.expect("bwd_v3.deep_without_terms", !v.deep || t == kBwdTermsNone);
@@ -877,7 +884,8 @@ void check_forced_bwd(const Ctx& x, const BwdChoice& c) {
   x.s.expect("force.bwd_kernel_taken", c.kernel == f.bwd);
   if (c.kernel != BwdKernel::kV3) return;
   x.s.expect("force.bwd_variant_taken", (!f.bwd_two_stages || !c.v3.deep) && (!f.bwd_no_pair || !c.v3.pair) &&
-                                            (!f.bwd_fine_dims || c.dk == 96) && (!f.bwd_dq_direct || c.v3.dq_direct) &&
+                                            (!f.bwd_fine_dims || c.dk == 96) &&
+                                            (f.bwd_dq < 0 || c.v3.dq_mode == f.bwd_dq) &&
                                             (f.bwd_mask_bits != 1 || c.v3.terms == kBwdTermsBits) &&
                                             (f.bwd_mask_bits != 0 || c.v3.terms != kBwdTermsBits));
 }
@@ -904,7 +912,8 @@ void check_bwd(const Ctx& x, const BwdChoice& c) {
     case BwdKernel::kV3:
       x.s.covered("bwd_v3 terms=" + std::to_string(c.v3.terms) + " dbias=" + std::to_string(c.v3.dbias_mode) +
                   (c.v3.pair ? " pair" : ""));
-      if (c.v3.dq_direct) x.s.covered("bwd_v3 dq-direct");
+      if (c.v3.dq_mode == kBwdDqDirect) x.s.covered("bwd_v3 dq-direct");
+      if (c.v3.dq_mode == kBwdDqResident) x.s.covered("bwd_v3 dq-resident");
       check_bwd_v3(x, c);
       break;
     default: x.s.expect("bwd.known_kernel", false);

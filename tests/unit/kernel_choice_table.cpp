@@ -125,6 +125,7 @@ std::string describe_fwd(const FwdChoice& c) {
 }
 std::string describe_bwd(const BwdChoice& c) {
   static const char* dbias[] = {"none", "store", "reduce", "store16", "atomic"};
+  static const char* dq[] = {"", " dq-direct", " dq-resident"};
   static const char* terms[] = {"none", "staged", "global", "row", "bits", "staged", "row", "row+key-grad"};
   std::string s = name_of(c.kernel);
   char buf[200];
@@ -132,7 +133,7 @@ std::string describe_bwd(const BwdChoice& c) {
     const BwdV3Buffers& v = c.v3;
     std::snprintf(buf, sizeof buf, " d%d terms=%s%s dbias=%s%s%s%s%s bufs=%d smem=%d", c.dk, terms[v.terms],
                   v.hides ? "+hides" : "", dbias[v.dbias_mode], v.pair ? " pair" : "", v.deep ? " deep" : "",
-                  v.defer ? " defer" : "", v.dq_direct ? " dq-direct" : "", v.dbias_bufs, v.smem);
+                  v.defer ? " defer" : "", dq[v.dq_mode], v.dbias_bufs, v.smem);
     s += buf;
   } else if (c.kernel == BwdKernel::kWideWindows) {
     std::snprintf(buf, sizeof buf, " N%d%s", c.wide, c.mb_words ? " mask-bits" : "");

@@ -66,7 +66,8 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
-                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_direct", "bwd_v3_bits",
+                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_direct", "bwd_v3_dq_resident",
+                 "bwd_v3_bits",
                  "bwd_v3_fold",
                  "bwd_windows", "bwd_windows_wide",
                  "fwd_v3, bwd_v1"]:
@@ -113,6 +114,20 @@ def test_direct_dq_takes_one_key_block_without_a_band(table_exe):
                  reason="one key block (128 keys, head dim <= 128), no causal / window band, no term but a row "
                         "term or mask bits")
     assert " dq-direct" not in run_table(table_exe).stdout
+
+
+def test_resident_dq_takes_short_calls_without_a_term(table_exe):
+    """bwd_v3_dq_resident (forced only): one CTA per (batch, KV head) walks the key blocks with the group's dQ in
+    shared memory, beside the deep kernel's tiles: ViT's 197 and EVA's 257 tokens (64 / 80 KB);
+    a term, the split head-dim consumer or a dQ past the shared memory is refused with the reason."""
+    check_forced(table_exe, "bwd_v3_dq_resident", takes=["vit-b S197 D64", "eva02 S257 D64"],
+                 taken=" dq-resident bufs=",
+                 refuses=["beit bias bf16", "S16k D256", "flux S4608 D128", "vit-b/16-384 S577", "sdxl cross Sk77 D64"],
+                 reason="no term, head dim <= 96, the group's dQ (heads x query rows x head dim, fp32) beside the "
+                        "tiles in shared memory")
+    r = run_table(table_exe, "--force", "bwd_v3_dq_resident", "vit-b S197 D64")
+    assert "smem=200704" in r.stdout, r.stdout  # 135168 + 1 head x 256 rows x 64 x 4 bytes
+    assert " dq-resident" not in run_table(table_exe).stdout
 
 
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):

@@ -54,11 +54,14 @@ namespace sm90 {
 
 // Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode); kDefer: the
 // deferred-dQ schedule (below; a template parameter: sharing one kernel with the lock-step schedule cost both
-// schedules registers and 4-9% of their speed on the H200); kDqDirect: the only key block, dQ stored from the
-// fragments (a template parameter too: as a run-time branch it cost the D = 128 term instances 4-12 bytes of spills).
-template <typename Tr, typename Elem, int kTerms, int KV, bool kDefer, bool kDqDirect>
-__device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw,
-                                            const BwdTile& t, bool deterministic, int warp, int lane) {
+// schedules registers and 4-9% of their speed on the H200); kDq: where dQ goes (BwdDq: a template parameter too, as
+// a run-time branch the direct store cost the D = 128 term instances 4-12 bytes of spills). it0: the stages this CTA
+// consumed before this tile, kv_parity: the phase of this tile's K / V (both nonzero only when dQ is resident, one
+// CTA walking the key blocks); returns the stages consumed after it.
+template <typename Tr, typename Elem, int kTerms, int KV, bool kDefer, int kDq>
+__device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, int cw, const BwdTile& t,
+                                           bool deterministic, int warp, int lane, int it0 = 0,
+                                           uint32_t kv_parity = 0) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   // W: the row bytes of the head-dim tiles (K, V, Q, dO: 32 at head dim 96, Tr::kRowBytes); the dS^T tile's column
   // blocks are queries, always 32 (kSwizzleRowBytes)
@@ -104,7 +107,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
       stage_off[hf][e] = dbias_stage_offset<BM>(qc + e, key_row + 8 * hf);
     }
   const bool issuer = ctid == 0;
-  mbar_wait(sm.kv_full(), 0);
+  mbar_wait(sm.kv_full(), kv_parity);
 
   // dQ = dS K of a step: the GEMM (A: dS^T tile dsa, M-major; B: this warpgroup's head-dim half of K), then the
   // adds into the fragment-order fp32 accumulator (ordered by key block when deterministic)
@@ -116,7 +119,18 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     wgmma_commit();
   };
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DTQ][4]) {
-    if constexpr (kDqDirect) {  // the only key block: this is the whole tile, stored scaled as dq_frag_convert would
+    if constexpr (kDq == kBwdDqResident) {  // this CTA's own sum in shared memory: this thread's fragment positions
+      const int g = h - t.hkv * p.hgroup;
+      const uint32_t a = sm.dq() + ((g * mblocks + m) * (BM * DK) + (cw * 4 + wi) * DTQ * 128 + lane * 4) * 4;
+#pragma unroll
+      for (int nt = 0; nt < DTQ; ++nt) {
+        const float4 x = lds_f32x4(a + nt * 512);
+        const float sum[4] = {x.x + acc_dq[nt][0], x.y + acc_dq[nt][1], x.z + acc_dq[nt][2], x.w + acc_dq[nt][3]};
+        sts_f32x4(a + nt * 512, sum);
+      }
+      return;
+    }
+    if constexpr (kDq == kBwdDqDirect) {  // the only key block: this is the whole tile, stored scaled as dq_frag_convert would
       const int r0 = m * BM + wi * 16, c0 = cw * (DK / 2);
       const int64_t row = int64_t(p.H) * p.D;  // (dQ is contiguous [B, Sq, H, D])
       store_acc_rows<Elem, 1, DTQ>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
@@ -148,7 +162,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
   int prev_b = 0, prev_h = 0, prev_m = 0;
 
   const int cnt = t.m_hi - t.m_lo;
-  int it = 0, unit = 0;  // sub-steps (stages) and dbias tiles done
+  int it = it0, unit = 0;  // sub-steps (stages) and dbias tiles done
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g;
     float key_grad[2] = {0.f, 0.f};  // kBwdTermsRowKeyGrad: this thread's share of dbias of its two keys for (b, h)
@@ -245,7 +259,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         }
 
         // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
-        if (defer && it > 0)  // the other's dS^T of it - 1
+        if (defer && it > it0)  // the other's dS^T of it - 1
           named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);
         const uint32_t sds = ds_tile(buf);
 #pragma unroll
@@ -298,7 +312,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
         wgmma_wait<0>();
         fence_acc(acc_dq);
         if constexpr (defer) {
-          if (it > 0) add_dq(prev_b, prev_h, prev_m, acc_dq);
+          if (it > it0) add_dq(prev_b, prev_h, prev_m, acc_dq);
           prev_b = b;
           prev_h = h;
           prev_m = m;
@@ -309,7 +323,7 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     }
     if constexpr (kTerms == kBwdTermsRowKeyGrad) dbias_key_sums_add(P, key_grad, t.batch(0), h, j0, lane);
   }
-  if (defer && it > 0) {  // the last step's dQ
+  if (defer && it > it0) {  // the last step's dQ
     named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);
     float acc_dq[DTQ][4];
     wgmma_fence();
@@ -317,6 +331,10 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     wgmma_wait<0>();
     fence_acc(acc_dq);
     add_dq(prev_b, prev_h, prev_m, acc_dq);
+  }
+  if constexpr (kDq == kBwdDqResident) {  // this warp's reads of the block's K / V are done (every wgmma waited on):
+    __syncwarp();                          // the producer may load the next block's
+    if (lane == 0) mbar_arrive(sm.kv_empty());
   }
   if (dbias && issuer) bulk_wait<0>();
 
@@ -332,10 +350,11 @@ __device__ __forceinline__ void bwd_consume(const BwdPipeParams& P, const BwdSme
     store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dk) + off, kv_ss, dk3, p.scale, rows, p.D, lane);
     store_acc_rows<Elem, 1, DT>(static_cast<Elem*>(p.dv) + off, kv_ss, dv3, 1.f, rows, p.D, lane);
   }
+  return it;
 }
 
-// The kernel's body: barriers, the tile, the producer / consumer split (the two kernels below).
-template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer, bool kDqDirect>
+// The kernel's body: barriers, the tile, the producer / consumer split (the kernels below).
+template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer, int kDq>
 __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = Tr::kBlockN, ST = Tr::kStages, KV = kPair ? 2 : 1;
@@ -365,7 +384,7 @@ __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
   } else {
     __syncthreads();
   }
-  const bool skip = t.m_hi <= t.m_lo || (!any_key && !deterministic && !kDqDirect);
+  const bool skip = t.m_hi <= t.m_lo || (!any_key && !deterministic && kDq != kBwdDqDirect);
 
   if (wg == 0) {
     regs_dealloc<Tr::kProducerRegs>();
@@ -393,7 +412,7 @@ __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
     } else if constexpr (Tr::kSplitD) {
       bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, wg - 1, t, deterministic, warp, lane);
     } else {
-      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDqDirect>(P, sm, wg - 1, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDq>(P, sm, wg - 1, t, deterministic, warp, lane);
     }
   }
 #else
@@ -403,14 +422,85 @@ __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
 
 template <typename Tr, typename Elem, int kTerms, bool kPair, bool kDefer>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
-  bwd_pipelined_cta<Tr, Elem, kTerms, kPair, kDefer, false>(P);
+  bwd_pipelined_cta<Tr, Elem, kTerms, kPair, kDefer, kBwdDqAccumulate>(P);
 }
 
 // One key block (BwdV3Buffers::dq_direct): dQ stored from the fragments, no accumulator. A kernel of its own name, so
 // that the table's kernels stay what they were (their SASS) and a profile tells the two apart.
 template <typename Tr, typename Elem, int kTerms>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_direct_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
-  bwd_pipelined_cta<Tr, Elem, kTerms, false, true, true>(P);
+  bwd_pipelined_cta<Tr, Elem, kTerms, false, true, kBwdDqDirect>(P);
+}
+
+// dQ resident (BwdV3Buffers::dq_mode, kBwdDqResident): one CTA per (batch, KV head) walks every key block of the
+// call in turn, K / V of the next loaded once the consumers release the last (kv_empty), Q / dO through one stage
+// ring for all blocks. Each consumer thread sums its own fragment positions of every dQ tile of the group in shared
+// memory (no other thread touches them: no barrier, no atomics), and at the end all of them store dQ as rows. What goes
+// is the fp32 accumulator in global memory: its memset, the adds at L2 and the conversion pass. The deep kernel's
+// tiles (no term).
+template <typename Tr, typename Elem>
+__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_resident_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages, DTQ = DK / 16;
+  const KParams& p = P.p;
+  extern __shared__ unsigned char smem_raw[];
+  const BwdSmem<Tr, 1> sm{smem_u32(align_1024(smem_raw))};
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+  const int hkv = int(blockIdx.x % unsigned(p.Hkv)), b = int(blockIdx.x / unsigned(p.Hkv));
+  const int nblocks = ceil_div(p.Sk, BN), mblocks = ceil_div(p.Sq, BM);
+  if (tid == 0) {
+    mbar_init(sm.kv_full(), 1);
+    mbar_init(sm.kv_empty(), Tr::kConsumerWarps);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(sm.full(s), 1);
+      mbar_init(sm.empty(s), Tr::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    regs_dealloc<Tr::kProducerRegs>();
+    if (tid == 0) {
+      tma_prefetch_desc(&P.tq);
+      tma_prefetch_desc(&P.tdo);
+      int it = 0;
+      for (int n = 0; n < nblocks; ++n) {
+        if (n > 0) mbar_wait(sm.kv_empty(), uint32_t(n - 1) & 1u);  // every consumer warp is done with n - 1
+        it = bwd_produce<Tr, 1>(P, sm, bwd_tile_at<Tr>(p, b, hkv, n), it);
+      }
+    }
+    return;
+  }
+  regs_alloc<Tr::kConsumerRegs>();
+  const int cw = wg - 1, wi = warp & 3;
+  // this thread's fragment positions of every dQ tile (float4 (cw * 4 + wi) * DTQ + nt, lane of each tile's
+  // 16 * DK): zero, then the key blocks' sums
+  const uint32_t mine = sm.dq() + ((cw * 4 + wi) * DTQ * 128 + lane * 4) * 4;
+  const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int tile = 0; tile < p.hgroup * mblocks; ++tile)
+#pragma unroll
+    for (int nt = 0; nt < DTQ; ++nt) sts_f32x4(mine + tile * (BM * DK * 4) + nt * 512, zero);
+  int it = 0;
+  for (int n = 0; n < nblocks; ++n)
+    it = bwd_consume<Tr, Elem, kBwdTermsNone, 1, true, kBwdDqResident>(P, sm, cw, bwd_tile_at<Tr>(p, b, hkv, n),
+                                                                        false, warp, lane, it, uint32_t(n) & 1u);
+  // dQ of the group's heads: this thread's own positions, scaled, as dq_frag_convert_kernel's rows would hold them
+  const int64_t row = int64_t(p.H) * p.D;  // (dQ is contiguous [B, Sq, H, D])
+  for (int tile = 0; tile < p.hgroup * mblocks; ++tile) {
+    const int g = tile / mblocks, m = tile % mblocks, r0 = m * BM + wi * 16, c0 = cw * (DK / 2);
+    float acc[1][DTQ][4];
+#pragma unroll
+    for (int nt = 0; nt < DTQ; ++nt) {
+      const float4 x = lds_f32x4(mine + tile * (BM * DK * 4) + nt * 512);
+      acc[0][nt][0] = x.x, acc[0][nt][1] = x.y, acc[0][nt][2] = x.z, acc[0][nt][3] = x.w;
+    }
+    const int h = hkv * p.hgroup + g;
+    store_acc_rows<Elem, 1, DTQ>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
+                                 row, acc, p.scale, p.Sq - r0, p.D - c0, lane);
+  }
+#else
+  __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_pipelined_sm90_ready)
+#endif
 }
 
 }  // namespace sm90

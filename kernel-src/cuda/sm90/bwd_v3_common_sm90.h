@@ -53,11 +53,16 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t kv_full() const { return base + kBars; }
   __device__ __forceinline__ uint32_t full(int s) const { return base + kBars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t empty(int s) const { return base + kBars + 8 * (1 + Tr::kStages + s); }
+  // dQ resident: the consumers are done with this key block's K / V (the producer may load the next)
+  __device__ __forceinline__ uint32_t kv_empty() const { return base + kBars + 8 * (1 + 2 * Tr::kStages); }
   __device__ __forceinline__ uint32_t bias(int s, int bias_bytes) const { return base + kBias + s * bias_bytes; }
   // staging tile buf; buf = dbias_bufs is pair mode's fp32 sum of the first batch's dS (kDbiasStore16)
   __device__ __forceinline__ uint32_t dbias(int bias_bytes, int buf, int tile_bytes) const {
     return base + kBias + Tr::kStages * bias_bytes + buf * tile_bytes;
   }
+  // dQ resident: fp32 [group heads][m-blocks][BM * D] in the consumers' fragment order, after the third dS^T tile
+  // of deferred dQ (which sits where dbias staging would: no staged term then, bias_bytes 0)
+  __device__ __forceinline__ uint32_t dq() const { return dbias(0, 0, 0) + Tr::kDSBytes; }
 };
 
 // One CTA's work: key block n of KV head hkv in batch b (and b + pair_stride in pair mode), and the query blocks
@@ -107,9 +112,11 @@ __device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool 
 }
 
 // Producer (one thread): K and V once (both batches in pair mode), then per (query head of the group, query block,
-// batch of the pair) Q, dO, lse, delta and the bias tile into the stage ring.
+// batch of the pair) Q, dO, lse, delta and the bias tile into the stage ring. `it`: the stages filled before this
+// tile (dQ resident: one CTA walks several key blocks through one ring); returns the count after it.
 template <typename Tr, int KV>
-__device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, const BwdTile& t) {
+__device__ __forceinline__ int bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, const BwdTile& t,
+                                           int it = 0) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / Tr::kBlockCols;
   constexpr int W = Tr::kRowBytes, WC = Tr::kBlockCols;
   const KParams& p = P.p;
@@ -123,7 +130,6 @@ __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSme
       tma_load_4d(sm.v(bi) + c * BN * W, &P.tv, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
     }
   const int cnt = t.m_hi - t.m_lo;
-  int it = 0;
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g, bias_h = p.bias.heads > 1 ? h : 0;
     for (int k = 0; k < cnt; ++k) {
@@ -146,6 +152,20 @@ __device__ __forceinline__ void bwd_produce(const BwdPipeParams& P, const BwdSme
       }
     }
   }
+  return it;
+}
+
+// The tile of key block n of (batch b, KV head hkv), no pair: what decode_bwd_tile gives the CTA of that key block
+// (query blocks from the first: dQ resident has no atomics to spread).
+template <typename Tr>
+__device__ __forceinline__ BwdTile bwd_tile_at(const KParams& p, int b, int hkv, int n) {
+  BwdTile t;
+  t.b = t.b2 = b;
+  t.hkv = hkv;
+  t.n = n;
+  m_block_range(p, n, Tr::kBlockM, Tr::kBlockN, t.m_lo, t.m_hi);
+  t.m_start = 0;
+  return t;
 }
 
 // Byte offset of element (row i, column j) of a staged [BM x BN] 16-bit bias tile: BN / 64 boxes of

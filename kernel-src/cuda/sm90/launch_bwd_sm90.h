@@ -53,8 +53,8 @@ struct BwdPipelinedSm90 {
     return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Deep, __half, kBwdTermsNone, false, defer>
                       : sm90::bwd_pipelined_kernel_sm90<Deep, __nv_bfloat16, kBwdTermsNone, false, defer>;
   }
-  // dQ stored by the kernel (BwdV3Buffers::dq_direct; kernel_choice.h allows it on these deferred kernels only):
-  // the deep kernel without a term, or a row term / mask bits
+  // dQ stored by the kernel (BwdV3Buffers::dq_mode; kernel_choice.h allows each on these deferred kernels only):
+  // direct on the deep kernel without a term, or with a row term / mask bits; resident on the deep kernel
   template <typename Elem>
   static Fn pick_dq_direct(int terms, bool hides) {
     if constexpr (!Tr::kSplitD) {
@@ -65,6 +65,12 @@ struct BwdPipelinedSm90 {
       if (terms == kBwdTermsNone) return sm90::bwd_dq_direct_kernel_sm90<Deep, Elem, kBwdTermsNone>;
     }
     throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ stored directly for a kernel without it");
+  }
+  // (not at 128: the deep kernel's 212 KB leave no room for even one 64-row dQ tile of 32 KB)
+  template <typename Elem>
+  static Fn pick_dq_resident() {
+    if constexpr (D <= 96) return sm90::bwd_dq_resident_kernel_sm90<Deep, Elem>;
+    throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ in shared memory past head dim 96");
   }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
@@ -126,11 +132,17 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
                                    buf.dbias_pitch, Tr::kBlockM);
     }
   }
-  const int64_t grid = int64_t(ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
-  auto kernel = buf.dq_direct ? (dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
-                                            : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides))
-                : buf.deep  ? K::pick_deep(dtype)
-                            : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
+  // a CTA per key block (and KV head and batch), or per (KV head, batch) walking the key blocks (dQ resident)
+  const bool resident = buf.dq_mode == kBwdDqResident;
+  const int64_t grid = int64_t(resident ? 1 : ceil_div(p.Sk, Tr::kBlockN)) * p.Hkv * (pair ? p.B / 2 : p.B);
+  typename K::Fn kernel;
+  if (resident)
+    kernel = dtype == 0 ? K::template pick_dq_resident<__half>() : K::template pick_dq_resident<__nv_bfloat16>();
+  else if (buf.dq_mode == kBwdDqDirect)
+    kernel = dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
+                        : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides);
+  else
+    kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), buf.smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), buf.smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
