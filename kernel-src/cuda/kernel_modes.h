@@ -90,7 +90,6 @@ constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTrait
 // 1024 px 3.50 -> 3.22, SD 1.5's 80 0.279 -> 0.255. (bwd_v3_fine_dims forces it: an error outside 65-96.)
 inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 96 ? 96 : D <= 128 ? 128 : 256; }
 
-// The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
 // Backward v3's dQ, summed over the key blocks that see a query:
 //   kBwdDqAccumulate  fp32 adds into a zero-filled accumulator in global memory, then a conversion pass (the table's);
 //   kBwdDqDirect      one key block, no band: each dQ tile has one contributor, stored from the fragments (no
@@ -99,6 +98,7 @@ inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 96 ? 96 : D <= 12
 //                     and stored once (short sequences: ViT's 197; bwd_v3_dq_resident, forced only until measured).
 enum BwdDq : int { kBwdDqAccumulate = 0, kBwdDqDirect = 1, kBwdDqResident = 2 };
 
+// The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
 struct BwdV3Buffers {
   float* lse2 = nullptr;    // [B, H, sq_pad] lse * log2(e), written by the preprocess
   float* delta = nullptr;   // [B, H, sq_pad] rowsum(dO * O) - dlse, written by the preprocess

@@ -19,8 +19,9 @@
 //     10.7 ms); with a dbias tile to stage they meet at one barrier per step (double-buffered dS^T) and the dQ
 //     GEMM follows at once.
 //   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
-//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. With one key
-//     block (dq_direct: Sk <= 128, no band) each dQ tile has one contributor, which stores it from the fragments.
+//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. Forced only
+//     (kernel_modes.h BwdDq): with one key block and no band each dQ tile has one contributor, which stores it from
+//     the fragments (bwd_dq_direct_kernel_sm90); short calls sum dQ in shared memory (bwd_dq_resident_kernel_sm90).
 //     deterministic=True adds in ascending key-block order behind one ticket counter per (batch, head, query block).
 //   * head dims past 128: bwd_split_d_sm90.h (64 keys per CTA, the head dim split between the warpgroups).
 //   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging
@@ -130,7 +131,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
       }
       return;
     }
-    if constexpr (kDq == kBwdDqDirect) {  // the only key block: this is the whole tile, stored scaled as dq_frag_convert would
+    if constexpr (kDq == kBwdDqDirect) {  // the only key block: the whole tile, stored scaled as dq_frag_convert would
       const int r0 = m * BM + wi * 16, c0 = cw * (DK / 2);
       const int64_t row = int64_t(p.H) * p.D;  // (dQ is contiguous [B, Sq, H, D])
       store_acc_rows<Elem, 1, DTQ>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
@@ -374,7 +375,7 @@ __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
     mbar_fence_init();
   }
   // a key block hidden entirely by key padding has no work (its dK, dV are 0); deterministic calls still walk
-  // it, so the dQ tickets of the key blocks after it advance, and so do dq_direct ones, whose dQ (0) it stores
+  // it, so the dQ tickets of the key blocks after it advance, and so do direct-dQ ones, whose dQ (0) it stores
   bool any_key = true;
   if (p.kp != nullptr) {
     const int j = t.n * BN + (tid & (BN - 1)), bi = tid >= BN ? 1 : 0;
@@ -425,8 +426,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
   bwd_pipelined_cta<Tr, Elem, kTerms, kPair, kDefer, kBwdDqAccumulate>(P);
 }
 
-// One key block (BwdV3Buffers::dq_direct): dQ stored from the fragments, no accumulator. A kernel of its own name, so
-// that the table's kernels stay what they were (their SASS) and a profile tells the two apart.
+// One key block (BwdV3Buffers::dq_mode kBwdDqDirect): dQ stored from the fragments, no accumulator. A kernel of its own
+// name, so that a profile tells it from the table's (whose code this leaves as it was).
 template <typename Tr, typename Elem, int kTerms>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_direct_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
   bwd_pipelined_cta<Tr, Elem, kTerms, false, true, kBwdDqDirect>(P);
@@ -439,7 +440,8 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_direct_kernel_sm90(co
 // is the fp32 accumulator in global memory: its memset, the adds at L2 and the conversion pass. The deep kernel's
 // tiles (no term).
 template <typename Tr, typename Elem>
-__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_resident_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
+__global__ void __launch_bounds__(Tr::kNThreads, 1)
+    bwd_dq_resident_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages, DTQ = DK / 16;
   const KParams& p = P.p;
