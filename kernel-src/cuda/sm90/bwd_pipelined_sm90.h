@@ -53,6 +53,17 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
+// A whole dQ tile's fragments of this warp (query block m of head h in batch b: rows 16 wi.., head-dim half cw) into dQ
+// (contiguous [B, Sq, H, D]), scaled, as dq_frag_convert_kernel would write it: the direct and resident dQ modes.
+template <typename Elem, int DK>
+__device__ __forceinline__ void store_dq_tile(const KParams& p, int b, int h, int m, int cw, int wi,
+                                              const float (&acc)[1][DK / 16][4], int lane) {
+  const int r0 = m * kBwdV3BlockM + wi * 16, c0 = cw * (DK / 2);
+  const int64_t row = int64_t(p.H) * p.D;
+  store_acc_rows<Elem, 1, DK / 16>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
+                                   row, acc, p.scale, p.Sq - r0, p.D - c0, lane);
+}
+
 // Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode); kDefer: the
 // deferred-dQ schedule (below; a template parameter: sharing one kernel with the lock-step schedule cost both
 // schedules registers and 4-9% of their speed on the H200); kDq: where dQ goes (BwdDq: a template parameter too, as
@@ -131,12 +142,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
       }
       return;
     }
-    if constexpr (kDq == kBwdDqDirect) {  // the only key block: the whole tile, stored scaled as dq_frag_convert would
-      const int r0 = m * BM + wi * 16, c0 = cw * (DK / 2);
-      const int64_t row = int64_t(p.H) * p.D;  // (dQ is contiguous [B, Sq, H, D])
-      store_acc_rows<Elem, 1, DTQ>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
-                                   row, reinterpret_cast<const float (&)[1][DTQ][4]>(acc_dq), p.scale, p.Sq - r0,
-                                   p.D - c0, lane);
+    if constexpr (kDq == kBwdDqDirect) {  // the only key block: the whole tile
+      store_dq_tile<Elem, DK>(p, b, h, m, cw, wi, reinterpret_cast<const float (&)[1][DTQ][4]>(acc_dq), lane);
       return;
     }
     const int64_t tile = (int64_t(b) * p.H + h) * mblocks + m;
@@ -486,19 +493,15 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
   for (int n = 0; n < nblocks; ++n)
     it = bwd_consume<Tr, Elem, kBwdTermsNone, 1, true, kBwdDqResident>(P, sm, cw, bwd_tile_at<Tr>(p, b, hkv, n),
                                                                         false, warp, lane, it, uint32_t(n) & 1u);
-  // dQ of the group's heads: this thread's own positions, scaled, as dq_frag_convert_kernel's rows would hold them
-  const int64_t row = int64_t(p.H) * p.D;  // (dQ is contiguous [B, Sq, H, D])
+  // dQ of the group's heads: this thread's own positions
   for (int tile = 0; tile < p.hgroup * mblocks; ++tile) {
-    const int g = tile / mblocks, m = tile % mblocks, r0 = m * BM + wi * 16, c0 = cw * (DK / 2);
     float acc[1][DTQ][4];
 #pragma unroll
     for (int nt = 0; nt < DTQ; ++nt) {
       const float4 x = lds_f32x4(mine + tile * (BM * DK * 4) + nt * 512);
       acc[0][nt][0] = x.x, acc[0][nt][1] = x.y, acc[0][nt][2] = x.z, acc[0][nt][3] = x.w;
     }
-    const int h = hkv * p.hgroup + g;
-    store_acc_rows<Elem, 1, DTQ>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
-                                 row, acc, p.scale, p.Sq - r0, p.D - c0, lane);
+    store_dq_tile<Elem, DK>(p, b, hkv * p.hgroup + tile / mblocks, tile % mblocks, cw, wi, acc, lane);
   }
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (bwd_pipelined_sm90_ready)
