@@ -472,11 +472,11 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     if (tid == 0) {
       tma_prefetch_desc(&P.tq);
       tma_prefetch_desc(&P.tdo);
+      // (each block's first stages load while the consumers finish the last block; then its K / V, once every
+      // consumer warp is done with the last block's: kv_empty)
       int it = 0;
-      for (int n = 0; n < nblocks; ++n) {
-        if (n > 0) mbar_wait(sm.kv_empty(), uint32_t(n - 1) & 1u);  // every consumer warp is done with n - 1
-        it = bwd_produce<Tr, 1>(P, sm, bwd_tile_at<Tr>(p, b, hkv, n), it);
-      }
+      for (int n = 0; n < nblocks; ++n)
+        it = bwd_produce<Tr, 1, ST>(P, sm, bwd_tile_at<Tr>(p, b, hkv, n), it, n > 0 ? (n - 1) & 1 : -1);
     }
     return;
   }

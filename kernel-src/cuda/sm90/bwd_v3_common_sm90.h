@@ -113,22 +113,29 @@ __device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool 
 
 // Producer (one thread): K and V once (both batches in pair mode), then per (query head of the group, query block,
 // batch of the pair) Q, dO, lse, delta and the bias tile into the stage ring. `it`: the stages filled before this
-// tile (dQ resident: one CTA walks several key blocks through one ring); returns the count after it.
-template <typename Tr, int KV>
+// tile; returns the count after it. kKvAfter > 0 (dQ resident: one CTA walks the key blocks through one ring): K / V
+// only after this tile's first kKvAfter stages, once the consumers release the last block's (kv_empty, phase
+// kv_parity; < 0: the first block), so that those stages load while the consumers finish the last block.
+template <typename Tr, int KV, int kKvAfter = 0>
 __device__ __forceinline__ int bwd_produce(const BwdPipeParams& P, const BwdSmem<Tr, KV> sm, const BwdTile& t,
-                                           int it = 0) {
+                                           int it = 0, int kv_parity = -1) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / Tr::kBlockCols;
   constexpr int W = Tr::kRowBytes, WC = Tr::kBlockCols;
   const KParams& p = P.p;
   const int bb = P.bias_stage_bytes, bias_b = t.b % p.bias.period;
-  mbar_arrive_expect_tx(sm.kv_full(), 2 * KV * Tr::kKVBytes);
+  auto load_kv = [&] {
+    if (kKvAfter > 0 && kv_parity >= 0) mbar_wait(sm.kv_empty(), uint32_t(kv_parity));
+    mbar_arrive_expect_tx(sm.kv_full(), 2 * KV * Tr::kKVBytes);
 #pragma unroll
-  for (int bi = 0; bi < KV; ++bi)
+    for (int bi = 0; bi < KV; ++bi)
 #pragma unroll
-    for (int c = 0; c < CB; ++c) {
-      tma_load_4d(sm.k(bi) + c * BN * W, &P.tk, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
-      tma_load_4d(sm.v(bi) + c * BN * W, &P.tv, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
-    }
+      for (int c = 0; c < CB; ++c) {
+        tma_load_4d(sm.k(bi) + c * BN * W, &P.tk, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
+        tma_load_4d(sm.v(bi) + c * BN * W, &P.tv, sm.kv_full(), c * WC, t.n * BN, t.hkv, t.batch(bi));
+      }
+  };
+  if constexpr (kKvAfter == 0) load_kv();
+  const int it0 = it;
   const int cnt = t.m_hi - t.m_lo;
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g, bias_h = p.bias.heads > 1 ? h : 0;
@@ -149,9 +156,11 @@ __device__ __forceinline__ int bwd_produce(const BwdPipeParams& P, const BwdSmem
 #pragma unroll
           for (int c = 0; c < BN / 64; ++c)
             tma_load_4d(sm.bias(s, bb) + c * BM * 128, &P.tb, sm.full(s), t.n * BN + c * 64, m * BM, bias_h, bias_b);
+        if (kKvAfter > 0 && it + 1 - it0 == kKvAfter) load_kv();
       }
     }
   }
+  if (kKvAfter > 0 && it - it0 < kKvAfter) load_kv();  // (fewer stages than that)
   return it;
 }
 
