@@ -8,8 +8,8 @@ each family of the real kernel sources is compiled for one arch by `test_real_cu
 """
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -369,8 +369,8 @@ def test_matrix_cli_on_the_throwaway_tree(tree, tmp_path, capsys):
 CI_CUDA_UNITS = {
     "torch-ext/torch_binding.cpp": "the op schemas and argument checks",
     "kernel-src/cuda/winattn_cuda.cu": "the planner (kernel_choice.h) and the dispatch",
-    "kernel-src/cuda/instantiations/fwd_hdim64.cu": "v2 forward (any arch)",
-    "kernel-src/cuda/instantiations/bwd_hdim64.cu": "v2 backward",
+    "kernel-src/cuda/instantiations/fwd_hdim64.cu": "v1 forward (any arch: mma.sync)",
+    "kernel-src/cuda/instantiations/bwd_hdim64.cu": "v1 backward",
     "kernel-src/cuda/instantiations/fwd_decode.cu": "split-KV decode and its combine",
     "kernel-src/cuda/instantiations/fwd_decode_sm90.cu": "the TMA decode",
     "kernel-src/cuda/instantiations/fwd_windows_sm90_hdim64.cu": "window forward",
