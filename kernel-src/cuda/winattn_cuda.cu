@@ -304,7 +304,8 @@ void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
   Carver cv;
   const bool accumulate = pl.c.v3.dq_mode == kBwdDqAccumulate;  // (the other modes need neither)
   if (accumulate) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
-  if (bp.deterministic && accumulate) pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
+  if (bp.deterministic && accumulate)
+    pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
   const BwdV3Buffers& vb = pl.c.v3;
   if (vb.dbias_padded)
     pl.off_dbias_pad = cv.take(int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq * vb.dbias_pitch * 4);
