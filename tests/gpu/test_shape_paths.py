@@ -245,12 +245,8 @@ def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype
     (2, 70, 320, 2, 2, 96, BF16, {"window": (30, 30)}), (40, 197, 197, 12, 12, 72, BF16, {}),
 ], ids=["dit_256", "dit_1024", "fp16_gqa_causal", "key_padding_d80", "band_d96", "more_tiles_than_ctas"])
 def test_two_cta_tile_at_head_dims_65_to_96(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
-    kw = dict(kw)
-    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
-    if kw.pop("key_padding", False):
-        inp["key_padding_mask"] = three_padded_items(Sk, 40, 3)[:B]
-    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_two_ctas", inp, kw)
-    names = kernels_run(call)
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 40, 3)
+    names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_two_ctas", inp, kw)
     assert ran(names, "fwd_pipelined_kernel_sm90", "<96, 32, 2, false, 2>"), sorted(names)
 
 
@@ -329,6 +325,22 @@ def test_key_padding_on_long_key_sets_as_bits(kernel, D, Sk, Hkv, kw):
         assert ran_terms(names, 7, head_dim=D), sorted(names)
 
 
+def padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, tail, stride):
+    """The case's q, k, v, with key padding three_padded_items(Sk, tail, stride) (its first B items) where kw asks for
+    it ("key_padding", popped: the returned kw is what the calls take)."""
+    kw = dict(kw)
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    if kw.pop("key_padding", False):
+        inp["key_padding_mask"] = three_padded_items(Sk, tail, stride)[:B]
+    return inp, kw
+
+
+def forced_kernels_run(kernel, monkeypatch, force, inp, kw, backward=False):
+    """forced_hopper_case, then the kernels its forward (and backward) launched."""
+    call = forced_hopper_case(kernel, monkeypatch, force, inp, kw)
+    return kernels_run(lambda: call().sum().backward() if backward else call())
+
+
 def forced_hopper_case(kernel, monkeypatch, force, inp, kw):
     """inp's case under WINATTN_FORCE_KERNEL=force (a Hopper kernel: skipped elsewhere) by the accuracy rule, forward
     and backward; returns a call of its forward (for kernels_run)."""
@@ -352,12 +364,8 @@ def forced_hopper_case(kernel, monkeypatch, force, inp, kw):
     (4, 577, 577, 12, 12, 64, BF16, {}), (2, 593, 77, 3, 3, 64, BF16, {}),
 ], ids=["s197", "fp16_gqa_causal", "key_padding_d48", "band", "more_tiles_than_ctas", "cross_sk77"])
 def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
-    kw = dict(kw)
-    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
-    if kw.pop("key_padding", False):
-        inp["key_padding_mask"] = three_padded_items(Sk, 100, 3)
-    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_rows192", inp, kw)
-    names = kernels_run(call)
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 100, 3)
+    names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_rows192", inp, kw)
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
 
 
@@ -373,12 +381,8 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
 ], ids=["sk80", "sk81_gqa", "sk320", "sk321_fp16_causal", "cross_sk1000", "sk4099_key_padding", "band",
         "more_tiles_than_ctas"])
 def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dtype, kw):
-    kw = dict(kw)
-    inp = qkv(B, Sq, Sk, H, 256, dtype, Hkv=Hkv)
-    if kw.pop("key_padding", False):
-        inp["key_padding_mask"] = three_padded_items(Sk, 500, 7)
-    call = forced_hopper_case(kernel, monkeypatch, "fwd_v3_wide", inp, kw)
-    names = kernels_run(call)
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, 256, dtype, kw, 500, 7)
+    names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_wide", inp, kw)
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeTraitsSm90<256, 80, 2,"), sorted(names)
 
 
@@ -400,11 +404,8 @@ def test_80_key_tile_at_head_dim_256(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dty
         "d80_row_term", "d48_mask_bits", "d80_gqa_key_padding_bias", "d72_gqa_deterministic_bias16"])
 def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
     fine_bwd = 64 < D <= 96
-    kw = dict(kw)
     B = 3
-    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
-    if kw.pop("key_padding", False):
-        inp["key_padding_mask"] = three_padded_items(Sk, 40, 5)
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 40, 5)
     if term == "bias":
         inp["bias"] = rand(1, H, Sq, Sk, dtype=dtype, grad=True)
     elif term == "bias per item":  # (one contributor per dbias element: deterministic v3 takes it)
@@ -435,18 +436,14 @@ def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, 
 ], ids=["sk77_d64", "sk77_d40_fp16", "sk120_d72_gqa_key_padding", "sk128_d128_gqa", "deterministic", "row_term",
         "mask_bits_hidden_rows", "d96_fp16_row_term_key_padding"])
 def test_direct_dq_for_one_key_block(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw, term):
-    kw = dict(kw)
-    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
-    if kw.pop("key_padding", False):
-        inp["key_padding_mask"] = three_padded_items(Sk, 40, 5)
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 40, 5)
     if term == "row":
         inp["bias"] = torch.where(torch.rand(B, 1, 1, Sk, device="cuda") > 0.2, 0.0, float("-inf")).to(dtype)
     elif term == "mask":
         mask = torch.rand(B, H, Sq, Sk, device="cuda") > 0.3
         mask[:, :, 5:9] = False  # (rows that see no key: dQ 0)
         inp["mask"] = mask
-    call = forced_hopper_case(kernel, monkeypatch, "bwd_v3_dq_direct", inp, kw)
-    names = kernels_run(lambda: call().sum().backward())
+    names = forced_kernels_run(kernel, monkeypatch, "bwd_v3_dq_direct", inp, kw, backward=True)
     assert ran(names, "bwd_dq_direct_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
 
 
@@ -462,12 +459,8 @@ def test_direct_dq_for_one_key_block(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, 
     (2, 100, 300, 2, 2, 72, BF16, {}), (2, 197, 77, 4, 4, 40, BF16, {}),
 ], ids=["vit_s197", "eva_s257_fp16", "gqa", "causal", "band", "key_padding", "deterministic", "d72", "one_key_block"])
 def test_resident_dq_for_short_sequences(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
-    kw = dict(kw)
-    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
-    if kw.pop("key_padding", False):
-        inp["key_padding_mask"] = three_padded_items(Sk, 100, 7)
-    call = forced_hopper_case(kernel, monkeypatch, "bwd_v3_dq_resident", inp, kw)
-    names = kernels_run(lambda: call().sum().backward())
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 100, 7)
+    names = forced_kernels_run(kernel, monkeypatch, "bwd_v3_dq_resident", inp, kw, backward=True)
     assert ran(names, "bwd_dq_resident_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
 
 
