@@ -966,8 +966,7 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
       return "bwd_v3_dq_resident: no term, head dim <= 96, the group's dQ (heads x query rows x head dim, fp32) "
              "beside the tiles in shared memory";
     vb.dq_mode = kBwdDqResident;
-    vb.dq_smem = int(dq_bytes);
-    vb.smem += vb.dq_smem;
+    vb.smem += int(dq_bytes);
   }
   vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
   c.kernel = BwdKernel::kV3;

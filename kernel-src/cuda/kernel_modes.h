@@ -118,7 +118,6 @@ struct BwdV3Buffers {
   bool deep = false;   // three stages (no additive term)
   bool defer = false;  // deferred dQ (no dbias tile staged)
   int dq_mode = kBwdDqAccumulate;  // where dQ is summed over the key blocks (BwdDq)
-  int dq_smem = 0;                 // kBwdDqResident: the group's dQ in shared memory, bytes (in smem)
   int smem = 0;
 };
 
