@@ -155,16 +155,17 @@ def main():
             kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
             kern.attention(q, k, v, window=(60, 60))
     #    the 192-row tile (three consumer warpgroups; persistent over more tiles than its grid, key padding, a band,
-    #    GQA, a last tile of 140 rows)
-    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192"
-    with torch.no_grad():
-        q, k, v = r(8, 1100, 4, 64, grad=False), r(8, 333, 2, 64, grad=False), r(8, 333, 2, 64, grad=False)
-        kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
-        kern.attention(q, k, v, window=(60, 60))
-        #    persistent with a band: a CTA's first tiles see no key (the first hand-over on a later tile, the last
-        #    one's look-ahead past empty tiles)
-        os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192,fwd_v3_persistent"
-        kern.attention(q, k, v, window=(60, 60))
+    #    GQA, a last tile of 140 rows); at head dim 72 its 96 instance (P V and Q K^T in turn)
+    for D in (64, 72):
+        os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192"
+        with torch.no_grad():
+            q, k, v = r(8, 1100, 4, D, grad=False), r(8, 333, 2, D, grad=False), r(8, 333, 2, D, grad=False)
+            kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
+            kern.attention(q, k, v, window=(60, 60))
+            #    persistent with a band: a CTA's first tiles see no key (the first hand-over on a later tile, the last
+            #    one's look-ahead past empty tiles)
+            os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192,fwd_v3_persistent"
+            kern.attention(q, k, v, window=(60, 60))
     #    the 16-column instances (head dims 48 / 80): the raw path with a causal band, the short key block, the staged
     #    bias tile, a float row term, mask bits, the two-CTA tile at 48
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_fine_dims"

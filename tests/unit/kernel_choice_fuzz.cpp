@@ -698,6 +698,7 @@ void check_fwd(const Ctx& x, const FwdChoice& c) {
       break;
     case FwdKernel::kV3:
       x.s.covered("fwd_v3 terms=" + std::to_string(c.v3_terms) + " tile=" + std::to_string(c.v3_tile));
+      if (c.v3_tile == sm90::kV3Rows192) x.s.covered("fwd_v3 rows192 d" + std::to_string(c.dk));
       check_fwd_v3(x, c);
       break;
     default: x.s.expect("fwd.known_kernel", false);

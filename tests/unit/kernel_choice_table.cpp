@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
   add(make("speculative Sq4 GQA 32/8 (16 rows)", 4, 4, 8192, 32, 8, 128));
   add(make("dit-xl D72 S256", 32, 256, 256, 16, 16, 72));
   add(make("sd15 D40 S4096", 4, 4096, 4096, 8, 8, 40));
+  add(make("pixart self D72 S4096", 4, 4096, 4096, 16, 16, 72));
   // short sequences
   add(make("vit-b S197 D64", 256, 197, 197, 12, 12, 64));
   add(make("eva02 S257 D64", 128, 257, 257, 12, 12, 64));

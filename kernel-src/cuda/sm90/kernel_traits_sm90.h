@@ -34,8 +34,11 @@ struct FwdPipeShapeSm90 {
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   // Intra-warpgroup overlap (consume): the next block's Q K^T in flight beside this one's P V, so S and P live at
   // once. The two-CTA tile's 104 consumer registers cannot hold both beside O: ptxas serialized its 16 wgmma around
-  // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other.
-  static constexpr bool kOverlapQkPv = kMinBlocks == 1;
+  // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other. So does the
+  // 192-row tile past head dim 64: S (64) + P (32) + O (48 at 96) and the rest pass its 160 registers (FA3 / FA4
+  // write P to shared memory there instead; FA4's notes: P from registers with the overlap "catastrophic", ~300 vs
+  // ~600 TFLOPS on the H100); in turn, two other warpgroups' softmaxes run beside each one's GEMMs.
+  static constexpr bool kOverlapQkPv = kMinBlocks == 1 && !(kConsumerWGs == 3 && kHeadDim > 64);
   // column blocks (tile_sm90.h): 32 columns (64-byte rows, the 64-byte swizzle) for head dims that are multiples of
   // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
   static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
@@ -120,10 +123,10 @@ template <> struct FwdPipeTwoCtasTileSm90<96> {
   using type = FwdPipeTraitsSm90<96, 32, 2, false, 2>;
 };
 
-// The 192-row tile (the raw path, D = 64; the table's for long calls: kernel_choice.h rows192_pays): three consumer
-// warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128, P from registers, 160
-// registers: S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes about half as long as the
-// tile's GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do
+// The 192-row tile (the raw path, D = 64; 96 forced only; the table's at 64 for long calls: kernel_choice.h
+// rows192_pays): three consumer warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128,
+// P from registers, 160 registers: S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes
+// about half as long as the tile's GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do
 // (docs/hopper-forward-vs-fa3-fa4.md, suggestion 1: D = 64, S = 16k forward 0.82x FA4). Three stages: the slowest
 // warpgroup holds a stage up to two turns after the first took it (124 KB of shared memory, one CTA per SM either way).
 // A head dim without one names its narrow tile (no instance of its own).
@@ -132,6 +135,11 @@ template <int D> struct FwdPipeRows192TileSm90 {
 };
 template <> struct FwdPipeRows192TileSm90<64> {
   using type = FwdPipeRows192TraitsSm90<64, 128, 3>;
+};
+// Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens; forced only until measured): the same tile with P V
+// and Q K^T one after the other in each warpgroup (kOverlapQkPv above); 182 KB of shared memory.
+template <> struct FwdPipeRows192TileSm90<96> {
+  using type = FwdPipeRows192TraitsSm90<96, 128, 3>;
 };
 
 // Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one
