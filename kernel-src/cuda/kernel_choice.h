@@ -446,7 +446,7 @@ inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
 // 4.83 -> 4.21 ms (the wide tile), CogVideoX-2B's 17776 tokens 5.11 -> 4.84, SDXL's 4096 0.396 -> 0.352 (narrow);
 // ViT-B/16's 197 0.094 -> 0.137 and ViT-B/16-384's 577 0.225 -> 0.244 (the two-CTA tile) slower. Taken without a
 // band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured. At head dims 65-96
-// (the 96 instance, P V and Q K^T in turn: kernel_traits_sm90.h) forced only until measured.
+// (the 96 instance, P through shared memory: kernel_traits_sm90.h) forced only until measured.
 constexpr int kRows192MinLen = 4096;
 inline bool rows192_pays(const KParams& p) {
   return p.D <= 64 && !p.has_band && p.kp == nullptr && p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;

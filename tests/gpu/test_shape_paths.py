@@ -357,7 +357,7 @@ def forced_hopper_case(kernel, monkeypatch, force, inp, kw):
 # The 192-row tile (fwd_v3_rows192: three consumer warpgroups, head dims <= 96; forced here for every path): last
 # tiles of 5 / 8 / 17 rows, GQA, fp16, causal and sliding bands (one CTA per tile), key padding with an item whose keys
 # are all hidden (the vote per key block), more tiles than its persistent grid (ViT-B/16-384-shaped), cross-attention
-# to fewer keys than one block; at head dims 72 and 96 (the 96 instance, P V and Q K^T in turn) DiT-shaped and the
+# to fewer keys than one block; at head dims 72 and 96 (the 96 instance, P through shared memory) DiT-shaped and the
 # same paths
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
     (2, 197, 197, 6, 6, 64, BF16, {}), (2, 1000, 1000, 4, 2, 64, FP16, {"causal": True}),

@@ -7,7 +7,8 @@
 //     each guarded by a "full" mbarrier (TMA transaction bytes) and an "empty" one (consumer warps' arrivals).
 //     setmaxnreg gives its registers to the consumers (kProducerRegs / kConsumerRegs).
 //   * the others are consumers, 64 query rows each: S = Q K^T and O += P V on wgmma (Q, K, V by descriptor,
-//     P from registers), the score terms (score_mod.h) and the online softmax in registers.
+//     P from registers, or from shared memory in the 192-row tile past head dim 64: Tr::kPInSmem), the score terms
+//     (score_mod.h) and the online softmax in registers.
 //   * intra-warpgroup overlap: the QK^T of key block n+1 is issued before the P V of block n, so the softmax of
 //     block n+1 runs while the tensor cores do P V (two wgmma groups in flight; wgmma_wait<1>); not in the two-CTA
 //     tiles, whose 104 registers cannot hold S and P at once (Tr::kOverlapQkPv).
@@ -59,17 +60,20 @@ __device__ __forceinline__ void write_empty_tile(const KParams& p, int b, int h,
 }
 
 // Shared memory of one CTA at compile-time offsets from one base address (registers are what the consumers are
-// short of): Q slots | K stages | V stages | mbarriers (1 KB) | bias stages (their size is a run-time choice) or
-// row slots. One Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads while this one
-// computes; slot 1's barriers follow the others, so the one-slot layout is as it was).
+// short of): Q slots | K stages | V stages | P tiles (Tr::kPInSmem) | mbarriers (1 KB) | bias stages (their size is a
+// run-time choice) or row slots. One Q slot, but for the single-block tiles (Tr::kQSlots: the next tile's Q loads
+// while this one computes; slot 1's barriers follow the others, so the one-slot layout is as it was).
 template <typename Tr>
 struct PipeSmem {
   static constexpr int kK = Tr::kQSlots * Tr::kQBytes, kV = kK + Tr::kStages * Tr::kKVBytes;
+  static constexpr int kP = kV + Tr::kStages * Tr::kKVBytes;
   static constexpr int kBars = Tr::kTilesBytes, kBias = kBars + 1024;
   uint32_t base;
   __device__ __forceinline__ uint32_t q(int slot = 0) const { return base + slot * Tr::kQBytes; }
   __device__ __forceinline__ uint32_t k(int s) const { return base + kK + s * Tr::kKVBytes; }
   __device__ __forceinline__ uint32_t v(int s) const { return base + kV + s * Tr::kKVBytes; }
+  // consumer warpgroup cw's [64 x kBlockN] P tile (Tr::kPInSmem)
+  __device__ __forceinline__ uint32_t p(int cw) const { return base + kP + cw * 64 * Tr::kBlockN * 2; }
   __device__ __forceinline__ uint32_t q_full(int slot = 0) const {
     return base + kBars + (slot ? 8 * (2 + 4 * Tr::kStages) : 0);
   }
@@ -276,8 +280,13 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     const uint32_t va = sm.v(s);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < NT / 2; ++ks)
-      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W>(va, ks, BN), 1);
+    for (int ks = 0; ks < NT / 2; ++ks) {
+      if constexpr (Tr::kPInSmem)
+        wgmma_ss<0, 1>(Int<DK>(), Elem(), acc_o[0], kmajor_step_desc<kSwizzleRowBytes>(sm.p(cw), ks, 64),
+                       nmajor_step_desc<W>(va, ks, BN), 1);
+      else
+        wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W>(va, ks, BN), 1);
+    }
     wgmma_commit();
   };
   // kTermsRawBits: the mask bits of the next key block, loaded while this one's GEMMs run (score_terms_sm90.h)
@@ -291,10 +300,28 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) softmax_step(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
   };
+  // P of this block as the A operand of its P V: in registers, or (Tr::kPInSmem) stored into the warpgroup's P tile,
+  // visible to its wgmma once every warp of the warpgroup has stored (called after the P V that last read the tile
+  // is waited for)
   auto to_pfrag = [&]() {
     float (&s3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc_s);
     uint32_t (&pf3)[1][NT / 2][4] = reinterpret_cast<uint32_t (&)[1][NT / 2][4]>(pf);
     acc_to_afrag<Elem, 1, NT>(pf3, s3);
+    if constexpr (Tr::kPInSmem) {
+      // stmatrix: lane 8 m + j gives row j of 8 x 8 block m (m = 0..3: rows 0-7 / 8-15 of the warp's 16, then the
+      // same 8 columns on), the fragment order of pf
+      const int row = (warp & 3) * 16 + (lane & 7) + (lane & 8), half = lane >> 4;
+#pragma unroll
+      for (int ks = 0; ks < NT / 2; ++ks)
+        stmatrix_x4(sm.p(cw) + tile_chunk_offset<64>(row, 2 * ks + half), pf[ks][0], pf[ks][1], pf[ks][2],
+                    pf[ks][3]);
+      fence_view_async_shared();
+      named_sync(kBarFwdPWritten + cw, 128);
+    }
+  };
+  // P in registers is read by the P V until its wait (kept alive to here); a P tile is not
+  auto fence_p = [&]() {
+    if constexpr (!Tr::kPInSmem) fence_frag(pf);
   };
   const Turns<Tr::kConsumerWGs> turn{cw};
 
@@ -328,13 +355,13 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       release_k<kMode>(sm.k_empty(s), lane);
       wgmma_wait<0>();
       fence_acc(acc_o[0]);
-      fence_frag(pf);
+      fence_p();
       release_warp(sm.v_empty(sp), lane);
     } else {  // P V of the block before, then Q K^T: P is dead before S is written (the turn covers both)
       issue_pv(sp);
       wgmma_wait<0>();
       fence_acc(acc_o[0]);
-      fence_frag(pf);
+      fence_p();
       issue_qk(s);
       turn.pass();
       release_warp(sm.v_empty(sp), lane);
@@ -361,7 +388,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     turn.pass_unless_last(last);
     wgmma_wait<0>();
     fence_acc(acc_o[0]);
-    fence_frag(pf);
+    fence_p();
     release_warp(sm.v_empty(sp), lane);  // the next tile's loads reuse this stage
   }
 

@@ -34,18 +34,21 @@ struct FwdPipeShapeSm90 {
   static constexpr int kNT = kBlockN / 8, kDT = kHeadDim / 8;
   // Intra-warpgroup overlap (consume): the next block's Q K^T in flight beside this one's P V, so S and P live at
   // once. The two-CTA tile's 104 consumer registers cannot hold both beside O: ptxas serialized its 16 wgmma around
-  // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other. So does the
-  // 192-row tile past head dim 64: S (64) + P (32) + O (48 at 96) and the rest pass its 160 registers (FA3 / FA4
-  // write P to shared memory there instead; FA4's notes: P from registers with the overlap "catastrophic", ~300 vs
-  // ~600 TFLOPS on the H100); in turn, two other warpgroups' softmaxes run beside each one's GEMMs.
-  static constexpr bool kOverlapQkPv = kMinBlocks == 1 && !(kConsumerWGs == 3 && kHeadDim > 64);
+  // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other.
+  static constexpr bool kOverlapQkPv = kMinBlocks == 1;
+  // P through shared memory (O += P V with A from a [64 x kBlockN] tile per consumer warpgroup, written by stmatrix)
+  // where S (64) + P (32) + O (48 at head dim 96) and the rest pass the 192-row tile's 160 registers: FA3 / FA4's
+  // choice there (FA4's notes: P from registers at 192 rows and head dim 96 "catastrophic", ~300 vs ~600 TFLOPS on
+  // the H100). P dies into shared memory before the next Q K^T writes S, so the overlap stays.
+  static constexpr bool kPInSmem = kConsumerWGs == 3 && kHeadDim > 64;
+  static constexpr int kPBytes = kPInSmem ? kBlockM * kBlockN * 2 : 0;
   // column blocks (tile_sm90.h): 32 columns (64-byte rows, the 64-byte swizzle) for head dims that are multiples of
   // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
   static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
-  // Q slots | K stages | V stages, then (from a 1024-byte boundary: the staged bias tile's 128-byte swizzle) the
-  // mbarriers' kilobyte
-  static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + 1023) / 1024 * 1024;
+  // Q slots | K stages | V stages | P tiles, then (from a 1024-byte boundary: the staged bias tile's 128-byte
+  // swizzle) the mbarriers' kilobyte
+  static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + kPBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = 1024 + kTilesBytes + 1024;  // slack, .., mbarriers
   static_assert(kHeadDim % kBlockCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "whole column blocks, k16 steps");
   // every tile and column block starts on a swizzle atom (8 rows: 512 bytes at the 64-byte swizzle, 256 at the
@@ -136,10 +139,11 @@ template <int D> struct FwdPipeRows192TileSm90 {
 template <> struct FwdPipeRows192TileSm90<64> {
   using type = FwdPipeRows192TraitsSm90<64, 128, 3>;
 };
-// Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens; forced only until measured): the same tile with P V
-// and Q K^T one after the other in each warpgroup (kOverlapQkPv above); 182 KB of shared memory.
+// Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens; forced only until measured): the same tile with P
+// through shared memory (kPInSmem above) and two stages, as FA3 / FA4 (their 192 x 144 / 128): Q 36 KB, K / V 96,
+// P 48: 182 KB of shared memory.
 template <> struct FwdPipeRows192TileSm90<96> {
-  using type = FwdPipeRows192TraitsSm90<96, 128, 3>;
+  using type = FwdPipeRows192TraitsSm90<96, 128, 2>;
 };
 
 // Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one

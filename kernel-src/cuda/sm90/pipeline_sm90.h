@@ -136,6 +136,8 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
 enum NamedBarrier : int {
   // forward v3 (fwd_pipelined_sm90.h): consumer warpgroup cw may issue its GEMMs (ping-pong), at kBarFwdTurn + cw
   kBarFwdTurn = 1,
+  // ... and with P through shared memory (kPInSmem), warpgroup cw's P tile is written, at kBarFwdPWritten + cw
+  kBarFwdPWritten = 4,
   // backward v3 (bwd_pipelined_sm90.h, bwd_split_d_sm90.h), the two consumer warpgroups (256 threads):
   kBarBwdDsWritten = 3,     // both warpgroups' dS^T (and dbias staging) are written
   kBarBwdDbiasRead = 4,     // one dbias buffer: the previous tile's TMA read of it is done

@@ -117,7 +117,13 @@ __device__ __forceinline__ void sts_f32x4(uint32_t a, const float (&v)[4]) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
                : "memory");
 }
-// Four 8 x 8 16-bit blocks in the mma fragment layout, stored transposed (lane 8 k + c: address of row c of block k).
+// Four 8 x 8 16-bit blocks in the mma fragment layout (lane 8 k + c: address of row c of block k).
+__device__ __forceinline__ void stmatrix_x4(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+// The same, stored transposed.
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
