@@ -6,7 +6,8 @@
 # .ab/new and .ab/base (`tar xJf new.tar.xz -C .ab/new`) and carried by a later call, AB_REUSE=1 skips the builds.
 # At most 8 files come back from a call; this writes 8 at most.
 #   AB_ROWS      bench_shapes.py rows or classes for kernel_time (default: short dense)
-#   AB_FORCE     also time the new build with WINATTN_FORCE_KERNEL=AB_FORCE (kernel_time --force)
+#   AB_FORCE     also time the new build with WINATTN_FORCE_KERNEL=each of these names (space-separated; one
+#                kernel_time --force run each, cuDNN beside the first)
 #   AB_STEPS     subset of "suite sanitize time" (unset: all three; empty: none)
 #   AB_MODELS    bench_models.py workloads run on the new build last (models.txt; needs the full .whl)
 # On the device: `bash scripts/gpu_ab.sh`, carry [".whl", ".torchinc", ".base"] (or ".ab" with AB_REUSE=1).
@@ -45,9 +46,12 @@ fi
 wait  # (the baseline's build and the tarballs)
 if [[ " $steps " == *" time "* ]]; then
   rows=${AB_ROWS:-short dense}
-  { [ -d "$base" ] && python3 benchmarks/kernel_time.py --variant "$base" --peers "" --only $rows; echo "#### new";
-    python3 benchmarks/kernel_time.py --variant "$new" --peers cudnn ${AB_FORCE:+--force $AB_FORCE} --only $rows; } \
-    > "$out/kernel_time.txt" 2>&1 || rc=1
+  { [ -d "$base" ] && python3 benchmarks/kernel_time.py --variant "$base" --peers "" --only $rows
+    peers=cudnn
+    for f in ${AB_FORCE:-""}; do  # (no name: one run of the table's kernels)
+      echo "#### new${f:+, forced $f}"
+      python3 benchmarks/kernel_time.py --variant "$new" --peers "$peers" ${f:+--force $f} --only $rows; peers=""
+    done; } > "$out/kernel_time.txt" 2>&1 || rc=1
   lap "kernel time"; grep -v -i "warn" "$out/kernel_time.txt" | cut -c1-120
 fi
 if [ -n "${AB_MODELS:-}" ]; then
