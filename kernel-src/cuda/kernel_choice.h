@@ -445,11 +445,11 @@ inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
 // (FA3 / FA4's tile there). H200 kernel time against the table's tile before it (RESULTS v4.3): D = 64 S = 16k
 // 4.83 -> 4.21 ms (the wide tile), CogVideoX-2B's 17776 tokens 5.11 -> 4.84, SDXL's 4096 0.396 -> 0.352 (narrow);
 // ViT-B/16's 197 0.094 -> 0.137 and ViT-B/16-384's 577 0.225 -> 0.244 (the two-CTA tile) slower. Taken without a
-// band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured. At head dims 65-96
-// (the 96 instance, P through shared memory: kernel_traits_sm90.h) forced only until measured.
+// band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured. At head dims 33-48
+// (the 48 instance) and 65-96 (the 96 one, P through shared memory: kernel_traits_sm90.h) forced only until measured.
 constexpr int kRows192MinLen = 4096;
 inline bool rows192_pays(const KParams& p) {
-  return p.D <= 64 && !p.has_band && p.kp == nullptr && p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;
+  return p.D > 48 && p.D <= 64 && !p.has_band && p.kp == nullptr && p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;
 }
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
@@ -595,8 +595,8 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
     if (v3_fine_head_dim(p.D) == kernel_head_dim(p.D))
       return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
     c.dk = v3_fine_head_dim(p.D);
-  } else {  // (a forced 192-row tile runs 33-48 on the 64 instance: the 48 one has none)
-    c.dk = force.v3_tile == 6 ? kernel_head_dim(p.D) : v3_table_head_dim(p.D);
+  } else {
+    c.dk = v3_table_head_dim(p.D);
   }
   switch (c.dk) {
     case 32: return try_fwd_v3_for<32>(c, fp, p, dev, force);

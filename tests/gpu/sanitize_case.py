@@ -155,8 +155,8 @@ def main():
             kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
             kern.attention(q, k, v, window=(60, 60))
     #    the 192-row tile (three consumer warpgroups; persistent over more tiles than its grid, key padding, a band,
-    #    GQA, a last tile of 140 rows); at head dim 72 its 96 instance (P through shared memory)
-    for D in (64, 72):
+    #    GQA, a last tile of 140 rows); at head dim 72 its 96 instance (P through shared memory), at 40 its 48 one
+    for D in (64, 72, 40):
         os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192"
         with torch.no_grad():
             q, k, v = r(8, 1100, 4, D, grad=False), r(8, 333, 2, D, grad=False), r(8, 333, 2, D, grad=False)

@@ -73,10 +73,12 @@ KERNELS = [
         masks=False, table_W=None),
     Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<96,\s*32,\s*2,\s*false,\s*2>", D=72, S=300, H=2, bias=(),
         masks=False, table_W=None),
-    # 192-row tiles of three consumer warpgroups (the no-term path, head dim 64; at 65-96 forced only)
+    # 192-row tiles of three consumer warpgroups (the no-term path, head dim 64; at 33-48 and 65-96 forced only)
     Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<64,\s*128\b", D=64, S=300, H=2, bias=(), masks=False,
         table_W=None),
     Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<96,\s*128\b", D=72, S=300, H=2, bias=(), masks=False,
+        table_W=None),
+    Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<48,\s*128\b", D=40, S=300, H=2, bias=(), masks=False,
         table_W=None),
     Fwd("fwd_v3_persistent", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="persistent"),
     Fwd("fwd_v3_per_tile", r"fwd_pipelined_kernel_sm90", D=64, S=300, schedule="per_tile"),

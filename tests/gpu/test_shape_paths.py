@@ -358,15 +358,16 @@ def forced_hopper_case(kernel, monkeypatch, force, inp, kw):
 # tiles of 5 / 8 / 17 rows, GQA, fp16, causal and sliding bands (one CTA per tile), key padding with an item whose keys
 # are all hidden (the vote per key block), more tiles than its persistent grid (ViT-B/16-384-shaped), cross-attention
 # to fewer keys than one block; at head dims 72 and 96 (the 96 instance, P through shared memory) DiT-shaped and the
-# same paths
+# same paths; at 40 and 48 (the 48 instance, 16-column blocks) SD 1.5-shaped
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
     (2, 197, 197, 6, 6, 64, BF16, {}), (2, 1000, 1000, 4, 2, 64, FP16, {"causal": True}),
     (3, 200, 333, 4, 1, 48, BF16, {"key_padding": True}), (2, 389, 900, 2, 2, 64, BF16, {"window": (100, 30)}),
     (4, 577, 577, 12, 12, 64, BF16, {}), (2, 593, 77, 3, 3, 64, BF16, {}),
     (2, 1024, 1024, 16, 16, 72, BF16, {}), (2, 1000, 1000, 4, 2, 96, FP16, {"causal": True}),
     (3, 200, 333, 4, 1, 72, BF16, {"key_padding": True}), (2, 389, 900, 2, 2, 80, BF16, {"window": (100, 30)}),
+    (2, 1024, 1024, 8, 8, 40, BF16, {}), (2, 700, 700, 4, 2, 48, FP16, {"causal": True}),
 ], ids=["s197", "fp16_gqa_causal", "key_padding_d48", "band", "more_tiles_than_ctas", "cross_sk77",
-        "dit_d72", "fp16_gqa_causal_d96", "key_padding_d72", "band_d80"])
+        "dit_d72", "fp16_gqa_causal_d96", "key_padding_d72", "band_d80", "sd15_d40", "fp16_gqa_causal_d48"])
 def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
     inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 100, 3)
     names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_rows192", inp, kw)

@@ -177,9 +177,9 @@ def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
 def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     """fwd_v3_rows192: three consumer warpgroups of 64 rows, 128-key blocks (FA3 / FA4's tile at head dims <= 96);
     forced, the no-term path with its bands and key padding (a per-block vote), persistent without a band (33-48 on
-    the 64 instance, 65-96 on the 96 one); a term or a head dim past 96 is refused with the reason. The table's from
-    4096 queries and keys without a band or padding at head dims 49-64 (measured: RESULTS v4.3); at 65-96 forced
-    only (not yet measured)."""
+    the 48 instance, 65-96 on the 96 one); a term or a head dim past 96 is refused with the reason. The table's from
+    4096 queries and keys without a band or padding at head dims 49-64 (measured: RESULTS v4.3); at 33-48 and 65-96
+    forced only (not yet measured)."""
     check_forced(table_exe, "fwd_v3_rows192",
                  takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b S197 D64", "sdxl cross Sk77 D64",
                         "key padding S577 D64 B64", "dit-xl D72 S256", "pixart self D72 S4096"],
@@ -189,6 +189,8 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
                  reason="the 192-row tile takes the no-term path at head dims 33-64 and 65-96")
     r = run_table(table_exe, "--force", "fwd_v3_rows192,fwd_v3_per_tile", "cogvideox")
     assert "fwd_v3 192x128 terms=raw per-tile rows192" in r.stdout, r.stdout
+    r = run_table(table_exe, "--force", "fwd_v3_rows192", "sd15 D40 S4096")  # (the 48 instance's own tile)
+    assert "rows192 d48" in r.stdout, r.stdout
     # by default the long no-term calls at head dim 64 take it; short, banded, padded, 33-48 or 65-96 calls do not
     for shape, rows192 in [("cogvideox S17776 D64", True), ("vit-b S197 D64", False), ("sdxl self S1024 D64", False),
                            ("sd15 D40 S4096", False), ("key padding S577 D64", False), ("flux S4608 D128", False),

@@ -126,7 +126,7 @@ template <> struct FwdPipeTwoCtasTileSm90<96> {
   using type = FwdPipeTraitsSm90<96, 32, 2, false, 2>;
 };
 
-// The 192-row tile (the raw path, D = 64; 96 forced only; the table's at 64 for long calls: kernel_choice.h
+// The 192-row tile (the raw path, D = 64; 48 and 96 forced only; the table's at 64 for long calls: kernel_choice.h
 // rows192_pays): three consumer warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128,
 // P from registers, 160 registers: S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes
 // about half as long as the tile's GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do
@@ -138,6 +138,11 @@ template <int D> struct FwdPipeRows192TileSm90 {
 };
 template <> struct FwdPipeRows192TileSm90<64> {
   using type = FwdPipeRows192TraitsSm90<64, 128, 3>;
+};
+// Head dims 33-48 (SD 1.5's 40 at 4096 tokens; forced only until measured): the same tile on 16-column blocks, where
+// the softmax weighs more against the smaller GEMMs than at 64 (92 KB of shared memory).
+template <> struct FwdPipeRows192TileSm90<48> {
+  using type = FwdPipeRows192TraitsSm90<48, 128, 3>;
 };
 // Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens; forced only until measured): the same tile with P
 // through shared memory (kPInSmem above) and two stages, as FA3 / FA4 (their 192 x 144 / 128): Q 36 KB, K / V 96,
