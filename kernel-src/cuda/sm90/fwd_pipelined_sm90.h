@@ -323,6 +323,16 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   auto fence_p = [&]() {
     if constexpr (!Tr::kPInSmem) fence_frag(pf);
   };
+  // O to the running max of the block whose P comes next (corr: that block's softmax_step)
+  auto rescale_o = [&]() {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      acc_o[0][dt][0] *= corr[0];
+      acc_o[0][dt][1] *= corr[0];
+      acc_o[0][dt][2] *= corr[1];
+      acc_o[0][dt][3] *= corr[1];
+    }
+  };
   const Turns<Tr::kConsumerWGs> turn{cw};
 
   auto stage = [&](int it) { return (kb + it) % ST; };
@@ -347,6 +357,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     turn.mine();
     if constexpr (Tr::kOverlapQkPv) {
       issue_qk(s);
+      if constexpr (Tr::kRescaleOBeforePv) rescale_o();  // (the last P V's wait was the previous step's)
       issue_pv(sp);
       turn.pass();
       wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
@@ -370,13 +381,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       terms(s, n);
       release_k<kMode>(sm.k_empty(s), lane);
     }
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      acc_o[0][dt][0] *= corr[0];
-      acc_o[0][dt][1] *= corr[0];
-      acc_o[0][dt][2] *= corr[1];
-      acc_o[0][dt][3] *= corr[1];
-    }
+    if constexpr (!Tr::kRescaleOBeforePv) rescale_o();
     to_pfrag();
   }
   release_warp(sm.q_empty(), lane);  // every Q K^T of this tile is done: the producer may load the next tile's Q
@@ -384,6 +389,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
     turn.mine();
+    if constexpr (Tr::kRescaleOBeforePv) rescale_o();
     issue_pv(sp);
     turn.pass_unless_last(last);
     wgmma_wait<0>();

@@ -36,6 +36,11 @@ struct FwdPipeShapeSm90 {
   // once. The two-CTA tile's 104 consumer registers cannot hold both beside O: ptxas serialized its 16 wgmma around
   // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other.
   static constexpr bool kOverlapQkPv = kMinBlocks == 1;
+  // With the overlap, O is rescaled to the running max of the block whose P V comes next right after that step's
+  // Q K^T is issued, under the tensor cores' Q K^T, instead of between the last P V's wait and the next issue (FA3 /
+  // FA4 past head dim 128, where O is 80-128 registers). Forced only until measured: the 80-key tile at head dim 256
+  // (fwd_v3_wide there), FA3 / FA4's tile at that head dim.
+  static constexpr bool kRescaleOBeforePv = kOverlapQkPv && kHeadDim == 256 && kBlockN == 80;
   // P through shared memory (O += P V with A from a [64 x kBlockN] tile per consumer warpgroup, written by stmatrix)
   // where S (64) + P (32) + O (48 at head dim 96) and the rest pass the 192-row tile's 160 registers: FA3 / FA4's
   // choice there (FA4's notes: P from registers at 192 rows and head dim 96 "catastrophic", ~300 vs ~600 TFLOPS on
