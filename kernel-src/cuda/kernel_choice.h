@@ -106,7 +106,7 @@ struct Forced {
   FwdKernel fwd = FwdKernel::kAuto;
   BwdKernel bwd = BwdKernel::kAuto;
   int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas,
-                    // 6: fwd_v3_rows192
+                    // 6: fwd_v3_rows192, 7: fwd_v3_ragged
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
@@ -117,9 +117,9 @@ struct Forced {
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
-    "fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, bwd_v1, bwd_v3, "
-    "bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_direct, bwd_v3_dq_resident, bwd_v3_bits, "
-    "bwd_v3_fold, bwd_windows, bwd_windows_wide";
+    "fwd_v3_ragged, fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, "
+    "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_direct, bwd_v3_dq_resident, "
+    "bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
   size_t at = 0;
@@ -143,6 +143,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_stream") f.fwd = FwdKernel::kV3, f.v3_tile = 4;
     else if (n == "fwd_v3_two_ctas") f.fwd = FwdKernel::kV3, f.v3_tile = 5;
     else if (n == "fwd_v3_rows192") f.fwd = FwdKernel::kV3, f.v3_tile = 6;
+    else if (n == "fwd_v3_ragged") f.fwd = FwdKernel::kV3, f.v3_tile = 7;
     else if (n == "fwd_v3_fine_dims") f.fwd = FwdKernel::kV3, f.v3_fine_dims = true;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
@@ -465,6 +466,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
   using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
   using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
+  using Ragged = typename sm90::FwdPipeRaggedTileSm90<D>::type;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
@@ -511,7 +513,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   const bool want_short = force.v3_tile == 3 || (force.v3_tile == 0 && p.Sk <= kShortMaxKeys);
   // (the table's up to head dim 64, where it was measured; the 96 instance's 32-key tile is forced only)
   const bool raw_two_ctas = !std::is_same<TwoCtas, Narrow>::value &&
-                            (force.v3_tile == 5 || (force.v3_tile == 0 && D <= 64 && two_ctas_pay(p, dev)));
+                            (force.v3_tile == 5 || force.v3_tile == 7 ||
+                             (force.v3_tile == 0 && D <= 64 && two_ctas_pay(p, dev)));
   const bool padding_alone = p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f;
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
@@ -545,7 +548,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
     else if (raw_two_ctas)
-      tile = sm90::kV3TwoCtas;
+      tile = force.v3_tile == 7 && !std::is_same<Ragged, Narrow>::value ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
     else if (!std::is_same<Rows192, Narrow>::value && (force.v3_tile ? force.v3_tile == 6 : rows192_pays(p)))
       tile = sm90::kV3Rows192;
     else if (!std::is_same<Wide, Narrow>::value &&
@@ -558,6 +561,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
   if (force.v3_tile == 5 && tile != sm90::kV3TwoCtas)
     return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dims 33-64 and 65-96";
+  if (force.v3_tile == 7 && tile != sm90::kV3TwoCtasRagged)
+    return "fwd_v3_ragged: the two-CTA tile with a ragged last key block takes the no-term path at head dims 49-64";
   if (force.v3_tile == 6 && tile != sm90::kV3Rows192)
     return "fwd_v3_rows192: the 192-row tile takes the no-term path at head dims 33-64 and 65-96";
   if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
@@ -571,14 +576,15 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   c.v3_tile = tile;
   c.v3_stage_bytes = stage;
   c.block_m = tile == sm90::kV3Rows192 ? Rows192::kBlockM : Narrow::kBlockM;
-  c.block_n = tile == sm90::kV3Wide      ? Wide::kBlockN
-              : tile == sm90::kV3Keys80  ? Keys80::kBlockN
-              : tile == sm90::kV3Keys128 ? Keys128::kBlockN
-              : tile == sm90::kV3Keys208 ? Keys208::kBlockN
-              : tile == sm90::kV3Stream  ? Stream::kBlockN
-              : tile == sm90::kV3TwoCtas ? TwoCtas::kBlockN
-              : tile == sm90::kV3Rows192 ? Rows192::kBlockN
-                                         : Narrow::kBlockN;
+  c.block_n = tile == sm90::kV3Wide              ? Wide::kBlockN
+              : tile == sm90::kV3Keys80          ? Keys80::kBlockN
+              : tile == sm90::kV3Keys128         ? Keys128::kBlockN
+              : tile == sm90::kV3Keys208         ? Keys208::kBlockN
+              : tile == sm90::kV3Stream          ? Stream::kBlockN
+              : tile == sm90::kV3TwoCtas         ? TwoCtas::kBlockN
+              : tile == sm90::kV3TwoCtasRagged   ? Ragged::kBlockN
+              : tile == sm90::kV3Rows192         ? Rows192::kBlockN
+                                                 : Narrow::kBlockN;
   c.kernel = FwdKernel::kV3;
   c.p = p;
   c.comb = comb;

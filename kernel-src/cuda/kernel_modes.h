@@ -36,8 +36,8 @@ constexpr bool stages_row(int mode) { return stages_row_term(mode) || stages_pad
 // wide key blocks of long key sets (the raw path), one key block sized to a short key set (<= 80 keys: CLIP's 77
 // text tokens; <= 128: PixArt's 120; <= 208: ViT's 197), where 128-key blocks are 40-60% padding, or 128-key blocks
 // streamed for any key set (the last three pipelined across tiles: consume_stream), or 64-key blocks in half the
-// registers so that two CTAs share an SM (kV3TwoCtas, head dim 64), or 192-row tiles of three consumer warpgroups
-// (kV3Rows192, head dim 64).
+// registers so that two CTAs share an SM (kV3TwoCtas, head dim 64; kV3TwoCtasRagged: its last key block cut to the
+// sequence end), or 192-row tiles of three consumer warpgroups (kV3Rows192, head dim 64).
 enum V3Tile : int {
   kV3Narrow = 0,
   kV3Wide = 1,
@@ -47,6 +47,7 @@ enum V3Tile : int {
   kV3Stream = 5,
   kV3TwoCtas = 6,
   kV3Rows192 = 7,
+  kV3TwoCtasRagged = 8,
 };
 }  // namespace sm90
 

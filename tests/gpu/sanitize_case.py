@@ -154,6 +154,13 @@ def main():
             q, k, v = r(8, 1100, 4, D, grad=False), r(8, 333, 2, D, grad=False), r(8, 333, 2, D, grad=False)
             kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
             kern.attention(q, k, v, window=(60, 60))
+    #    the two-CTA tile with a ragged last key block (16 / 32 / 48 keys of 64; key padding, a band, GQA)
+    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_ragged"
+    with torch.no_grad():
+        for Sk in (197, 224, 176):
+            q, k, v = r(8, 300, 4, 64, grad=False), r(8, Sk, 2, 64, grad=False), r(8, Sk, 2, 64, grad=False)
+            kern.attention(q, k, v, key_padding_mask=torch.rand(8, Sk, device=dev) > 0.2)
+            kern.attention(q, k, v, window=(60, 60))
     #    the 192-row tile (three consumer warpgroups; persistent over more tiles than its grid, key padding, a band,
     #    GQA, a last tile of 140 rows); at head dim 72 its 96 instance (P through shared memory), at 40 its 48 one
     for D in (64, 72, 40):

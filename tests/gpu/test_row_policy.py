@@ -73,6 +73,9 @@ KERNELS = [
         masks=False, table_W=None),
     Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<96,\s*32,\s*2,\s*false,\s*2>", D=72, S=300, H=2, bias=(),
         masks=False, table_W=None),
+    # the same at head dim 64 with its last key block cut to the sequence end (forced only)
+    Fwd("fwd_v3_ragged", r"FwdPipeRaggedTraitsSm90<64,\s*64\b", D=64, S=300, H=2, bias=(), masks=False,
+        table_W=None),
     # 192-row tiles of three consumer warpgroups (the no-term path, head dim 64; at 33-48 and 65-96 forced only)
     Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<64,\s*128\b", D=64, S=300, H=2, bias=(), masks=False,
         table_W=None),

@@ -250,6 +250,25 @@ def test_two_cta_tile_at_head_dims_65_to_96(kernel, monkeypatch, B, Sq, Sk, H, H
     assert ran(names, "fwd_pipelined_kernel_sm90", "<96, 32, 2, false, 2>"), sorted(names)
 
 
+# The two-CTA tile with a ragged last key block (fwd_v3_ragged, forced only: the block a tile visits first computed
+# over the 16-key steps up to the sequence end, 16 / 32 / 48 / 64 keys wide): ViT-B/16's 197 keys (16), EVA-02's 257
+# and ViT-B/16-384's 577 (16, more tiles than the grid), 224 (32), 176 (48), 192 (a whole last block), one key, fp16
+# with GQA and a causal band (each tile's first block the diagonal one, whole but for the last tile's), key padding
+# (a vote per block) with an item whose keys are all hidden, a sliding band, cross-attention to 140 keys
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,dtype,kw", [
+    (16, 197, 197, 12, 12, BF16, {}), (4, 257, 257, 12, 12, BF16, {}), (18, 577, 577, 12, 12, BF16, {}),
+    (2, 224, 224, 4, 4, BF16, {}), (2, 176, 176, 4, 2, BF16, {}), (2, 192, 192, 4, 4, BF16, {}),
+    (2, 33, 1, 2, 1, BF16, {}), (3, 257, 257, 4, 2, FP16, {"causal": True}),
+    (3, 197, 197, 4, 4, BF16, {"key_padding": True}), (2, 389, 389, 2, 2, BF16, {"window": (100, 30)}),
+    (2, 300, 140, 4, 1, BF16, {}),
+], ids=["vit_b16", "eva02", "vit_b16_384", "tail32", "tail48", "whole_last_block", "one_key", "fp16_gqa_causal",
+        "key_padding", "band", "cross_sk140"])
+def test_ragged_last_key_block(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dtype, kw):
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, 64, dtype, kw, 40, 3)
+    names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_ragged", inp, kw)
+    assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRaggedTraitsSm90<64, 64, 2, 2>"), sorted(names)
+
+
 @pytest.mark.parametrize("D,Sq,Sk,H,Hkv,kw", [
     (64, 300, 77, 3, 3, {}), (40, 130, 80, 4, 2, {}), (64, 77, 77, 2, 2, {"causal": True}), (64, 5, 1, 2, 1, {}),
     (72, 257, 77, 3, 3, {}), (80, 64, 33, 2, 2, {"window": (10, 5)}), (96, 129, 80, 2, 1, {}),

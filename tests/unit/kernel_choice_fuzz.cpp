@@ -573,6 +573,7 @@ Launched fwd_v3_launched(int terms, int tile, int stage) {
   using S = sm90::FwdPipeStreamTilesSm90<D>;
   using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
   using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
+  using Ragged = typename sm90::FwdPipeRaggedTileSm90<D>::type;
   const bool k128 = tile == sm90::kV3Keys128;
   switch (terms) {
     case sm90::kTermsRawBias:
@@ -592,6 +593,7 @@ Launched fwd_v3_launched(int terms, int tile, int stage) {
     case sm90::kV3Keys208: return launched<typename S::keys208>(terms, stage);
     case sm90::kV3Stream: return launched<typename S::any>(terms, stage);
     case sm90::kV3TwoCtas: return launched<TwoCtas>(terms, stage);
+    case sm90::kV3TwoCtasRagged: return launched<Ragged>(terms, stage);
     case sm90::kV3Rows192: return launched<Rows192>(terms, stage);
     default: return launched<Narrow>(terms, stage);
   }
@@ -665,7 +667,8 @@ void check_forced_fwd(const Ctx& x, const FwdChoice& c) {
   if (f.fwd == FwdKernel::kAuto) return;
   x.s.expect("force.fwd_kernel_taken", c.kernel == f.fwd);
   if (c.kernel == FwdKernel::kV3) {
-    const int want[] = {-1, sm90::kV3Narrow, sm90::kV3Wide, -1, sm90::kV3Stream, sm90::kV3TwoCtas, sm90::kV3Rows192};
+    const int want[] = {-1, sm90::kV3Narrow, sm90::kV3Wide, -1, sm90::kV3Stream, sm90::kV3TwoCtas, sm90::kV3Rows192,
+                        sm90::kV3TwoCtasRagged};
     const bool shorts = c.v3_tile == sm90::kV3Keys80 || c.v3_tile == sm90::kV3Keys128 || c.v3_tile == sm90::kV3Keys208;
     x.s.expect("force.v3_tile_taken", f.v3_tile == 0 || (f.v3_tile == 3 ? shorts : c.v3_tile == want[f.v3_tile]));
     x.s.expect("force.v3_schedule_taken", f.v3_persistent < 0 || c.v3_persistent == (f.v3_persistent == 1));

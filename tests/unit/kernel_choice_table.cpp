@@ -103,12 +103,13 @@ std::string describe_fwd(const FwdChoice& c) {
   if (c.kernel == FwdKernel::kV3) {
     std::snprintf(buf, sizeof buf, " %dx%d terms=%s%s%s", c.block_m, c.block_n, terms_name(c.v3_terms).c_str(),
                   c.v3_persistent ? " persistent" : " per-tile",
-                  c.v3_tile == sm90::kV3Wide     ? " wide"
-                  : c.v3_tile == sm90::kV3Stream ? " streamed"
-                  : c.v3_tile == sm90::kV3TwoCtas ? " two-ctas"
-                  : c.v3_tile == sm90::kV3Rows192 ? " rows192"
-                  : c.v3_tile != sm90::kV3Narrow ? " one-block"
-                                                 : "");
+                  c.v3_tile == sm90::kV3Wide             ? " wide"
+                  : c.v3_tile == sm90::kV3Stream         ? " streamed"
+                  : c.v3_tile == sm90::kV3TwoCtas        ? " two-ctas"
+                  : c.v3_tile == sm90::kV3TwoCtasRagged  ? " two-ctas ragged"
+                  : c.v3_tile == sm90::kV3Rows192        ? " rows192"
+                  : c.v3_tile != sm90::kV3Narrow         ? " one-block"
+                                                         : "");
     s += buf;
     if (c.dk != kernel_head_dim(c.p.D)) s += " d" + std::to_string(c.dk);  // (the 16-column instances)
   } else if (c.kernel == FwdKernel::kWindows) {

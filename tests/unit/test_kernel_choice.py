@@ -64,7 +64,7 @@ def test_choice_matches_golden(table_exe):
 
 def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
-                 "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_fine_dims", "fwd_v3_persistent",
+                 "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_ragged", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
                  "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_direct", "bwd_v3_dq_resident",
                  "bwd_v3_bits",
@@ -172,6 +172,17 @@ def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     r = run_table(table_exe, "--force", "fwd_v3_two_ctas", "dit-xl D72 S256")
     assert "fwd_v3 128x32 terms=raw persistent two-ctas" in r.stdout, r.stdout
     assert "two-ctas" not in run_table(table_exe, "dit-xl D72 S256").stdout
+
+
+def test_ragged_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
+    """fwd_v3_ragged: the two-CTA tile with its last key block cut to the sequence end (forced only), at head dims
+    49-64; a term, a head dim without it (33-48: the 48 instance has none; 65-96) is refused with the reason."""
+    check_forced(table_exe, "fwd_v3_ragged",
+                 takes=["vit-b S197 D64", "eva02 S257 D64", "vit-b/16-384 S577 D64 B64", "cogvideox S17776 D64"],
+                 taken="fwd_v3 128x64 terms=raw persistent two-ctas ragged",
+                 refuses=["flux S4608 D128", "beit bias fp32", "sd15 D40 S4096", "dit-xl D72 S256"],
+                 reason="the two-CTA tile with a ragged last key block takes the no-term path at head dims 49-64")
+    assert "ragged" not in run_table(table_exe, "vit-b S197 D64").stdout
 
 
 def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):

@@ -21,6 +21,8 @@
 #pragma once
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "../block_info.h"
 #include "../gemm.h"
 #include "../kernel_params.h"
@@ -341,14 +343,54 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   mbar_wait(sm.q_full(), t & 1);
   // first key block: S, terms, softmax (O is still zero)
   mbar_wait(sm.k_full(stage(0)), phase(0));
-  turn.mine();
-  issue_qk(stage(0));
-  turn.pass();
-  wgmma_wait<0>();
-  fence_acc(acc_s);
-  terms(stage(0), n_hi - 1);
-  release_k<kMode>(sm.k_empty(stage(0)), lane);
-  to_pfrag();
+  if constexpr (Tr::kRaggedFirst) {
+    // Tr::kRaggedFirst: the block holds keys up to the sequence end only; S, the terms and the softmax over the
+    // TN-key prefix that reaches it (columns past it are past Sk, hidden whatever their score), P past it zero
+    auto ragged_first = [&](auto tn) {
+      constexpr int TN = decltype(tn)::value, TNT = TN / 8;
+      static_assert(kMode == kTermsRaw && TN % 16 == 0 && TN <= BN, "the raw path, whole k16 steps of P");
+      float (&s_t)[TNT][4] = reinterpret_cast<float (&)[TNT][4]>(acc_s);
+      turn.mine();
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < DK / 16; ++ks)
+        wgmma_ss<0, 0>(Int<TN>(), Elem(), s_t, kmajor_step_desc<W>(qa, ks, BM),
+                       kmajor_step_desc<W>(sm.k(stage(0)), ks, BN), ks > 0);
+      wgmma_commit();
+      turn.pass();
+      wgmma_wait<0>();
+      fence_acc(s_t);
+      const float sc = score_terms<Elem, kMode, BM, BN, TNT>(s_t, p, StageTerms{}, bits, b, h, m_block, n_hi - 1,
+                                                             wr, lane);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) softmax_step(s_t, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
+      release_k<kMode>(sm.k_empty(stage(0)), lane);
+      float (&s3)[1][TNT][4] = reinterpret_cast<float (&)[1][TNT][4]>(acc_s);
+      uint32_t (&pf3)[1][TNT / 2][4] = reinterpret_cast<uint32_t (&)[1][TNT / 2][4]>(pf);
+      acc_to_afrag<Elem, 1, TNT>(pf3, s3);
+#pragma unroll
+      for (int ks = TNT / 2; ks < NT / 2; ++ks) pf[ks][0] = pf[ks][1] = pf[ks][2] = pf[ks][3] = 0u;
+    };
+    const int steps = (min(BN, p.Sk - (n_hi - 1) * BN) + 15) / 16;  // (>= 1: the block is visible)
+    static_assert(BN == 64, "the ragged prefixes of a 64-key block");
+    if (steps == 1)
+      ragged_first(std::integral_constant<int, 16>());
+    else if (steps == 2)
+      ragged_first(std::integral_constant<int, 32>());
+    else if (steps == 3)
+      ragged_first(std::integral_constant<int, 48>());
+    else
+      ragged_first(std::integral_constant<int, 64>());
+  } else {
+    turn.mine();
+    issue_qk(stage(0));
+    turn.pass();
+    wgmma_wait<0>();
+    fence_acc(acc_s);
+    terms(stage(0), n_hi - 1);
+    release_k<kMode>(sm.k_empty(stage(0)), lane);
+    to_pfrag();
+  }
 
   for (int it = 1; it < nblk; ++it) {
     const int n = n_hi - 1 - it, s = stage(it), sp = stage(it - 1);

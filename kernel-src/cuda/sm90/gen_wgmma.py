@@ -7,9 +7,10 @@ named in the string, so the wrappers are written out per N instead of by hand. R
 """
 
 # N extents used by the sm90 kernels: S = Q K^T has N = BlockN (64 .. 192, 160 / 256 for wide windows, 80 / 208 for
-# forward v3's key blocks sized to short key sets);
+# forward v3's key blocks sized to short key sets; 16 / 32 / 48 for the ragged last key block of
+# FwdPipeRaggedTraitsSm90);
 # O += P V has N = head dim (32 .. 256); 48 is the wide-window backward's query chunk (S^T = K Q^T at N = 144).
-NS = (32, 48, 64, 80, 96, 128, 160, 176, 192, 208, 256)
+NS = (16, 32, 48, 64, 80, 96, 128, 160, 176, 192, 208, 256)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 
 

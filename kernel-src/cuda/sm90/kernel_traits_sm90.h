@@ -46,6 +46,9 @@ struct FwdPipeShapeSm90 {
   // choice there (FA4's notes: P from registers at 192 rows and head dim 96 "catastrophic", ~300 vs ~600 TFLOPS on
   // the H100). P dies into shared memory before the next Q K^T writes S, so the overlap stays.
   static constexpr bool kPInSmem = kConsumerWGs == 3 && kHeadDim > 64;
+  // The first key block a tile visits (its last visible one) computed over the 16-key steps that reach the sequence
+  // end only (FwdPipeRaggedTraitsSm90)
+  static constexpr bool kRaggedFirst = false;
   static constexpr int kPBytes = kPInSmem ? kBlockM * kBlockN * 2 : 0;
   // column blocks (tile_sm90.h): 32 columns (64-byte rows, the 64-byte swizzle) for head dims that are multiples of
   // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
@@ -64,6 +67,10 @@ template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int 
 struct FwdPipeTraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, kStream_, kMinBlocks_, 2> {};
 template <int kHeadDim_, int kBlockN_, int kStages_>
 struct FwdPipeRows192TraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, false, 1, 3> {};
+template <int kHeadDim_, int kBlockN_, int kStages_, int kMinBlocks_>
+struct FwdPipeRaggedTraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, false, kMinBlocks_, 2> {
+  static constexpr bool kRaggedFirst = true;
+};
 // Tiles per head dim (FA3's choices, hopper/tile_size.h, one size down where our terms need room): `narrow` for the
 // staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
 // `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
@@ -129,6 +136,17 @@ template <> struct FwdPipeTwoCtasTileSm90<48> {
 // waits (ptxas, sass_check.py). 64-key blocks spilled and serialized at 96 (572 bytes) and at 80 (32 bytes).
 template <> struct FwdPipeTwoCtasTileSm90<96> {
   using type = FwdPipeTraitsSm90<96, 32, 2, false, 2>;
+};
+// The two-CTA tile with a ragged last key block (head dim 64; forced only until measured: fwd_v3_ragged): a short
+// sequence ends inside its last 64-key block (ViT's 197 keys: 5 of 64; EVA-02's 257 and CLIP-L/336's 577: 1), which
+// the tile visits first; its Q K^T, score terms and softmax cover the 16-key steps up to the sequence end only
+// (wgmma N = 16 / 32 / 48), its P past them is zero. ViT-B/16: a quarter of a tile's Q K^T and softmax work is that
+// block. A head dim without one names its narrow tile (no instance of its own).
+template <int D> struct FwdPipeRaggedTileSm90 {
+  using type = typename FwdPipeTraitsSm90For<D>::narrow;
+};
+template <> struct FwdPipeRaggedTileSm90<64> {
+  using type = FwdPipeRaggedTraitsSm90<64, 64, 2, 2>;
 };
 
 // The 192-row tile (the raw path, D = 64; 48 and 96 forced only; the table's at 64 for long calls: kernel_choice.h

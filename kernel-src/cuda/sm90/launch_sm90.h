@@ -193,6 +193,7 @@ struct FwdPipelinedSm90 {
   using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
   using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
   using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
+  using Ragged = typename sm90::FwdPipeRaggedTileSm90<D>::type;
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
@@ -278,6 +279,8 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
     launch_fwd_pipelined<K, typename K::Stream, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3TwoCtas)
     launch_fwd_pipelined<K, typename K::TwoCtas, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
+  else if (tile == sm90::kV3TwoCtasRagged)
+    launch_fwd_pipelined<K, typename K::Ragged, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else if (tile == sm90::kV3Rows192)
     launch_fwd_pipelined<K, typename K::Rows192, sm90::kTermsRaw>(P, dtype, persistent, sms, stream);
   else
