@@ -368,6 +368,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       float (&s3)[1][TNT][4] = reinterpret_cast<float (&)[1][TNT][4]>(acc_s);
       uint32_t (&pf3)[1][TNT / 2][4] = reinterpret_cast<uint32_t (&)[1][TNT / 2][4]>(pf);
       acc_to_afrag<Elem, 1, TNT>(pf3, s3);
+      // (its P V, the next step's, takes every k16 step: a branch around those wgmma made ptxas serialize all of
+      // this kernel's, sass_check.py)
 #pragma unroll
       for (int ks = TNT / 2; ks < NT / 2; ++ks) pf[ks][0] = pf[ks][1] = pf[ks][2] = pf[ks][3] = 0u;
     };
