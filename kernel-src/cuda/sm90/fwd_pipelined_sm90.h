@@ -344,11 +344,12 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   // first key block: S, terms, softmax (O is still zero)
   mbar_wait(sm.k_full(stage(0)), phase(0));
   if constexpr (Tr::kRaggedFirst) {
-    // Tr::kRaggedFirst: the block holds keys up to the sequence end only; S, the terms and the softmax over the
-    // TN-key prefix that reaches it (columns past it are past Sk, hidden whatever their score), P past it zero
+    // Tr::kRaggedFirst: where the sequence ends inside this block, S, the terms and the softmax over the TN-key
+    // prefix that reaches the end only (the columns past it are past Sk, hidden whatever their score), P past it zero
     auto ragged_first = [&](auto tn) {
       constexpr int TN = decltype(tn)::value, TNT = TN / 8;
       static_assert(kMode == kTermsRaw && TN % 16 == 0 && TN <= BN, "the raw path, whole k16 steps of P");
+      static_assert(!Tr::kPInSmem, "P in registers");
       float (&s_t)[TNT][4] = reinterpret_cast<float (&)[TNT][4]>(acc_s);
       turn.mine();
       wgmma_fence();
