@@ -526,6 +526,15 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     c.v3_terms = p.term_hides                                        ? sm90::kTermsRawBiasMasked
                  : p.kp != nullptr && sm90::fwd_v3_stages_padding(D) ? sm90::kTermsRawBiasPadded
                                                                      : sm90::kTermsRawBias;
+    // forced only (fwd_v3_two_ctas): the two-CTA tile with the term staged beside its 64-key blocks, so that a
+    // short call with a bias shared over a large batch (BEiT: the staged tile's forward is twice ViT's without it)
+    // gets what the no-term path got from two CTAs per SM (ViT-B/16 0.147 -> 0.113 ms, RESULTS v4.0)
+    const int two_ctas_stage = TwoCtas::kBlockM * TwoCtas::kBlockN * 2;
+    if (force.v3_tile == 5 && c.v3_terms == sm90::kTermsRawBias && sm90::fwd_v3_two_ctas_stage_term(D) &&
+        TwoCtas::kSmemBytes + TwoCtas::kStages * two_ctas_stage <= dev.smem_optin / TwoCtas::kMinBlocks) {
+      tile = sm90::kV3TwoCtas;
+      stage = two_ctas_stage;
+    }
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
     c.v3_terms = p.kp != nullptr ? sm90::kTermsRawRowPadded : sm90::kTermsRawRow;
     if (want_short && keys128) tile = sm90::kV3Keys128;
@@ -560,7 +569,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   if (force.v3_tile == 4 && tile != sm90::kV3Stream)
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
   if (force.v3_tile == 5 && tile != sm90::kV3TwoCtas)
-    return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dims 33-64 and 65-96";
+    return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dims 33-64 and 65-96, and a staged "
+           "16-bit term without padding or mask at 64";
   if (force.v3_tile == 7 && tile != sm90::kV3TwoCtasRagged)
     return "fwd_v3_ragged: the two-CTA tile with a ragged last key block takes the no-term path at head dims 49-64";
   if (force.v3_tile == 6 && tile != sm90::kV3Rows192)

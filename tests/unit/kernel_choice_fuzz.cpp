@@ -577,6 +577,7 @@ Launched fwd_v3_launched(int terms, int tile, int stage) {
   const bool k128 = tile == sm90::kV3Keys128;
   switch (terms) {
     case sm90::kTermsRawBias:
+      return tile == sm90::kV3TwoCtas ? launched<TwoCtas>(terms, stage) : launched<Narrow>(terms, stage);
     case sm90::kTermsRawBiasPadded:
     case sm90::kTermsRawBiasMasked:
     case sm90::kTermsGeneral: return launched<Narrow>(terms, stage);
@@ -621,12 +622,16 @@ void check_fwd_v3(const Ctx& x, const FwdChoice& c) {
   x.s.expect("v3.hopper_and_keys", x.dev.sm90a && p.Sk > 0);  // (a tensor map needs nonzero extents)
   const int want_dk = x.force.v3_fine_dims ? v3_fine_head_dim(p.D) : v3_table_head_dim(p.D);
   x.s.expect("v3.instance", c.dk == want_dk && c.dk >= p.D);
-  // the launcher ignores the tile for the staged and general modes, and takes the 128-key one or the narrow one for
-  // the row and bits modes: the chosen tile must be the one that runs
-  x.s.expect("v3.tile_of_the_mode", (staged || t == sm90::kTermsGeneral) ? c.v3_tile == sm90::kV3Narrow
+  // the launcher takes the narrow tile for the staged and general modes (and the two-CTA one for the staged term
+  // alone where it has one), the 128-key one or the narrow one for the row and bits modes: the chosen tile must be
+  // the one that runs
+  const bool two_ctas_staged = t == sm90::kTermsRawBias && c.v3_tile == sm90::kV3TwoCtas &&
+                               sm90::fwd_v3_two_ctas_stage_term(c.dk);
+  x.s.expect("v3.tile_of_the_mode", (staged || t == sm90::kTermsGeneral) ? c.v3_tile == sm90::kV3Narrow || two_ctas_staged
                                     : (row || t == sm90::kTermsRawBits)
                                         ? (c.v3_tile == sm90::kV3Narrow || c.v3_tile == sm90::kV3Keys128)
                                         : true);
+  if (two_ctas_staged) x.s.covered("fwd_v3 two-ctas staged");
   const Launched l = fwd_v3_launched_for(c.dk, t, c.v3_tile, c.v3_stage_bytes);
   x.s.expect("v3.block_is_the_launched_tile", c.block_m == l.bm && c.block_n == l.bn);
   x.s.expect("v3.smem_fits", l.smem <= x.dev.smem_optin);

@@ -162,13 +162,19 @@ def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
 
 def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     """fwd_v3_two_ctas: two CTAs per SM in 104 consumer registers: 64-key blocks at head dims 33-64 (the 48 and 64
-    instances), 32-key blocks at 65-96 (forced only: the table keeps the narrow tile there); a term or a head dim past
-    96 is refused with the reason."""
+    instances), 32-key blocks at 65-96 (forced only: the table keeps the narrow tile there); at head dim 64 also a
+    staged 16-bit term alone (forced only: BEiT / T5-shaped bias), its stage sized to the 64-key block; another term
+    (a row term, padding or a mask beside the staged one) or a head dim past 96 is refused with the reason."""
     check_forced(table_exe, "fwd_v3_two_ctas",
                  takes=["vit-b S197 D64", "eva02 S257 D64", "sd15 D40 S4096", "decode Sq2 Sk1000 GQA 8/2 D64"],
                  taken="fwd_v3 128x64 terms=raw persistent two-ctas",
-                 refuses=["flux S4608 D128", "beit bias fp32"],
+                 refuses=["flux S4608 D128", "pixart cross Sk120 float mask [B,1,1,S]",
+                          "t5 bias fp32 [1,H,S,S] S512 grad kp", "bias bf16 [1,H,S,S] S1024 D128 kp"],
                  reason="the two-CTA tile takes the no-term path")
+    check_forced(table_exe, "fwd_v3_two_ctas",
+                 takes=["beit bias fp32 [1,H,N,N] N197 grad", "beit bias bf16 [1,H,N,N] N197 grad",
+                        "t5 bias fp32 [1,H,S,S] S512 grad", "dense bias bf16 [1,H,S,S] S4096 grad"],
+                 taken="fwd_v3 128x64 terms=staged persistent two-ctas")
     r = run_table(table_exe, "--force", "fwd_v3_two_ctas", "dit-xl D72 S256")
     assert "fwd_v3 128x32 terms=raw persistent two-ctas" in r.stdout, r.stdout
     assert "two-ctas" not in run_table(table_exe, "dit-xl D72 S256").stdout

@@ -295,8 +295,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   uint32_t bits[2][BN / 32];
   if constexpr (kMode == kTermsRawBits) load_mask_bits<BN>(bits, p, b, h, i0, n_hi - 1, wr, lane);
   auto terms = [&](int s, int n) {
-    const float sc = score_terms<Elem, kMode, BM, BN, NT>(acc_s, p, sm.template terms<kMode>(smem_base, s,
-                                                          P.bias_stage_bytes), bits, b, h, m_block, n, wr, lane);
+    // (the two-CTA tile reads a staged term by shared-window address: its registers, bias_pair_smem)
+    const float sc = score_terms<Elem, kMode, BM, BN, NT, (Tr::kMinBlocks > 1)>(
+        acc_s, p, sm.template terms<kMode>(smem_base, s, P.bias_stage_bytes), bits, b, h, m_block, n, wr, lane);
     if constexpr (kMode == kTermsRawBits)
       if (n > tile.n_lo) load_mask_bits<BN>(bits, p, b, h, i0, n - 1, wr, lane);
 #pragma unroll

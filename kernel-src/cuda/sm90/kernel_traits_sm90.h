@@ -117,6 +117,10 @@ template <> struct FwdPipeTraitsSm90For<256> {
 // warp takes 8 registers from the consumers (40 / 232), which spill 20 bytes at D = 128 (ptxas); past 64 the
 // padding stays a per-block vote (kTermsRawBias).
 constexpr bool fwd_v3_stages_padding(int D) { return D <= 64; }
+// Head dims whose two-CTA tile also takes the staged 16-bit term (kTermsRawBias alone: BEiT / T5-shaped bias
+// [1, H, S, S] over a large batch at 197-512 tokens; forced only until measured): one 64-column box per key block,
+// two stages, 82 KB of shared memory per CTA.
+constexpr bool fwd_v3_two_ctas_stage_term(int D) { return D == 64; }
 
 // The two-CTA tile (the raw path, D = 48 / 64; 96 forced only): 64-key blocks in 104 consumer registers, so that two
 // CTAs share an SM (short sequences: one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its

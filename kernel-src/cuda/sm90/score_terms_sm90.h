@@ -37,10 +37,17 @@ namespace sm90 {
 
 // Staged additive tile [BM rows x BN cols] of 16-bit elements: BN / 64 boxes of [BM x 128 bytes], 128-byte swizzle
 // (the 16-byte chunk c of row r sits at chunk c ^ (r & 7)). Returns columns (col, col + 1) of tile row r.
-template <typename Elem, int BM>
+// kLds: read by 32-bit shared-window address (ld.shared) instead of the generic pointer: half the address
+// registers (the two-CTA tile's 104 registers spilled 116 bytes of precomputed generic addresses otherwise).
+template <typename Elem, int BM, bool kLds = false>
 __device__ __forceinline__ float2 bias_pair_smem(const unsigned char* sB, int r, int col) {
   const int byte = col * 2;
   const int off = (byte >> 7) * (BM * 128) + r * 128 + ((((byte >> 4) & 7) ^ (r & 7)) << 4) + (byte & 15);
+  if constexpr (kLds) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(smem_u32(sB) + off));
+    return ElemTraits<Elem>::unpack(v);
+  }
   return ElemTraits<Elem>::unpack(*reinterpret_cast<const uint32_t*>(sB + off));
 }
 
@@ -130,7 +137,7 @@ __device__ __forceinline__ void load_mask_bits(uint32_t (&bits)[2][BN / 32], con
 
 // Returns the factor that turns the block's scores into log2 units in softmax_step (scale_log2 on the raw paths,
 // 1 after apply_terms). st: what this key block's stage holds.
-template <typename Elem, int kMode, int BM, int BN, int NT>
+template <typename Elem, int kMode, int BM, int BN, int NT, bool kLds = false>
 __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams& p, const StageTerms& st,
                                              const uint32_t (&bits)[2][BN / 32], int b, int h, int m_block, int n,
                                              int wr, int lane) {
@@ -152,7 +159,7 @@ __device__ __forceinline__ float score_terms(float (&acc)[NT][4], const KParams&
     for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const float2 bv = bias_pair_smem<Elem, BM>(sB, wr + qr + hf * 8, nt * 8 + qc);
+        const float2 bv = bias_pair_smem<Elem, BM, kLds>(sB, wr + qr + hf * 8, nt * 8 + qc);
         acc[nt][2 * hf] = add_term<kHides>(acc[nt][2 * hf], bv.x, inv_scale);
         acc[nt][2 * hf + 1] = add_term<kHides>(acc[nt][2 * hf + 1], bv.y, inv_scale);
       }
