@@ -529,10 +529,12 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     // forced only (fwd_v3_two_ctas): the two-CTA tile with the term staged beside its 64-key blocks, so that a
     // short call with a bias shared over a large batch (BEiT: the staged tile's forward is twice ViT's without it)
     // gets what the no-term path got from two CTAs per SM (ViT-B/16 0.147 -> 0.113 ms, RESULTS v4.0)
+    // (fwd_v3_ragged: the same with its last key block cut to the sequence end, BEiT's 197 keys)
     const int two_ctas_stage = TwoCtas::kBlockM * TwoCtas::kBlockN * 2;
-    if (force.v3_tile == 5 && c.v3_terms == sm90::kTermsRawBias && sm90::fwd_v3_two_ctas_stage_term(D) &&
+    if ((force.v3_tile == 5 || force.v3_tile == 7) && c.v3_terms == sm90::kTermsRawBias &&
+        sm90::fwd_v3_two_ctas_stage_term(D) &&
         TwoCtas::kSmemBytes + TwoCtas::kStages * two_ctas_stage <= dev.smem_optin / TwoCtas::kMinBlocks) {
-      tile = sm90::kV3TwoCtas;
+      tile = force.v3_tile == 7 ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
       stage = two_ctas_stage;
     }
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
@@ -572,7 +574,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     return "fwd_v3_two_ctas: the two-CTA tile takes the no-term path at head dims 33-64 and 65-96, and a staged "
            "16-bit term without padding or mask at 64";
   if (force.v3_tile == 7 && tile != sm90::kV3TwoCtasRagged)
-    return "fwd_v3_ragged: the two-CTA tile with a ragged last key block takes the no-term path at head dims 49-64";
+    return "fwd_v3_ragged: the two-CTA tile with a ragged last key block takes the no-term path and a staged 16-bit "
+           "term without padding or mask at head dims 49-64";
   if (force.v3_tile == 6 && tile != sm90::kV3Rows192)
     return "fwd_v3_rows192: the 192-row tile takes the no-term path at head dims 33-64 and 65-96";
   if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)

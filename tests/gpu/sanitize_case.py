@@ -154,12 +154,14 @@ def main():
             q, k, v = r(8, 1100, 4, D, grad=False), r(8, 333, 2, D, grad=False), r(8, 333, 2, D, grad=False)
             kern.attention(q, k, v, key_padding_mask=torch.rand(8, 333, device=dev) > 0.2)
             kern.attention(q, k, v, window=(60, 60))
-    #    the two-CTA tile with the staged term (a BEiT-shaped bias over the batch, fp32 recast first; a per-item one)
-    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_two_ctas"
-    with torch.no_grad():
-        q, k, v = r(8, 197, 4, 64, grad=False), r(8, 197, 4, 64, grad=False), r(8, 197, 4, 64, grad=False)
-        kern.attention(q, k, v, bias=torch.randn(1, 4, 197, 197, device=dev))
-        kern.attention(q, k, v, bias=torch.randn(8, 4, 197, 197, device=dev, dtype=dt))
+    #    the two-CTA tile with the staged term (a BEiT-shaped bias over the batch, fp32 recast first; a per-item one),
+    #    and the same with its last key block cut to the sequence end
+    for force in ("fwd_v3_two_ctas", "fwd_v3_ragged"):
+        os.environ["WINATTN_FORCE_KERNEL"] = force
+        with torch.no_grad():
+            q, k, v = r(8, 197, 4, 64, grad=False), r(8, 197, 4, 64, grad=False), r(8, 197, 4, 64, grad=False)
+            kern.attention(q, k, v, bias=torch.randn(1, 4, 197, 197, device=dev))
+            kern.attention(q, k, v, bias=torch.randn(8, 4, 197, 197, device=dev, dtype=dt))
     #    the two-CTA tile with a ragged last key block (16 / 32 / 48 keys of 64; key padding, a band, GQA)
     os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_ragged"
     with torch.no_grad():

@@ -251,8 +251,13 @@ def test_two_cta_tile_at_head_dims_65_to_96(kernel, monkeypatch, B, Sq, Sk, H, H
 
 
 # The two-CTA tile with the staged 16-bit term (fwd_v3_two_ctas on a call with a bias alone, head dim 64, forced
-# only): BEiT-shaped [1, H, 197, 197] learnable bias over a batch (bf16; fp32, recast before; fp16 with fp16 q),
-# T5-shaped [1, H, 512, 512], a per-item [B, H, S, S] bias, GQA, a causal band, cross-attention to 140 keys
+# only; fwd_v3_ragged: the same with its last key block cut to the sequence end): BEiT-shaped [1, H, 197, 197]
+# learnable bias over a batch (bf16; fp32, recast before; fp16 with fp16 q), T5-shaped [1, H, 512, 512], a per-item
+# [B, H, S, S] bias, GQA, a causal band, cross-attention to 140 keys
+@pytest.mark.parametrize("force,traits", [
+    ("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<(\(int\))?64, (\(int\))?64, (\(int\))?2, false, (\(int\))?2>"),
+    ("fwd_v3_ragged", r"FwdPipeRaggedTraitsSm90<(\(int\))?64, (\(int\))?64, (\(int\))?2, (\(int\))?2>"),
+], ids=["two_ctas", "ragged"])
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,dtype,bias_shape,bias_dtype,kw", [
     (16, 197, 197, 12, 12, BF16, (1, 12, 197, 197), BF16, {}), (8, 197, 197, 4, 4, BF16, (1, 4, 197, 197), FP32, {}),
     (6, 197, 197, 4, 4, FP16, (1, 4, 197, 197), FP16, {}), (4, 512, 512, 4, 4, BF16, (1, 4, 512, 512), FP32, {}),
@@ -260,12 +265,12 @@ def test_two_cta_tile_at_head_dims_65_to_96(kernel, monkeypatch, B, Sq, Sk, H, H
                                                            {"causal": True}),
     (2, 300, 140, 4, 1, BF16, (1, 4, 300, 140), BF16, {}),
 ], ids=["beit_bf16", "beit_fp32", "beit_fp16", "t5_fp32", "per_item_gqa", "causal", "cross_sk140"])
-def test_two_cta_tile_with_a_staged_term(kernel, monkeypatch, B, Sq, Sk, H, Hkv, dtype, bias_shape, bias_dtype, kw):
+def test_two_cta_tile_with_a_staged_term(kernel, monkeypatch, force, traits, B, Sq, Sk, H, Hkv, dtype, bias_shape,
+                                         bias_dtype, kw):
     inp = qkv(B, Sq, Sk, H, 64, dtype, Hkv=Hkv)
     inp["bias"] = rand(*bias_shape, dtype=bias_dtype, grad=True)
-    names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_two_ctas", inp, kw)
-    staged = re.compile(r"FwdPipeTraitsSm90<(\(int\))?64, (\(int\))?64, (\(int\))?2, false, (\(int\))?2>, "
-                        r"(__nv_bfloat16|__half), (\(int\))?1>")  # (kTermsRawBias, kernel_modes.h)
+    names = forced_kernels_run(kernel, monkeypatch, force, inp, kw)
+    staged = re.compile(traits + r", (__nv_bfloat16|__half), (\(int\))?1>")  # (kTermsRawBias, kernel_modes.h)
     assert any(staged.search(n) for n in names), sorted(names)
 
 

@@ -577,7 +577,9 @@ Launched fwd_v3_launched(int terms, int tile, int stage) {
   const bool k128 = tile == sm90::kV3Keys128;
   switch (terms) {
     case sm90::kTermsRawBias:
-      return tile == sm90::kV3TwoCtas ? launched<TwoCtas>(terms, stage) : launched<Narrow>(terms, stage);
+      return tile == sm90::kV3TwoCtas          ? launched<TwoCtas>(terms, stage)
+             : tile == sm90::kV3TwoCtasRagged ? launched<Ragged>(terms, stage)
+                                               : launched<Narrow>(terms, stage);
     case sm90::kTermsRawBiasPadded:
     case sm90::kTermsRawBiasMasked:
     case sm90::kTermsGeneral: return launched<Narrow>(terms, stage);
@@ -625,13 +627,14 @@ void check_fwd_v3(const Ctx& x, const FwdChoice& c) {
   // the launcher takes the narrow tile for the staged and general modes (and the two-CTA one for the staged term
   // alone where it has one), the 128-key one or the narrow one for the row and bits modes: the chosen tile must be
   // the one that runs
-  const bool two_ctas_staged = t == sm90::kTermsRawBias && c.v3_tile == sm90::kV3TwoCtas &&
+  const bool two_ctas_staged = t == sm90::kTermsRawBias &&
+                               (c.v3_tile == sm90::kV3TwoCtas || c.v3_tile == sm90::kV3TwoCtasRagged) &&
                                sm90::fwd_v3_two_ctas_stage_term(c.dk);
-  x.s.expect("v3.tile_of_the_mode", (staged || t == sm90::kTermsGeneral) ? c.v3_tile == sm90::kV3Narrow || two_ctas_staged
-                                    : (row || t == sm90::kTermsRawBits)
-                                        ? (c.v3_tile == sm90::kV3Narrow || c.v3_tile == sm90::kV3Keys128)
-                                        : true);
-  if (two_ctas_staged) x.s.covered("fwd_v3 two-ctas staged");
+  x.s.expect("v3.tile_of_the_mode",
+             (staged || t == sm90::kTermsGeneral) ? c.v3_tile == sm90::kV3Narrow || two_ctas_staged
+             : (row || t == sm90::kTermsRawBits)  ? (c.v3_tile == sm90::kV3Narrow || c.v3_tile == sm90::kV3Keys128)
+                                                  : true);
+  if (two_ctas_staged) x.s.covered(c.v3_tile == sm90::kV3TwoCtas ? "fwd_v3 two-ctas staged" : "fwd_v3 ragged staged");
   const Launched l = fwd_v3_launched_for(c.dk, t, c.v3_tile, c.v3_stage_bytes);
   x.s.expect("v3.block_is_the_launched_tile", c.block_m == l.bm && c.block_n == l.bn);
   x.s.expect("v3.smem_fits", l.smem <= x.dev.smem_optin);

@@ -182,12 +182,16 @@ def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
 
 def test_ragged_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
     """fwd_v3_ragged: the two-CTA tile with its last key block cut to the sequence end (forced only), at head dims
-    49-64; a term, a head dim without it (33-48: the 48 instance has none; 65-96) is refused with the reason."""
+    49-64, with no term or a staged 16-bit term alone (BEiT); another term, a head dim without it (33-48: the 48
+    instance has none; 65-96) is refused with the reason."""
     check_forced(table_exe, "fwd_v3_ragged",
                  takes=["vit-b S197 D64", "eva02 S257 D64", "vit-b/16-384 S577 D64 B64", "cogvideox S17776 D64"],
                  taken="fwd_v3 128x64 terms=raw persistent two-ctas ragged",
-                 refuses=["flux S4608 D128", "beit bias fp32", "sd15 D40 S4096", "dit-xl D72 S256"],
-                 reason="the two-CTA tile with a ragged last key block takes the no-term path at head dims 49-64")
+                 refuses=["flux S4608 D128", "sd15 D40 S4096", "dit-xl D72 S256",
+                          "t5 bias fp32 [1,H,S,S] S512 grad kp"],
+                 reason="the two-CTA tile with a ragged last key block takes the no-term path")
+    check_forced(table_exe, "fwd_v3_ragged", takes=["beit bias fp32 [1,H,N,N] N197 grad"],
+                 taken="fwd_v3 128x64 terms=staged persistent two-ctas ragged")
     assert "ragged" not in run_table(table_exe, "vit-b S197 D64").stdout
 
 

@@ -349,7 +349,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     // prefix that reaches the end only (the columns past it are past Sk, hidden whatever their score), P past it zero
     auto ragged_first = [&](auto tn) {
       constexpr int TN = decltype(tn)::value, TNT = TN / 8;
-      static_assert(kMode == kTermsRaw && TN % 16 == 0 && TN <= BN, "the raw path, whole k16 steps of P");
+      static_assert((kMode == kTermsRaw || kMode == kTermsRawBias) && TN % 16 == 0 && TN <= BN,
+                    "the raw path or the staged term, whole k16 steps of P");
       static_assert(!Tr::kPInSmem, "P in registers");
       float (&s_t)[TNT][4] = reinterpret_cast<float (&)[TNT][4]>(acc_s);
       turn.mine();
@@ -362,8 +363,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       turn.pass();
       wgmma_wait<0>();
       fence_acc(s_t);
-      const float sc = score_terms<Elem, kMode, BM, BN, TNT>(s_t, p, StageTerms{}, bits, b, h, m_block, n_hi - 1,
-                                                             wr, lane);
+      const float sc = score_terms<Elem, kMode, BM, BN, TNT, (Tr::kMinBlocks > 1)>(
+          s_t, p, sm.template terms<kMode>(smem_base, stage(0), P.bias_stage_bytes), bits, b, h, m_block, n_hi - 1,
+          wr, lane);
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) softmax_step(s_t, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
       release_k<kMode>(sm.k_empty(stage(0)), lane);

@@ -244,12 +244,16 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
   sm90::FwdPipeParams P;
   P.p = p;
   P.bias_stage_bytes = stage_bytes;
-  if (terms == sm90::kTermsRawBias && tile == sm90::kV3TwoCtas) {
-    if constexpr (sm90::fwd_v3_two_ctas_stage_term(D))
-      launch_fwd_pipelined<K, typename K::TwoCtas, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
-    else
+  if (terms == sm90::kTermsRawBias && (tile == sm90::kV3TwoCtas || tile == sm90::kV3TwoCtasRagged)) {
+    if constexpr (sm90::fwd_v3_two_ctas_stage_term(D)) {
+      if (tile == sm90::kV3TwoCtas)
+        launch_fwd_pipelined<K, typename K::TwoCtas, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
+      else
+        launch_fwd_pipelined<K, typename K::Ragged, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
+    } else {
       throw std::logic_error("window_attention (cuda): no two-CTA staged-term forward at head dim " +
                              std::to_string(D));
+    }
   } else if (terms == sm90::kTermsRawBias)
     launch_fwd_pipelined<K, typename K::Narrow, sm90::kTermsRawBias>(P, dtype, persistent, sms, stream);
   else if (terms == sm90::kTermsRawRow && tile == sm90::kV3Keys128)
