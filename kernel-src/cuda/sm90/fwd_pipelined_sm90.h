@@ -227,6 +227,19 @@ __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSm
   }
 }
 
+// O (one warpgroup's 64 x D accumulator fragment) to a new running max: corr[hf] scales rows qr + 8 hf
+// (softmax_step's correction factors)
+template <int DT>
+__device__ __forceinline__ void rescale_o(float (&acc_o)[1][DT][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    acc_o[0][dt][0] *= corr[0];
+    acc_o[0][dt][1] *= corr[0];
+    acc_o[0][dt][2] *= corr[1];
+    acc_o[0][dt][3] *= corr[1];
+  }
+}
+
 // FA3's ping-pong: the consumer warpgroups take turns issuing their GEMMs, round robin (named barrier kBarFwdTurn + cw:
 // "cw may issue"), so that the others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the
 // 128 threads that wait on it and the 128 of the warpgroup before that arrive.
@@ -326,16 +339,6 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   auto fence_p = [&]() {
     if constexpr (!Tr::kPInSmem) fence_frag(pf);
   };
-  // O to the running max of the block whose P comes next (corr: that block's softmax_step)
-  auto rescale_o = [&]() {
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      acc_o[0][dt][0] *= corr[0];
-      acc_o[0][dt][1] *= corr[0];
-      acc_o[0][dt][2] *= corr[1];
-      acc_o[0][dt][3] *= corr[1];
-    }
-  };
   const Turns<Tr::kConsumerWGs> turn{cw};
 
   auto stage = [&](int it) { return (kb + it) % ST; };
@@ -405,7 +408,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     turn.mine();
     if constexpr (Tr::kOverlapQkPv) {
       issue_qk(s);
-      if constexpr (Tr::kRescaleOBeforePv) rescale_o();  // (the last P V's wait was the previous step's)
+      if constexpr (Tr::kRescaleOBeforePv) rescale_o(acc_o, corr);  // (the last P V's wait was the previous step's)
       issue_pv(sp);
       turn.pass();
       wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
@@ -429,7 +432,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       terms(s, n);
       release_k<kMode>(sm.k_empty(s), lane);
     }
-    if constexpr (!Tr::kRescaleOBeforePv) rescale_o();
+    if constexpr (!Tr::kRescaleOBeforePv) rescale_o(acc_o, corr);
     to_pfrag();
   }
   release_warp(sm.q_empty(), lane);  // every Q K^T of this tile is done: the producer may load the next tile's Q
@@ -437,7 +440,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
     turn.mine();
-    if constexpr (Tr::kRescaleOBeforePv) rescale_o();
+    if constexpr (Tr::kRescaleOBeforePv) rescale_o(acc_o, corr);
     issue_pv(sp);
     turn.pass_unless_last(last);
     wgmma_wait<0>();
@@ -587,13 +590,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     fence_frag(pf);
     release_warp(sm.v_empty(g % ST), lane);
     if (same) {  // rescale this tile's O to the new running max, then the next block's P
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        acc_o[0][dt][0] *= corr[0];
-        acc_o[0][dt][1] *= corr[0];
-        acc_o[0][dt][2] *= corr[1];
-        acc_o[0][dt][3] *= corr[1];
-      }
+      rescale_o(acc_o, corr);
     } else {
       write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, cur.b, cur.h, cur.m_block * BM, wr, acc_o,
                                   reinterpret_cast<const float (&)[1][2]>(o_max),
