@@ -23,6 +23,39 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    """CI's CUDA compile (tests/unit/ci_cuda_units.py, ~500 CPU-seconds) started now, nice'd, when its test is
+    selected and nvcc is here: it runs on the core the mostly single-process suite leaves idle, and the test, which
+    runs late, waits for it (~5 of CI's 25 minutes otherwise)."""
+    import tempfile
+
+    from unit.ci_cuda_units import TEST_NAME, start_in_background
+
+    from winattn._build import toolchain
+
+    if session.config.option.collectonly:
+        return
+    if not any(i.name == TEST_NAME for i in session.items) or not toolchain.find_cuda(required=False):
+        return
+    obj_root = Path(tempfile.mkdtemp(prefix="winattn-ci-cuda-"))
+    session.config._ci_cuda_compile = (obj_root, start_in_background(obj_root))
+
+
+def pytest_unconfigure(config):
+    """The early compile never outlives the session (an interrupted run, a failing test before it)."""
+    import os
+    import shutil
+    import signal
+
+    early = getattr(config, "_ci_cuda_compile", None)
+    if early is not None:
+        obj_root, proc = early
+        if proc.poll() is None:  # (its own process group: ninja and nvcc go with it)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(obj_root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def built_variant() -> Path:
     """Path of the variant directory built for this machine's backend.

@@ -1,0 +1,62 @@
+"""CI's CUDA check: which units of the real kernel sources CI compiles, and a runner that compiles them.
+
+One unit of each kernel family (the name without `_hdimNN`) compiled for sm_90 with the flags of a real build
+(`winattn.build.compile_sources`); `test_matrix.py::test_real_cuda_sources_compile_for_one_arch` checks the list
+against build.toml and the result. It is ~500 CPU-seconds of nvcc, a fifth of CI's 25 minutes on 2 cores, and the
+rest of the suite is mostly one Python process on one core: so `tests/conftest.py` starts this file as a nice'd
+process when the test is collected (`start_in_background`), and the test, which runs late, waits for it. Run alone:
+
+    python tests/unit/ci_cuda_units.py OBJ_DIR      (exit 0: every unit compiled, listed in OBJ_DIR/compiled.json)
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEST_NAME = "test_real_cuda_sources_compile_for_one_arch"
+
+CI_CUDA_UNITS = {
+    "torch-ext/torch_binding.cpp": "the op schemas and argument checks",
+    "kernel-src/cuda/winattn_cuda.cu": "the planner (kernel_choice.h) and the dispatch",
+    "kernel-src/cuda/instantiations/fwd_hdim64.cu": "v1 forward (any arch: mma.sync)",
+    "kernel-src/cuda/instantiations/bwd_hdim64.cu": "v1 backward",
+    "kernel-src/cuda/instantiations/fwd_decode.cu": "split-KV decode and its combine",
+    "kernel-src/cuda/instantiations/fwd_decode_sm90.cu": "the TMA decode",
+    "kernel-src/cuda/instantiations/fwd_windows_sm90_hdim64.cu": "window forward",
+    "kernel-src/cuda/instantiations/bwd_sm90_hdim32.cu": "window backward",
+    "kernel-src/cuda/instantiations/bwd_windows_wide_sm90_hdim32.cu": "wide-window backward",
+    # D 64 holds the most v3 forward tiles: two-CTA, 192-row, ragged, persistent, split
+    "kernel-src/cuda/instantiations/fwd_v3_sm90_hdim64.cu": "v3 forward",
+    "kernel-src/cuda/instantiations/bwd_v3_sm90_hdim64.cu": "v3 backward, the pair kernel",
+    # two more v3 backward head dims, each a consumer of its own
+    "kernel-src/cuda/instantiations/bwd_v3_sm90_hdim96.cu": "v3 backward on 16-column blocks (32-byte swizzle)",
+    "kernel-src/cuda/instantiations/bwd_v3_sm90_hdim256.cu": "v3 backward, the split head-dim consumer",
+}
+
+
+def compile_units(obj_dir: Path, log=print) -> list[str]:
+    from winattn.build import compile_sources
+
+    return compile_sources(REPO_ROOT, "cuda", list(CI_CUDA_UNITS), ["9.0"], obj_dir=obj_dir, log=log)
+
+
+def start_in_background(obj_dir: Path) -> subprocess.Popen:
+    """This file as a child at the lowest CPU priority (the tests keep their core; the compile takes what is idle),
+    its output into OBJ_DIR/compile.log."""
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    log = open(obj_dir / "compile.log", "w")  # (the child holds it; closed here once handed over)
+    try:
+        return subprocess.Popen(["nice", "-n", "19", sys.executable, __file__, str(obj_dir)], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+    finally:
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO_ROOT))
+    out = Path(sys.argv[1])
+    compiled = compile_units(out)
+    (out / "compiled.json").write_text(json.dumps(compiled))
+    sys.exit(0 if sorted(compiled) == sorted(CI_CUDA_UNITS) else 1)
