@@ -447,7 +447,10 @@ inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
 // 4.83 -> 4.21 ms (the wide tile), CogVideoX-2B's 17776 tokens 5.11 -> 4.84, SDXL's 4096 0.396 -> 0.352 (narrow);
 // ViT-B/16's 197 0.094 -> 0.137 and ViT-B/16-384's 577 0.225 -> 0.244 (the two-CTA tile) slower. Taken without a
 // band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured. At head dims 33-48
-// (the 48 instance) and 65-96 (the 96 one, P through shared memory: kernel_traits_sm90.h) forced only until measured.
+// (the 48 instance) and 65-96 (the 96 one, P through shared memory: kernel_traits_sm90.h) forced only until the GPU
+// suite has run on them (measured: PixArt's 4096 tokens at 72 0.954 -> 0.750 ms, SD 1.5's at 40 0.668 -> 0.522,
+// DiT-XL/2-512 0.278 -> 0.241; slower with under ~8 tiles per SM or a third of the rows padding: RESULTS "Twenty-first
+// session").
 constexpr int kRows192MinLen = 4096;
 inline bool rows192_pays(const KParams& p) {
   return p.D > 48 && p.D <= 64 && !p.has_band && p.kp == nullptr && p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;
