@@ -46,13 +46,18 @@ def pytest_unconfigure(config):
     import os
     import shutil
     import signal
+    import subprocess
 
     early = getattr(config, "_ci_cuda_compile", None)
     if early is not None:
         obj_root, proc = early
-        if proc.poll() is None:  # (its own process group: ninja and nvcc go with it)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # (a process group of its own; ninja stops its nvcc jobs on SIGTERM)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         shutil.rmtree(obj_root, ignore_errors=True)
 
 
