@@ -360,13 +360,7 @@ def test_matrix_cli_on_the_throwaway_tree(tree, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# CI: the real CUDA sources compile (one arch)
-
-
-# One unit of each kernel family, chosen for coverage, not speed: every .cu is one family's instantiations at one
-# head dim, and the families share their headers across head dims. Compiling all 35 units is ~1750 CPU-seconds
-# (~15 minutes of CI's 2 cores, which pushed CI past its 25-minute budget); these 13 are ~510 CPU-seconds. Every
-# unit, linked and ABI-checked, is compiled by each GPU session's build (scripts/gpu_ab.sh) and by `make matrix`.
+# CI: the real CUDA sources compile (one arch; the units and why: ci_cuda_units.py)
 
 
 def test_compile_sources_compiles_only_what_it_is_given(tree, tmp_path):
