@@ -111,14 +111,15 @@ struct Forced {
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
-  int bwd_dq = -1;  // bwd_v3_dq_direct / bwd_v3_dq_resident: BwdV3Buffers::dq_mode (-1: the table's accumulator)
+  int bwd_dq = -1;  // bwd_v3_dq_accumulate / _direct / _resident: BwdV3Buffers::dq_mode (-1: the table decides)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
     "fwd_v3_ragged, fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, "
-    "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_direct, bwd_v3_dq_resident, "
+    "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_accumulate, bwd_v3_dq_direct, "
+    "bwd_v3_dq_resident, "
     "bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -155,6 +156,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3_two_stages") f.bwd = BwdKernel::kV3, f.bwd_two_stages = true;
     else if (n == "bwd_v3_no_pair") f.bwd = BwdKernel::kV3, f.bwd_no_pair = true;
     else if (n == "bwd_v3_fine_dims") f.bwd = BwdKernel::kV3, f.bwd_fine_dims = true;
+    else if (n == "bwd_v3_dq_accumulate") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqAccumulate;
     else if (n == "bwd_v3_dq_direct") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqDirect;
     else if (n == "bwd_v3_dq_resident") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqResident;
     else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
@@ -451,9 +453,18 @@ inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
 // suite has run on them (measured: PixArt's 4096 tokens at 72 0.954 -> 0.750 ms, SD 1.5's at 40 0.668 -> 0.522,
 // DiT-XL/2-512 0.278 -> 0.241; slower with under ~8 tiles per SM or a third of the rows padding: RESULTS "Twenty-first
 // session").
+// At head dims 33-48 and 65-96 (RESULTS "Twenty-first session": PixArt-alpha's 4096 tokens at 72 0.954 -> 0.750 ms,
+// SD 1.5's at 40 0.668 -> 0.522, DiT-XL/2-512's 1024 at 72 0.278 -> 0.241) from kRows192OtherMinLen queries and keys
+// with kRows192MinTilesPerSm tiles of 192 rows per SM: SD 1.5's 1024 tokens at 80 (2.9 per SM) 0.057 -> 0.060 and
+// DiT-XL/2-256 (a third of the rows padding) 0.107 -> 0.130 were slower.
 constexpr int kRows192MinLen = 4096;
-inline bool rows192_pays(const KParams& p) {
-  return p.D > 48 && p.D <= 64 && !p.has_band && p.kp == nullptr && p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;
+constexpr int kRows192OtherMinLen = 1024;
+constexpr int kRows192MinTilesPerSm = 8;
+inline bool rows192_pays(const KParams& p, const DeviceCaps& dev) {
+  if (p.has_band || p.kp != nullptr || p.D <= 32 || p.D > 96) return false;
+  if (p.D > 48 && p.D <= 64) return p.Sq >= kRows192MinLen && p.Sk >= kRows192MinLen;
+  const long tiles = long(div_up(p.Sq, 192)) * p.H * p.B;
+  return p.Sq >= kRows192OtherMinLen && p.Sk >= kRows192OtherMinLen && tiles >= long(kRows192MinTilesPerSm) * dev.sms;
 }
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
@@ -518,6 +529,11 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   const bool raw_two_ctas = !std::is_same<TwoCtas, Narrow>::value &&
                             (force.v3_tile == 5 || force.v3_tile == 7 ||
                              (force.v3_tile == 0 && D <= 64 && two_ctas_pay(p, dev)));
+  // The ragged tile where the table takes the two-CTA one and the key set ends inside a block (RESULTS "Twenty-first
+  // session": ViT-B/16 0.094 -> 0.090 ms, EVA-02-B 0.157 -> 0.152; BEiT-B/16 with its bias 0.150 -> 0.115); not with
+  // key padding (unmeasured there)
+  const bool ragged = !std::is_same<Ragged, Narrow>::value &&
+                      (force.v3_tile == 7 || (force.v3_tile == 0 && p.Sk % Ragged::kBlockN != 0 && p.kp == nullptr));
   const bool padding_alone = p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f;
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
@@ -529,15 +545,17 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     c.v3_terms = p.term_hides                                        ? sm90::kTermsRawBiasMasked
                  : p.kp != nullptr && sm90::fwd_v3_stages_padding(D) ? sm90::kTermsRawBiasPadded
                                                                      : sm90::kTermsRawBias;
-    // forced only (fwd_v3_two_ctas): the two-CTA tile with the term staged beside its 64-key blocks, so that a
-    // short call with a bias shared over a large batch (BEiT: the staged tile's forward is twice ViT's without it)
-    // gets what the no-term path got from two CTAs per SM (ViT-B/16 0.147 -> 0.113 ms, RESULTS v4.0)
-    // (fwd_v3_ragged: the same with its last key block cut to the sequence end, BEiT's 197 keys)
+    // the two-CTA tile with the term staged beside its 64-key blocks where two_ctas_pay holds, so that a short
+    // call with a bias shared over a large batch gets what the no-term path got from two CTAs per SM (RESULTS
+    // "Twenty-first session": BEiT-L inference 0.360 -> 0.298 ms, T5-base 0.133 -> 0.115; ragged for BEiT's 197
+    // keys, 0.150 -> 0.115)
     const int two_ctas_stage = TwoCtas::kBlockM * TwoCtas::kBlockN * 2;
-    if ((force.v3_tile == 5 || force.v3_tile == 7) && c.v3_terms == sm90::kTermsRawBias &&
+    const bool staged_two_ctas =
+        force.v3_tile == 5 || force.v3_tile == 7 || (force.v3_tile == 0 && two_ctas_pay(p, dev));
+    if (staged_two_ctas && c.v3_terms == sm90::kTermsRawBias &&
         sm90::fwd_v3_two_ctas_stage_term(D) &&
         TwoCtas::kSmemBytes + TwoCtas::kStages * two_ctas_stage <= dev.smem_optin / TwoCtas::kMinBlocks) {
-      tile = force.v3_tile == 7 ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
+      tile = ragged && force.v3_tile != 5 ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
       stage = two_ctas_stage;
     }
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
@@ -562,8 +580,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
     else if (raw_two_ctas)
-      tile = force.v3_tile == 7 && !std::is_same<Ragged, Narrow>::value ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
-    else if (!std::is_same<Rows192, Narrow>::value && (force.v3_tile ? force.v3_tile == 6 : rows192_pays(p)))
+      tile = ragged && force.v3_tile != 5 ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
+    else if (!std::is_same<Rows192, Narrow>::value && (force.v3_tile ? force.v3_tile == 6 : rows192_pays(p, dev)))
       tile = sm90::kV3Rows192;
     else if (!std::is_same<Wide, Narrow>::value &&
              (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys && D != 256))  // (D = 256: forced only)
@@ -903,6 +921,7 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
 // Backward v3 (sm90/bwd_pipelined_sm90.h): every score term but the table's gradient (window mode, v1); with
 // deterministic=True, dbias with at most two contributors per element and full rows with Sk % 4 == 0 (a two-term
 // fp32 reduce-add by TMA is order-independent; more would need ordering: v1 orders them).
+constexpr int kDqResidentMinCtasPerSm = 8;  // resident dQ: (batch x KV heads) CTAs per SM (measured at 11.6)
 inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& user, const DeviceCaps& dev,
                               const Forced& force) {
   if (!dev.sm90a) return "not Hopper / no sm_90a code";
@@ -964,33 +983,36 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   }
   if (!no.empty()) return no;
   // dQ stored directly where each of its tiles has one contributor: one key block (the KV-outer CTAs are the key
-  // blocks) and no band (every query block visited, none left for a zero-filled accumulator to answer). Cross-
-  // attention to a short text (77 / 120 keys): the accumulator's memset and conversion pass are ~0.03 ms of
-  // SD 1.5's 0.22 ms forward + backward (RESULTS, nineteenth session: prediction). Not the split head-dim consumer.
-  // Its kernels: the deferred ones without a term (three stages), with a row term or mask bits (launch_bwd_sm90.h
-  // pick_dq_direct: the cross-attention forms, key padding included).
+  // blocks) and no band (every query block visited, none left for a zero-filled accumulator to answer): no
+  // accumulator memset, no conversion pass. Cross-attention to a short text (RESULTS "Twenty-first session", f+b:
+  // SD 1.5 0.221 -> 0.188 ms, SDXL 0.183 -> 0.173, SDXL with a mask 0.102 -> 0.082, PixArt's 120 padded keys 0.305
+  // -> 0.274). Not the split head-dim consumer. Its kernels: the deferred ones without a term (three stages), with a
+  // row term or mask bits (launch_bwd_sm90.h pick_dq_direct: the cross-attention forms, key padding included).
   const int key_blocks = div_up(p.Sk, c.dk == 256 ? 64 : 128);
-  if (force.bwd_dq == kBwdDqDirect) {
-    const bool kernel = vb.deep || vb.terms == kBwdTermsRow || vb.terms == kBwdTermsBits;
-    if (key_blocks != 1 || p.has_band || c.dk == 256 || !kernel)
-      return "bwd_v3_dq_direct: one key block (128 keys, head dim <= 128), no causal / window band, no term but a "
-             "row term or mask bits";
-    vb.dq_mode = kBwdDqDirect;
-  }
+  const bool direct_ok = key_blocks == 1 && !p.has_band && c.dk != 256 &&
+                         (vb.deep || vb.terms == kBwdTermsRow || vb.terms == kBwdTermsBits);
+  if (force.bwd_dq == kBwdDqDirect && !direct_ok)
+    return "bwd_v3_dq_direct: one key block (128 keys, head dim <= 128), no causal / window band, no term but a "
+           "row term or mask bits";
   // dQ resident in shared memory: a CTA per (batch, KV head) walks the key blocks in turn and sums the dQ of all its
   // group's queries on chip, fp32 [group heads][query rows][head dim] next to the deep kernel's tiles (ViT-B/16's 197
-  // rows at head dim 64: 64 KB beside 132 KB). What it saves is the accumulator's memset and conversion pass and the
-  // adds at L2: ~0.06 of ViT-B/16's 0.355 ms backward (prediction, RESULTS "Nineteenth session"). Deterministic by
-  // construction (one CTA adds in a fixed order). The deep kernel only (no term), head dims up to 96 (at 128 its
-  // tiles take 212 KB: not one 64-row dQ tile more fits).
-  if (force.bwd_dq == kBwdDqResident) {
-    const int64_t dq_bytes = int64_t(p.hgroup) * div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM * c.dk * 4;
-    if (!vb.deep || c.dk > 96 || vb.smem + dq_bytes > dev.smem_optin || int64_t(p.B) * p.Hkv > kIntCountMax)
-      return "bwd_v3_dq_resident: no term, head dim <= 96, the group's dQ (heads x query rows x head dim, fp32) "
-             "beside the tiles in shared memory";
+  // rows at head dim 64: 64 KB beside 132 KB): no accumulator, no memset, no adds at L2, no conversion pass;
+  // deterministic by construction. The deep kernel only (no term), head dims up to 96 (at 128 its tiles take 212 KB).
+  // RESULTS "Twenty-first session", f+b: ViT-B/16 0.452 -> 0.381 ms, EVA-02-B 0.710 -> 0.613, at 1536 CTAs; a CTA
+  // per (batch, KV head) is few CTAs on a small call, so the table takes it from kDqResidentMinCtasPerSm per SM.
+  const int64_t dq_bytes = int64_t(p.hgroup) * div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM * c.dk * 4;
+  const bool resident_ok = vb.deep && c.dk <= 96 && vb.smem + dq_bytes <= dev.smem_optin &&
+                           int64_t(p.B) * p.Hkv <= kIntCountMax;
+  if (force.bwd_dq == kBwdDqResident && !resident_ok)
+    return "bwd_v3_dq_resident: no term, head dim <= 96, the group's dQ (heads x query rows x head dim, fp32) "
+           "beside the tiles in shared memory";
+  if (force.bwd_dq >= 0)
+    vb.dq_mode = force.bwd_dq;
+  else if (direct_ok)
+    vb.dq_mode = kBwdDqDirect;
+  else if (resident_ok && int64_t(p.B) * p.Hkv >= int64_t(kDqResidentMinCtasPerSm) * dev.sms)
     vb.dq_mode = kBwdDqResident;
-    vb.smem += int(dq_bytes);
-  }
+  if (vb.dq_mode == kBwdDqResident) vb.smem += int(dq_bytes);
   vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
   c.kernel = BwdKernel::kV3;
   c.p = p;

@@ -801,7 +801,10 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
   // each dQ tile has one contributor (one key block, every query block visited), on a kernel that has the store
   // (launch_bwd_sm90.h pick_dq_direct: the deep one without a term, the deferred row-term and bits ones)
   const bool direct = v.dq_mode == kBwdDqDirect, resident = v.dq_mode == kBwdDqResident;
-  x.s.expect("bwd_v3.dq_mode_forced_only", v.dq_mode == kBwdDqAccumulate || v.dq_mode == x.force.bwd_dq);
+  // the table's own choice: direct wherever it can run, else resident from kDqResidentMinCtasPerSm CTAs per SM
+  x.s.expect("bwd_v3.dq_mode_forced", x.force.bwd_dq < 0 || v.dq_mode == x.force.bwd_dq);
+  x.s.expect("bwd_v3.dq_resident_enough_ctas", !resident || x.force.bwd_dq >= 0 ||
+                                                   int64_t(p.B) * p.Hkv >= int64_t(kDqResidentMinCtasPerSm) * x.dev.sms);
   x.s.expect("bwd_v3.dq_direct_one_writer", !direct || (p.Sk <= c.block_n && !p.has_band && c.dk != 256));
   x.s.expect("bwd_v3.dq_direct_kernel", !direct || (!v.pair && v.defer && (v.deep || t == kBwdTermsRow ||
                                                                            t == kBwdTermsBits)));

@@ -66,7 +66,8 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
     for name in ["v1", "fwd_v1", "fwd_v3", "fwd_v3_narrow", "fwd_v3_wide", "fwd_v3_short", "fwd_v3_stream",
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_ragged", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
-                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_direct", "bwd_v3_dq_resident",
+                 "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_accumulate", "bwd_v3_dq_direct",
+                 "bwd_v3_dq_resident",
                  "bwd_v3_bits",
                  "bwd_v3_fold",
                  "bwd_windows", "bwd_windows_wide",
@@ -102,10 +103,10 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
 
 
 def test_direct_dq_takes_one_key_block_without_a_band(table_exe):
-    """bwd_v3_dq_direct (forced only): dQ stored by the kernel where each dQ tile has one contributor, one key block
-    and no band, on the kernels without a term or with a row term / mask bits (key padding included), head dims up
-    to 128. More key blocks, a band or the split head-dim consumer are refused with the reason; the table's own choice
-    keeps the accumulator."""
+    """bwd_v3_dq_direct: dQ stored by the kernel where each dQ tile has one contributor, one key block and no band,
+    on the kernels without a term or with a row term / mask bits (key padding included), head dims up to 128 (the
+    table's choice there: RESULTS "Twenty-first session"). More key blocks, a band or the split head-dim consumer are
+    refused with the reason; bwd_v3_dq_accumulate keeps the accumulator."""
     check_forced(table_exe, "bwd_v3_dq_direct",
                  takes=["sdxl cross Sk77 D64", "pixart cross Sk120 kp", "pixart cross Sk120 float mask",
                         "ltx cross Sk128 float mask", "sdxl cross Sk77 bool mask"],
@@ -113,13 +114,14 @@ def test_direct_dq_takes_one_key_block_without_a_band(table_exe):
                  refuses=["vit-b S197 D64", "flux S4608 D128", "llm causal GQA", "S16k D256"],
                  reason="one key block (128 keys, head dim <= 128), no causal / window band, no term but a row "
                         "term or mask bits")
-    assert " dq-direct" not in run_table(table_exe).stdout
+    assert " dq-direct" in run_table(table_exe, "sdxl cross Sk77 D64").stdout
+    assert " dq-" not in run_table(table_exe, "--force", "bwd_v3_dq_accumulate", "sdxl cross Sk77 D64").stdout
 
 
 def test_resident_dq_takes_short_calls_without_a_term(table_exe):
-    """bwd_v3_dq_resident (forced only): one CTA per (batch, KV head) walks the key blocks with the group's dQ in
-    shared memory, beside the deep kernel's tiles: ViT's 197 and EVA's 257 tokens (64 / 80 KB);
-    a term, the split head-dim consumer or a dQ past the shared memory is refused with the reason."""
+    """bwd_v3_dq_resident: one CTA per (batch, KV head) walks the key blocks with the group's dQ in shared memory,
+    beside the deep kernel's tiles: ViT's 197 and EVA's 257 tokens (64 / 80 KB; the table's choice from 8 CTAs per
+    SM); a term, the split head-dim consumer or a dQ past the shared memory is refused with the reason."""
     check_forced(table_exe, "bwd_v3_dq_resident", takes=["vit-b S197 D64", "eva02 S257 D64"],
                  taken=" dq-resident bufs=",
                  refuses=["beit bias bf16", "S16k D256", "flux S4608 D128", "vit-b/16-384 S577", "sdxl cross Sk77 D64"],
@@ -127,7 +129,8 @@ def test_resident_dq_takes_short_calls_without_a_term(table_exe):
                         "tiles in shared memory")
     r = run_table(table_exe, "--force", "bwd_v3_dq_resident", "vit-b S197 D64")
     assert "smem=200704" in r.stdout, r.stdout  # 135168 + 1 head x 256 rows x 64 x 4 bytes
-    assert " dq-resident" not in run_table(table_exe).stdout
+    assert " dq-resident" in run_table(table_exe, "vit-b S197 D64").stdout
+    assert " dq-" not in run_table(table_exe, "--force", "bwd_v3_dq_accumulate", "vit-b S197 D64").stdout
 
 
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
@@ -163,7 +166,8 @@ def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
 def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     """fwd_v3_two_ctas: two CTAs per SM in 104 consumer registers: 64-key blocks at head dims 33-64 (the 48 and 64
     instances), 32-key blocks at 65-96 (forced only: the table keeps the narrow tile there); at head dim 64 also a
-    staged 16-bit term alone (forced only: BEiT / T5-shaped bias), its stage sized to the 64-key block; another term
+    staged 16-bit term alone (BEiT / T5-shaped bias; the table's where two_ctas_pay), its stage sized to the 64-key
+    block; another term
     (a row term, padding or a mask beside the staged one) or a head dim past 96 is refused with the reason."""
     check_forced(table_exe, "fwd_v3_two_ctas",
                  takes=["vit-b S197 D64", "eva02 S257 D64", "sd15 D40 S4096", "decode Sq2 Sk1000 GQA 8/2 D64"],
@@ -181,9 +185,10 @@ def test_two_cta_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
 
 
 def test_ragged_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
-    """fwd_v3_ragged: the two-CTA tile with its last key block cut to the sequence end (forced only), at head dims
-    49-64, with no term or a staged 16-bit term alone (BEiT); another term, a head dim without it (33-48: the 48
-    instance has none; 65-96) is refused with the reason."""
+    """fwd_v3_ragged: the two-CTA tile with its last key block cut to the sequence end, at head dims 49-64, with no
+    term or a staged 16-bit term alone (BEiT); another term, a head dim without it (33-48: the 48 instance has none;
+    65-96) is refused with the reason. The table's wherever it takes the two-CTA tile on a key set that ends inside a
+    block, without key padding (RESULTS "Twenty-first session")."""
     check_forced(table_exe, "fwd_v3_ragged",
                  takes=["vit-b S197 D64", "eva02 S257 D64", "vit-b/16-384 S577 D64 B64", "cogvideox S17776 D64"],
                  taken="fwd_v3 128x64 terms=raw persistent two-ctas ragged",
@@ -192,7 +197,9 @@ def test_ragged_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
                  reason="the two-CTA tile with a ragged last key block takes the no-term path")
     check_forced(table_exe, "fwd_v3_ragged", takes=["beit bias fp32 [1,H,N,N] N197 grad"],
                  taken="fwd_v3 128x64 terms=staged persistent two-ctas ragged")
-    assert "ragged" not in run_table(table_exe, "vit-b S197 D64").stdout
+    for shape, ragged in [("vit-b S197 D64", True), ("beit bias bf16 [1,H,N,N] N197 grad", True),
+                          ("S1088 D64 1134 tiles", False), ("key padding S577 D64 B64", False)]:
+        assert ("ragged" in run_table(table_exe, shape).stdout) == ragged, shape
 
 
 def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
@@ -200,7 +207,7 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     forced, the no-term path with its bands and key padding (a per-block vote), persistent without a band (33-48 on
     the 48 instance, 65-96 on the 96 one); a term or a head dim past 96 is refused with the reason. The table's from
     4096 queries and keys without a band or padding at head dims 49-64 (measured: RESULTS v4.3); at 33-48 and 65-96
-    forced only (not yet measured)."""
+    from 1024 with 8 tiles of 192 rows per SM (RESULTS "Twenty-first session")."""
     check_forced(table_exe, "fwd_v3_rows192",
                  takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b S197 D64", "sdxl cross Sk77 D64",
                         "key padding S577 D64 B64", "dit-xl D72 S256", "pixart self D72 S4096"],
@@ -212,10 +219,10 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     assert "fwd_v3 192x128 terms=raw per-tile rows192" in r.stdout, r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_rows192", "sd15 D40 S4096")  # (the 48 instance's own tile)
     assert "rows192 d48" in r.stdout, r.stdout
-    # by default the long no-term calls at head dim 64 take it; short, banded, padded, 33-48 or 65-96 calls do not
+    # by default the long no-term calls take it; short, banded, padded or few-tile calls do not
     for shape, rows192 in [("cogvideox S17776 D64", True), ("vit-b S197 D64", False), ("sdxl self S1024 D64", False),
                            ("sd15 D40 S4096", False), ("key padding S577 D64", False), ("flux S4608 D128", False),
-                           ("pixart self D72 S4096", False)]:
+                           ("pixart self D72 S4096", True), ("dit-xl D72 S256", False)]:
         r = run_table(table_exe, shape)
         assert ("rows192" in r.stdout) == rows192, (shape, r.stdout)
 
