@@ -584,11 +584,11 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     else if (!std::is_same<Rows192, Narrow>::value && (force.v3_tile ? force.v3_tile == 6 : rows192_pays(p, dev)))
       tile = sm90::kV3Rows192;
     else if (!std::is_same<Wide, Narrow>::value &&
-             (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys && D != 256))  // (D = 256: forced only)
+             (force.v3_tile ? force.v3_tile == 2 : p.Sk >= kWideMinKeys))
       tile = sm90::kV3Wide;
   }
   if (force.v3_tile == 2 && tile != sm90::kV3Wide)
-    return "fwd_v3_wide: only the no-term path has wide tiles at this head dim";
+    return "fwd_v3_wide: wide key blocks take the no-term path at head dims 33-64 and 97-128";
   if (force.v3_tile == 4 && tile != sm90::kV3Stream)
     return "fwd_v3_stream: streamed tiles take the no-term path at head dims 64, 96 and 128";
   if (force.v3_tile == 5 && tile != sm90::kV3TwoCtas)

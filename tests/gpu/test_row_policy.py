@@ -55,7 +55,6 @@ KERNELS = [
     Fwd("fwd_v3_narrow", r"FwdPipeTraitsSm90<64,\s*128\b", D=64, S=300, H=2),
     # wide key blocks: the no-term path only (key padding is no term)
     Fwd("fwd_v3_wide", r"FwdPipeTraitsSm90<64,\s*192\b", D=64, S=300, H=2, bias=(), masks=False, table_W=None),
-    Fwd("fwd_v3_wide", r"FwdPipeTraitsSm90<256,\s*80\b", D=256, S=500, H=2, bias=(), masks=False, table_W=None),
     # one key block sized to a short key set: the no-term path (key padding is none), <= 80 or 128 keys (head dims
     # 64 and 96) or <= 208 (64)
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<64,\s*208\b", D=64, S=197, H=2, bias=(), masks=False, table_W=None),

@@ -94,10 +94,11 @@ def test_forced_kernels_are_taken_or_refused_with_the_reason(table_exe):
     assert "error: WINATTN_FORCE_KERNEL=fwd_decode: this call cannot run it (more than 16 query rows per KV head)" \
         in r.stdout
     r = run_table(table_exe, "--force", "fwd_v3_wide", "beit bias fp32")
-    assert "this call cannot run it (fwd_v3_wide: only the no-term path has wide tiles" in r.stdout
-    # head dim 256: the 80-key tile, forced only (the table keeps 64-key blocks at S = 16k)
+    assert "this call cannot run it (fwd_v3_wide: wide key blocks take the no-term path at head dims" in r.stdout
+    # head dim 256 has no wide tile (the 80-key one was slower, deleted): forcing it is refused, the table keeps
+    # 64-key blocks
     r = run_table(table_exe, "--force", "fwd_v3_wide", "S16k D256")
-    assert "fwd_v3 128x80 terms=raw persistent wide" in r.stdout, r.stdout
+    assert "this call cannot run it (fwd_v3_wide: wide key blocks take the no-term path" in r.stdout, r.stdout
     r = run_table(table_exe, "S16k D256")
     assert "fwd_v3 128x64 terms=raw persistent" in r.stdout and " wide" not in r.stdout.split("\n")[1], r.stdout
 

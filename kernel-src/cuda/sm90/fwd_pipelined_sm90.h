@@ -408,7 +408,6 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     turn.mine();
     if constexpr (Tr::kOverlapQkPv) {
       issue_qk(s);
-      if constexpr (Tr::kRescaleOBeforePv) rescale_o(acc_o, corr);  // (the last P V's wait was the previous step's)
       issue_pv(sp);
       turn.pass();
       wgmma_wait<1>();  // S of block n is ready; P V of the block before still runs
@@ -432,7 +431,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       terms(s, n);
       release_k<kMode>(sm.k_empty(s), lane);
     }
-    if constexpr (!Tr::kRescaleOBeforePv) rescale_o(acc_o, corr);
+    rescale_o(acc_o, corr);
     to_pfrag();
   }
   release_warp(sm.q_empty(), lane);  // every Q K^T of this tile is done: the producer may load the next tile's Q
@@ -440,7 +439,6 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
     turn.mine();
-    if constexpr (Tr::kRescaleOBeforePv) rescale_o(acc_o, corr);
     issue_pv(sp);
     turn.pass_unless_last(last);
     wgmma_wait<0>();

@@ -36,11 +36,6 @@ struct FwdPipeShapeSm90 {
   // once. The two-CTA tile's 104 consumer registers cannot hold both beside O: ptxas serialized its 16 wgmma around
   // a 48-byte spill (SASS, RESULTS v4.2), so that tile issues P V, then Q K^T, one after the other.
   static constexpr bool kOverlapQkPv = kMinBlocks == 1;
-  // With the overlap, O is rescaled to the running max of the block whose P V comes next right after that step's
-  // Q K^T is issued, under the tensor cores' Q K^T, instead of between the last P V's wait and the next issue (FA3 /
-  // FA4 past head dim 128, where O is 80-128 registers). Forced only until measured: the 80-key tile at head dim 256
-  // (fwd_v3_wide there), FA3 / FA4's tile at that head dim.
-  static constexpr bool kRescaleOBeforePv = kOverlapQkPv && kHeadDim == 256 && kBlockN == 80;
   // P through shared memory (O += P V with A from a [64 x kBlockN] tile per consumer warpgroup, written by stmatrix)
   // where S (64) + P (32) + O (48 at head dim 96) and the rest pass the 192-row tile's 160 registers: FA3 / FA4's
   // choice there (FA4's notes: P from registers at 192 rows and head dim 96 "catastrophic", ~300 vs ~600 TFLOPS on
@@ -103,14 +98,13 @@ template <> struct FwdPipeTraitsSm90For<192> {
   using narrow = FwdPipeTraitsSm90<192, 96, 2>;
   using wide = narrow;
 };
-// D = 256: 80-key blocks (FA3 / FA4's) fill the shared memory to 1 KB of the limit and failed the sequence-length
-// tests at 4+ key blocks (2026-12-01, cause not found in the session; the kernel has been rewritten since); 64 stays
-// the narrow tile (staged terms need whole 64-key boxes, mask bits whole 32-key words). The 80-key tile is the raw
-// path's wide one, forced only (fwd_v3_wide): it passes those tests now, but at 40 bytes of spills it gains
-// nothing (H200 kernel time, D = 256 S = 16k forward: 6.97 ms with 64-key blocks, 7.07 with 80; RESULTS v4.3).
+// D = 256: 64-key blocks only (staged terms need whole 64-key boxes, mask bits whole 32-key words). FA3 / FA4's
+// 80-key tile was built as the raw path's wide tile and deleted: 40 bytes of spills at 240 registers, slower with O
+// rescaled before or after Q K^T (H200 kernel time, D = 256 S = 16k forward: 6.97 vs 7.07 ms, RESULTS v4.3; 7.257
+// vs 7.458, "Twenty-first session").
 template <> struct FwdPipeTraitsSm90For<256> {
   using narrow = FwdPipeTraitsSm90<256, 64, 2>;
-  using wide = FwdPipeTraitsSm90<256, 80, 2>;
+  using wide = narrow;
 };
 
 // Head dims whose staged-tile kernel takes key padding staged as bits beside the tile (kTermsRawBiasPadded): its row
