@@ -101,8 +101,10 @@ def kernels(where=lambda f: True):
 
 def v3_slots(kernel_name):
     """CTAs the persistent grid of this v3 kernel keeps resident: one per SM, two for a tile whose traits end in
-    kMinBlocks = 2 (the two-CTA tiles: FwdPipeTraitsSm90<64, 64, 2, false, 2> and <96, 32, 2, false, 2>)."""
-    per_sm = 2 if re.search(r"FwdPipeTraitsSm90<\d+,\s*\d+,\s*\d+,\s*\w+,\s*2>", kernel_name) else 1
+    kMinBlocks = 2 (the two-CTA tiles: FwdPipeTraitsSm90<64, 64, 2, false, 2> and <96, 32, 2, false, 2>, the ragged
+    one FwdPipeRaggedTraitsSm90<64, 64, 2, 2>)."""
+    two = r"FwdPipeTraitsSm90<\d+,\s*\d+,\s*\d+,\s*\w+,\s*2>|FwdPipeRaggedTraitsSm90<\d+,\s*\d+,\s*\d+,\s*2>"
+    per_sm = 2 if re.search(two, kernel_name) else 1
     return per_sm * torch.cuda.get_device_properties(0).multi_processor_count
 
 
