@@ -448,12 +448,9 @@ inline bool two_ctas_pay(const KParams& p, const DeviceCaps& dev) {
 // (FA3 / FA4's tile there). H200 kernel time against the table's tile before it (RESULTS v4.3): D = 64 S = 16k
 // 4.83 -> 4.21 ms (the wide tile), CogVideoX-2B's 17776 tokens 5.11 -> 4.84, SDXL's 4096 0.396 -> 0.352 (narrow);
 // ViT-B/16's 197 0.094 -> 0.137 and ViT-B/16-384's 577 0.225 -> 0.244 (the two-CTA tile) slower. Taken without a
-// band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured. At head dims 33-48
-// (the 48 instance) and 65-96 (the 96 one, P through shared memory: kernel_traits_sm90.h) forced only until the GPU
-// suite has run on them (measured: PixArt's 4096 tokens at 72 0.954 -> 0.750 ms, SD 1.5's at 40 0.668 -> 0.522,
-// DiT-XL/2-512 0.278 -> 0.241; slower with under ~8 tiles per SM or a third of the rows padding: RESULTS "Twenty-first
-// session").
-// At head dims 33-48 and 65-96 (RESULTS "Twenty-first session": PixArt-alpha's 4096 tokens at 72 0.954 -> 0.750 ms,
+// band or key padding (unmeasured) from kRows192MinLen queries and keys, the shortest measured.
+// At head dims 33-48 (the 48 instance) and 65-96 (the 96 one, P through shared memory: kernel_traits_sm90.h; RESULTS
+// "Twenty-first session": PixArt-alpha's 4096 tokens at 72 0.954 -> 0.750 ms,
 // SD 1.5's at 40 0.668 -> 0.522, DiT-XL/2-512's 1024 at 72 0.278 -> 0.241) from kRows192OtherMinLen queries and keys
 // with kRows192MinTilesPerSm tiles of 192 rows per SM: SD 1.5's 1024 tokens at 80 (2.9 per SM) 0.057 -> 0.060 and
 // DiT-XL/2-256 (a third of the rows padding) 0.107 -> 0.130 were slower.

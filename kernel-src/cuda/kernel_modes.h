@@ -92,11 +92,13 @@ constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTrait
 inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 96 ? 96 : D <= 128 ? 128 : 256; }
 
 // Backward v3's dQ, summed over the key blocks that see a query:
-//   kBwdDqAccumulate  fp32 adds into a zero-filled accumulator in global memory, then a conversion pass (the table's);
+//   kBwdDqAccumulate  fp32 adds into a zero-filled accumulator in global memory, then a conversion pass (the table's
+//                     where neither mode below runs; bwd_v3_dq_accumulate forces it);
 //   kBwdDqDirect      one key block, no band: each dQ tile has one contributor, stored from the fragments (no
-//                     accumulator, no memset, no conversion pass; bwd_v3_dq_direct, forced only until measured);
+//                     accumulator, no memset, no conversion pass; bwd_v3_dq_direct; the table's wherever it runs);
 //   kBwdDqResident    one CTA per (batch, KV head) walks every key block, dQ of its queries summed in shared memory
-//                     and stored once (short sequences: ViT's 197; bwd_v3_dq_resident, forced only until measured).
+//                     and stored once (short sequences: ViT's 197; bwd_v3_dq_resident; the table's from 8 such CTAs
+//                     per SM).
 enum BwdDq : int { kBwdDqAccumulate = 0, kBwdDqDirect = 1, kBwdDqResident = 2 };
 
 // The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).

@@ -19,9 +19,10 @@
 //     10.7 ms); with a dbias tile to stage they meet at one barrier per step (double-buffered dS^T) and the dQ
 //     GEMM follows at once.
 //   * dQ: fp32 adds (red.global.add.v4) into an accumulator in the consumers' fragment order, so every warp adds
-//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. Forced only
-//     (kernel_modes.h BwdDq): with one key block and no band each dQ tile has one contributor, which stores it from
-//     the fragments (bwd_dq_direct_kernel_sm90); short calls sum dQ in shared memory (bwd_dq_resident_kernel_sm90).
+//     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. Where they
+//     can run, the table takes the other modes (kernel_modes.h BwdDq): with one key block and no band each dQ tile
+//     has one contributor, which stores it from the fragments (bwd_dq_direct_kernel_sm90); short calls sum dQ in
+//     shared memory (bwd_dq_resident_kernel_sm90).
 //     deterministic=True adds in ascending key-block order behind one ticket counter per (batch, head, query block).
 //   * head dims past 128: bwd_split_d_sm90.h (64 keys per CTA, the head dim split between the warpgroups).
 //   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging

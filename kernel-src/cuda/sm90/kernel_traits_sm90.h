@@ -112,11 +112,11 @@ template <> struct FwdPipeTraitsSm90For<256> {
 // padding stays a per-block vote (kTermsRawBias).
 constexpr bool fwd_v3_stages_padding(int D) { return D <= 64; }
 // Head dims whose two-CTA tile also takes the staged 16-bit term (kTermsRawBias alone: BEiT / T5-shaped bias
-// [1, H, S, S] over a large batch at 197-512 tokens; forced only until measured): one 64-column box per key block,
+// [1, H, S, S] over a large batch at 197-512 tokens; the table's where two_ctas_pay holds): one 64-column box per key block,
 // two stages, 82 KB of shared memory per CTA.
 constexpr bool fwd_v3_two_ctas_stage_term(int D) { return D == 64; }
 
-// The two-CTA tile (the raw path, D = 48 / 64; 96 forced only): 64-key blocks in 104 consumer registers, so that two
+// The two-CTA tile (the raw path, D = 48 / 64; 96 forced only: no faster, RESULTS "Twenty-first session"): 64-key blocks in 104 consumer registers, so that two
 // CTAs share an SM (short sequences: one CTA of the narrow tile leaves 2.2 warps per scheduler and stalls on its
 // wgmma / barrier chain, ncu of ViT-B/16, RESULTS v3.9). A head dim without one names its narrow tile (no instance of
 // its own).
@@ -129,13 +129,14 @@ template <> struct FwdPipeTwoCtasTileSm90<64> {
 template <> struct FwdPipeTwoCtasTileSm90<48> {
   using type = FwdPipeTraitsSm90<48, 64, 2, false, 2>;
 };
-// Head dims 65-96 (DiT's and PixArt's 72 at 256-1024 tokens, ViT's shape at a wider head; forced only until
-// measured): 32-key blocks, so that O (48 registers) and S fit beside each other in 104: 0 spills, 16 wgmma on 4
+// Head dims 65-96 (DiT's and PixArt's 72 at 256-1024 tokens, ViT's shape at a wider head; forced only: DiT-XL/2-256
+// 0.107 -> 0.105 ms, slower on longer rows): 32-key blocks, so that O (48 registers) and S fit beside each other in 104: 0 spills, 16 wgmma on 4
 // waits (ptxas, sass_check.py). 64-key blocks spilled and serialized at 96 (572 bytes) and at 80 (32 bytes).
 template <> struct FwdPipeTwoCtasTileSm90<96> {
   using type = FwdPipeTraitsSm90<96, 32, 2, false, 2>;
 };
-// The two-CTA tile with a ragged last key block (head dim 64; forced only until measured: fwd_v3_ragged): a short
+// The two-CTA tile with a ragged last key block (head dim 64, fwd_v3_ragged; the table's where it takes the two-CTA
+// tile on keys ending inside a block, without key padding): a short
 // sequence ends inside its last 64-key block (ViT's 197 keys: 5 of 64; EVA-02's 257 and CLIP-L/336's 577: 1), which
 // the tile visits first; its Q K^T, score terms and softmax cover the 16-key steps up to the sequence end only
 // (wgmma N = 16 / 32 / 48), its P past them is zero. ViT-B/16: a quarter of a tile's Q K^T and softmax work is that
@@ -147,8 +148,7 @@ template <> struct FwdPipeRaggedTileSm90<64> {
   using type = FwdPipeRaggedTraitsSm90<64, 64, 2, 2>;
 };
 
-// The 192-row tile (the raw path, D = 64; 48 and 96 forced only; the table's at 64 for long calls: kernel_choice.h
-// rows192_pays): three consumer warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128,
+// The 192-row tile (the raw path, head dims 33-96; the table's for long calls: kernel_choice.h rows192_pays): three consumer warpgroups taking turns round robin, as FA3 and FA4 do at head dims <= 64 (192 x 128,
 // P from registers, 160 registers: S 64 + P 32 + O 32 of them). At D = 64 the softmax (exp2 on the MUFU unit) takes
 // about half as long as the tile's GEMMs; with three warpgroups two softmaxes run while the third one's GEMMs do
 // (docs/hopper-forward-vs-fa3-fa4.md, suggestion 1: D = 64, S = 16k forward 0.82x FA4). Three stages: the slowest
@@ -160,12 +160,12 @@ template <int D> struct FwdPipeRows192TileSm90 {
 template <> struct FwdPipeRows192TileSm90<64> {
   using type = FwdPipeRows192TraitsSm90<64, 128, 3>;
 };
-// Head dims 33-48 (SD 1.5's 40 at 4096 tokens; forced only until measured): the same tile on 16-column blocks, where
+// Head dims 33-48 (SD 1.5's 40 at 4096 tokens): the same tile on 16-column blocks, where
 // the softmax weighs more against the smaller GEMMs than at 64 (92 KB of shared memory).
 template <> struct FwdPipeRows192TileSm90<48> {
   using type = FwdPipeRows192TraitsSm90<48, 128, 3>;
 };
-// Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens; forced only until measured): the same tile with P
+// Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens): the same tile with P
 // through shared memory (kPInSmem above) and two stages, as FA3 / FA4 (their 192 x 144 / 128): Q 36 KB, K / V 96,
 // P 48: 182 KB of shared memory.
 template <> struct FwdPipeRows192TileSm90<96> {
