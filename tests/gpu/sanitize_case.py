@@ -246,7 +246,8 @@ def main():
     #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows
     #     Under racecheck it is left out: racecheck reported shared-memory hazards in it on the H200 (RESULTS v4.3, not
     #     yet explained; memcheck is clean), and it is forced only, so they say nothing of the table's kernels.
-    #     SANITIZE_DECODE_TMA=1 keeps it in (the experiment on its producer warp, RESULTS "Nineteenth session").
+    #     SANITIZE_DECODE_TMA=1 keeps it in (the producer-warp experiment of the nineteenth session left the hazards
+    #     as they were: RESULTS v4.4).
     tool = sys.argv[2] if len(sys.argv) > 2 else ""
     if tool == "racecheck" and os.environ.get("SANITIZE_DECODE_TMA") != "1":
         print("fwd_decode_tma left out under racecheck (forced only; its open hazards: RESULTS v4.3)")
