@@ -52,12 +52,13 @@ def kernels(sass: str) -> list[KernelSass]:
     return out
 
 
-def sass_of(unit: str, arch: str) -> str:
-    src = UNITS / f"{unit}.cu"
+def sass_of(unit: str, arch: str, root: Path = ROOT) -> str:
+    """`cuobjdump -sass` of one unit compiled from the source tree at `root` (another revision's: scripts/sass_diff.py)."""
+    src = root / UNITS.relative_to(ROOT) / f"{unit}.cu"
     with tempfile.TemporaryDirectory() as d:
         obj = Path(d) / f"{unit}.o"
-        subprocess.run(["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-I", str(ROOT / "kernel-src"),
-                        "-I", str(ROOT / "kernel-src" / "cuda"), f"-gencode=arch=compute_{arch},code=sm_{arch}",
+        subprocess.run(["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-I", str(root / "kernel-src"),
+                        "-I", str(root / "kernel-src" / "cuda"), f"-gencode=arch=compute_{arch},code=sm_{arch}",
                         "-c", str(src), "-o", str(obj)], check=True, cwd=src.parent)
         return subprocess.run(["cuobjdump", "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
 
