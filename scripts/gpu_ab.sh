@@ -8,6 +8,7 @@
 #   AB_ROWS      bench_shapes.py rows or classes for kernel_time (default: short dense)
 #   AB_FORCE     also time the new build with WINATTN_FORCE_KERNEL=each of these names (space-separated; one
 #                kernel_time --force run each, cuDNN beside the first)
+#   AB_ROUNDS    rounds of base-then-new kernel time (default 2: what repeats across rounds is the builds')
 #   AB_STEPS     subset of "suite sanitize time" (unset: all three; empty: none)
 #   AB_MODELS    bench_models.py workloads run on the new build last (models.txt; needs the full .whl)
 # On the device: `bash scripts/gpu_ab.sh`, carry [".whl", ".torchinc", ".base"] (or ".ab" with AB_REUSE=1).
@@ -46,12 +47,17 @@ fi
 wait  # (the baseline's build and the tarballs)
 if [[ " $steps " == *" time "* ]]; then
   rows=${AB_ROWS:-short dense}
-  { [ -d "$base" ] && python3 benchmarks/kernel_time.py --variant "$base" --peers "" --only $rows
-    peers=cudnn
-    for f in ${AB_FORCE:-""}; do  # (no name: one run of the table's kernels)
-      echo "#### new${f:+, forced $f}"
-      python3 benchmarks/kernel_time.py --variant "$new" --peers "$peers" ${f:+--force $f} --only $rows; peers=""
-    done; } > "$out/kernel_time.txt" 2>&1 || rc=1
+  # base, new, base, new (AB_ROUNDS rounds): each build runs in a process of its own, so a difference that does not
+  # repeat across rounds is the clocks' (v4.4: a 5-9% backward slowdown first taken for the clocks repeated in two)
+  peers=cudnn; : > "$out/kernel_time.txt"
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    { if [ -d "$base" ]; then echo "#### base (round $round)"
+        python3 benchmarks/kernel_time.py --variant "$base" --peers "" --only $rows; fi
+      for f in ${AB_FORCE:-""}; do  # (no name: one run of the table's kernels)
+        echo "#### new${f:+, forced $f} (round $round)"
+        python3 benchmarks/kernel_time.py --variant "$new" --peers "$peers" ${f:+--force $f} --only $rows; peers=""
+      done; } >> "$out/kernel_time.txt" 2>&1 || rc=1
+  done
   lap "kernel time"; grep -v -i "warn" "$out/kernel_time.txt" | cut -c1-120
 fi
 if [ -n "${AB_MODELS:-}" ]; then
