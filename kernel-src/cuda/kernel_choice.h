@@ -531,6 +531,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // key padding (unmeasured there)
   const bool ragged = !std::is_same<Ragged, Narrow>::value &&
                       (force.v3_tile == 7 || (force.v3_tile == 0 && p.Sk % Ragged::kBlockN != 0 && p.kp == nullptr));
+  // (fwd_v3_two_ctas forced keeps the plain tile: force 5 is neither 7 nor 0)
+  const int two_ctas_tile = ragged ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
   const bool padding_alone = p.kp != nullptr && p.bias.ptr == nullptr && p.mask.ptr == nullptr && p.scale > 0.f;
   int tile = sm90::kV3Narrow;
   if (c.mb_words > 0) {
@@ -552,7 +554,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     if (staged_two_ctas && c.v3_terms == sm90::kTermsRawBias &&
         sm90::fwd_v3_two_ctas_stage_term(D) &&
         TwoCtas::kSmemBytes + TwoCtas::kStages * two_ctas_stage <= dev.smem_optin / TwoCtas::kMinBlocks) {
-      tile = ragged && force.v3_tile != 5 ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
+      tile = two_ctas_tile;
       stage = two_ctas_stage;
     }
   } else if (row_term(p.bias, p) && p.mask.ptr == nullptr && p.scale > 0.f && !p.term_hides) {
@@ -577,7 +579,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
       tile = sm90::kV3Stream;
     else if (raw_two_ctas)
-      tile = ragged && force.v3_tile != 5 ? sm90::kV3TwoCtasRagged : sm90::kV3TwoCtas;
+      tile = two_ctas_tile;
     else if (!std::is_same<Rows192, Narrow>::value && (force.v3_tile ? force.v3_tile == 6 : rows192_pays(p, dev)))
       tile = sm90::kV3Rows192;
     else if (!std::is_same<Wide, Narrow>::value &&

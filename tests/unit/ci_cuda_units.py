@@ -5,7 +5,7 @@ One unit of each kernel family (the name without `_hdimNN`) compiled for sm_90 w
 against build.toml and the result. Chosen for coverage, not speed: every .cu is one family's instantiations at one
 head dim, and the families share their headers across head dims. All 35 units are ~1750 CPU-seconds (~15 minutes
 of CI's 2 cores, past its budget); every unit, linked and ABI-checked, is compiled by each GPU session's build
-(scripts/gpu_ab.sh) and by `make matrix`. It is ~500 CPU-seconds of nvcc, a fifth of CI's 25 minutes on 2 cores, and the
+(scripts/gpu_ab.sh) and by `make matrix`. These 13 are ~500 CPU-seconds of nvcc, a fifth of CI's 25 minutes on 2 cores, and the
 rest of the suite is mostly one Python process on one core: so `tests/conftest.py` starts this file as a nice'd
 process when the test is collected (`start_in_background`), and the test, which runs late, waits for it. Run alone:
 
