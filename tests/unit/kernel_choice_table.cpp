@@ -126,7 +126,7 @@ std::string describe_fwd(const FwdChoice& c) {
 }
 std::string describe_bwd(const BwdChoice& c) {
   static const char* dbias[] = {"none", "store", "reduce", "store16", "atomic"};
-  static const char* dq[] = {"", " dq-direct", " dq-resident"};
+  static const char* dq[] = {"", " dq-direct", " dq-resident", " dq-bulk"};
   static const char* terms[] = {"none", "staged", "global", "row", "bits", "staged", "row", "row+key-grad"};
   std::string s = name_of(c.kernel);
   char buf[200];
@@ -162,6 +162,7 @@ int main(int argc, char** argv) {
   // long sequences, no term
   add(make("flux S4608 D128", 1, 4608, 4608, 24, 24, 128));
   add(make("wan S32760 D128", 1, 32760, 32760, 12, 12, 128));
+  { Call c = make("flux S4608 D128 det", 1, 4608, 4608, 24, 24, 128); c.p.deterministic = true; add(c); }
   add(make("cogvideox S17776 D64", 1, 17776, 17776, 48, 48, 64));
   add(make("S16k D256", 1, 16384, 16384, 8, 8, 256));
   { Call c = make("llm causal GQA 32/8 S8192 D128", 1, 8192, 8192, 32, 8, 128); c.p.causal = true; add(c); }
