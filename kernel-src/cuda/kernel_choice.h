@@ -111,7 +111,7 @@ struct Forced {
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
-  int bwd_dq = -1;  // bwd_v3_dq_accumulate / _direct / _resident / _bulk: BwdV3Buffers::dq_mode (-1: the table's)
+  int bwd_dq = -1;  // bwd_v3_dq_accumulate / _direct / _resident: BwdV3Buffers::dq_mode (-1: the table decides)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
@@ -119,7 +119,7 @@ constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
     "fwd_v3_ragged, fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, "
     "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_accumulate, bwd_v3_dq_direct, "
-    "bwd_v3_dq_resident, bwd_v3_dq_bulk, "
+    "bwd_v3_dq_resident, "
     "bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -159,7 +159,6 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3_dq_accumulate") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqAccumulate;
     else if (n == "bwd_v3_dq_direct") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqDirect;
     else if (n == "bwd_v3_dq_resident") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqResident;
-    else if (n == "bwd_v3_dq_bulk") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqBulk;
     else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
     else if (n == "bwd_v3_fold") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 0;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
@@ -869,13 +868,6 @@ int bwd_v3_smem(const BwdV3Buffers& buf, int bufs) {
   return Tr::kSmemBytes + (buf.pair ? 2 * Tr::kKVBytes : 0) + staged + dbias + defer;
 }
 
-// Backward v3's shared memory with dQ through shared memory (kBwdDqBulk): the bulk traits' tiles, the third dS^T tile
-// of deferred dQ and the two warpgroups' fp32 dQ buffers (kernel_traits_sm90.h kDqBulkBufs).
-template <int D>
-int bwd_v3_bulk_smem() {
-  return sm90::BwdPipeTraitsSm90For<D>::bulk::kDqBulkSmemBytes;
-}
-
 // v3's terms, dbias route, pair mode and pipeline depth for head-dim instance D.
 template <int D>
 std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool dbias16_ok, const DeviceCaps& dev,
@@ -1013,25 +1005,13 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   if (force.bwd_dq == kBwdDqResident && !resident_ok)
     return "bwd_v3_dq_resident: no term, head dim <= 96, the group's dQ (heads x query rows x head dim, fp32) "
            "beside the tiles in shared memory";
-  // dQ through shared memory (kBwdDqBulk): each warpgroup's dQ of a step goes to a shared buffer and one of its
-  // threads adds it with one bulk reduce-add (FA3 / FA4 issue it from a warp of the producer warpgroup), in place of
-  // the consumers' D / 16 red.global.add per thread per step. The deep kernel's calls (no term; two stages at D = 128 to make room), not
-  // deterministic (its tickets stay with the consumers' adds).
-  const int bulk_smem = c.dk == 64 ? bwd_v3_bulk_smem<64>() : c.dk == 96 ? bwd_v3_bulk_smem<96>()
-                      : c.dk == 128 ? bwd_v3_bulk_smem<128>() : 0;
-  const bool bulk_ok = vb.deep && c.dk <= 128 && !bp.deterministic && bulk_smem <= dev.smem_optin;
-  if (force.bwd_dq == kBwdDqBulk && !bulk_ok)
-    return "bwd_v3_dq_bulk: no term, head dim <= 128, not deterministic";
   if (force.bwd_dq >= 0)
     vb.dq_mode = force.bwd_dq;
   else if (direct_ok)
     vb.dq_mode = kBwdDqDirect;
   else if (resident_ok && int64_t(p.B) * p.Hkv >= int64_t(kDqResidentMinCtasPerSm) * dev.sms)
     vb.dq_mode = kBwdDqResident;
-  else if (bulk_ok)
-    vb.dq_mode = kBwdDqBulk;
   if (vb.dq_mode == kBwdDqResident) vb.smem += int(dq_bytes);
-  if (vb.dq_mode == kBwdDqBulk) vb.smem = bulk_smem;
   vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
   c.kernel = BwdKernel::kV3;
   c.p = p;

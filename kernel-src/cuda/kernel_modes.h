@@ -98,14 +98,8 @@ inline int bwd_v3_head_dim(int D) { return D <= 64 ? 64 : D <= 96 ? 96 : D <= 12
 //                     accumulator, no memset, no conversion pass; bwd_v3_dq_direct; the table's wherever it runs);
 //   kBwdDqResident    one CTA per (batch, KV head) walks every key block, dQ of its queries summed in shared memory
 //                     and stored once (short sequences: ViT's 197; bwd_v3_dq_resident; the table's from 8 such CTAs
-//                     per SM);
-//   kBwdDqBulk        the accumulator and conversion of kBwdDqAccumulate, but each warpgroup's dQ of a step goes to a
-//                     shared buffer and one bulk reduce-add, issued by one of its threads, adds it (FA3's store_dq
-//                     issues it from a producer warp): D / 16 stores to shared memory per thread instead of D / 16
-//                     adds at L2 with their address math (bwd_v3_dq_bulk; the table's for the deep kernel's calls).
-enum BwdDq : int { kBwdDqAccumulate = 0, kBwdDqDirect = 1, kBwdDqResident = 2, kBwdDqBulk = 3 };
-// dQ summed in the fp32 accumulator in global memory (zero-filled first, converted after)
-inline bool dq_in_accumulator(int dq_mode) { return dq_mode == kBwdDqAccumulate || dq_mode == kBwdDqBulk; }
+//                     per SM).
+enum BwdDq : int { kBwdDqAccumulate = 0, kBwdDqDirect = 1, kBwdDqResident = 2 };
 
 // The v3 backward's plan: the dbias route and the pipeline shape (workspace pointers are added by the run).
 struct BwdV3Buffers {

@@ -302,7 +302,7 @@ struct BwdPlan {
 void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
   const KParams& p = pl.c.p;
   Carver cv;
-  const bool accumulate = dq_in_accumulator(pl.c.v3.dq_mode);  // (the other modes need neither)
+  const bool accumulate = pl.c.v3.dq_mode == kBwdDqAccumulate;  // (the other modes need neither)
   if (accumulate) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
   if (bp.deterministic && accumulate)
     pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
@@ -607,7 +607,7 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
     });
     check_cuda(cudaGetLastError(), "window_attention bwd v3 dq conversion");
   };
-  if (dq_in_accumulator(vb.dq_mode)) {  // (the other modes: the kernel stored dQ)
+  if (vb.dq_mode == kBwdDqAccumulate) {  // (the other modes: the kernel stored dQ)
     if (dt == 0) convert(__half());
     else convert(__nv_bfloat16());
   }

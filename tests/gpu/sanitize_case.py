@@ -241,18 +241,6 @@ def main():
     q, k, v = r(2, 200, 2, 64), r(2, 200, 2, 64), r(2, 200, 2, 64)
     kern.attention(q, k, v, causal=True).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
-    # 10c. dQ through shared memory and bulk reduce-adds (bwd_v3_dq_bulk, the table's without a term): both buffer
-    #      counts (two at head dim 64, one at 128), GQA (a key block walks the group's heads), a causal band, key
-    #      padding with an item whose keys are all hidden
-    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_dq_bulk"
-    q, k, v = r(2, 300, 4, 64), r(2, 400, 2, 64), r(2, 400, 2, 64)
-    kern.attention(q, k, v).sum().backward()
-    q, k, v = r(2, 333, 4, 128), r(2, 333, 2, 128), r(2, 333, 2, 128)
-    kern.attention(q, k, v, causal=True).sum().backward()
-    kp = torch.rand(2, 333, device=dev) > 0.3
-    kp[0] = False
-    kern.attention(q, k, v, key_padding_mask=kp).sum().backward()
-    os.environ.pop("WINATTN_FORCE_KERNEL")
     # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
     #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the
     #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows

@@ -140,8 +140,7 @@ def test_bool_key_mask_runs_as_key_padding(kernel, period):
     run_case(kernel, inp, {})
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], mask=mask).sum().backward())
-        # (no term left: the backward's dQ goes through shared memory and bulk adds, bwd_v3_dq_bulk)
-        assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "bwd_dq_bulk_kernel_sm90"), sorted(names)
+        assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "bwd_pipelined_kernel_sm90"), sorted(names)
 
 
 @pytest.mark.parametrize("shape", [(1, 3, 1, 199), (2, 3, 1, 199)])
@@ -457,10 +456,9 @@ def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, 
     assert ran(names, "fwd_pipelined_kernel_sm90", f"FwdPipeTraitsSm90<{48 if D <= 48 else 80}, "), sorted(names)
     if fine_bwd:
         names = kernels_run(lambda: call().sum().backward())
-        # (one key block of at most 128 keys: dQ stored directly, bwd_v3_dq_direct, the table's there; more without
-        # a term: dQ through shared memory and bulk adds, bwd_v3_dq_bulk)
+        # (one key block of at most 128 keys: dQ stored directly, bwd_v3_dq_direct, the table's there)
         bwd = "bwd_dq_direct_kernel_sm90" if Sk <= 128 and "window" not in kw and "causal" not in kw \
-            else "bwd_dq_bulk_kernel_sm90" if term is None else "bwd_pipelined_kernel_sm90"
+            else "bwd_pipelined_kernel_sm90"
         assert ran(names, bwd, "BwdPipeTraitsSm90<96, "), sorted(names)
 
 
@@ -503,22 +501,6 @@ def test_resident_dq_for_short_sequences(kernel, monkeypatch, B, Sq, Sk, H, Hkv,
     inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 100, 7)
     names = forced_kernels_run(kernel, monkeypatch, "bwd_v3_dq_resident", inp, kw, backward=True)
     assert ran(names, "bwd_dq_resident_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
-
-
-# dQ through shared memory and one bulk reduce-add per warpgroup and step (bwd_v3_dq_bulk, the table's for calls without
-# a term): head dims 40-128 (the 96 instance's 16-column blocks at 72, two stages and one buffer per warpgroup at 128),
-# query counts ending mid-tile, GQA (a key block walks the group's heads: the buffers alternate across heads), causal
-# and sliding bands, key padding with an item whose keys are all hidden (its key blocks skipped), fp16, several waves.
-@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
-    (2, 1000, 1000, 4, 4, 64, BF16, {}), (2, 700, 900, 8, 2, 128, BF16, {}), (2, 640, 640, 4, 4, 128, FP16,
-                                                                              {"causal": True}),
-    (3, 500, 700, 4, 2, 72, BF16, {"window": (120, 40)}), (3, 333, 600, 2, 2, 64, BF16, {"key_padding": True}),
-    (2, 257, 300, 6, 3, 40, FP16, {}), (1, 2048, 2048, 2, 2, 96, BF16, {"causal": True}),
-], ids=["d64", "d128_gqa", "d128_fp16_causal", "d72_gqa_band", "key_padding", "d40_fp16_gqa", "d96_causal"])
-def test_bulk_dq_for_the_deep_kernels_calls(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
-    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 100, 9)
-    names = forced_kernels_run(kernel, monkeypatch, "bwd_v3_dq_bulk", inp, kw, backward=True)
-    assert ran(names, "bwd_dq_bulk_kernel_sm90") and ran(names, "dq_frag_convert_kernel"), sorted(names)
 
 
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice

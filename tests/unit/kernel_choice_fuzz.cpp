@@ -725,10 +725,6 @@ int bwd_v3_smem_used(const BwdV3Buffers& v, int hgroup) {
   using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
   if (v.deep && v.dq_mode == kBwdDqResident)  // (+ the group's dQ, fp32, after the third dS^T tile: BwdSmem::dq)
     return Deep::kSmemBytes + Deep::kDSBytes + hgroup * v.sq_pad * D * 4;
-  using Bulk = typename sm90::BwdPipeTraitsSm90For<D>::bulk;
-  if constexpr (!Bulk::kSplitD)  // (the bulk traits' tiles, + the warpgroups' fp32 dQ buffers)
-    if (v.deep && v.dq_mode == kBwdDqBulk)
-      return Bulk::kSmemBytes + Bulk::kDSBytes + Bulk::kDqBulkBufs * Bulk::kBlockM * D * 4;
   if (v.deep) return Deep::kSmemBytes + (Deep::kSplitD ? 0 : Deep::kDSBytes);
   const int read = bwd_terms_read(v.terms);
   const bool always_defer = read == kBwdTermsNone || read == kBwdTermsRow || read == kBwdTermsBits;
@@ -788,7 +784,7 @@ double bwd_workspace(const BwdChoice& c) {
   const KParams& p = c.p;
   const double bits = c.mb_words ? double(p.mb_period) * p.mb_heads * p.mb_rows * c.mb_words * 4 : 0;
   const double rows = double(p.B) * p.H * (c.kernel == BwdKernel::kV3 ? c.v3.sq_pad : p.Sq);
-  const double dq = c.kernel == BwdKernel::kV3 ? (dq_in_accumulator(c.v3.dq_mode) ? rows * c.dk * 4 : 0)
+  const double dq = c.kernel == BwdKernel::kV3 ? (c.v3.dq_mode != kBwdDqAccumulate ? 0 : rows * c.dk * 4)
                     : c.kernel == BwdKernel::kV1 ? rows * p.D * 4 : 0;
   return double(c.comb.bytes) + bits + dq + 2 * rows * 4;
 }
@@ -812,15 +808,6 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
   x.s.expect("bwd_v3.dq_direct_one_writer", !direct || (p.Sk <= c.block_n && !p.has_band && c.dk != 256));
   x.s.expect("bwd_v3.dq_direct_kernel", !direct || (!v.pair && v.defer && (v.deep || t == kBwdTermsRow ||
                                                                            t == kBwdTermsBits)));
-  // dQ through shared memory and bulk adds: the deep kernel's calls (no term), not the split consumer, not
-  // deterministic (the tickets live in the consumers' adds); the table's wherever neither mode above runs
-  const bool bulk = v.dq_mode == kBwdDqBulk;
-  x.s.expect("bwd_v3.dq_bulk_kernel", !bulk || (v.deep && !v.pair && v.defer && c.dk <= 128 && !x.bp.deterministic));
-  const int bulk_smem = c.dk == 64 ? bwd_v3_bulk_smem<64>() : c.dk == 96 ? bwd_v3_bulk_smem<96>()
-                      : bwd_v3_bulk_smem<128>();
-  x.s.expect("bwd_v3.dq_bulk_where_it_runs",
-             x.force.bwd_dq >= 0 || direct || resident ||
-                 bulk == (v.deep && c.dk <= 128 && !x.bp.deterministic && bulk_smem <= x.dev.smem_optin));
   // one CTA per (batch, KV head) on the deep kernel, the group's dQ [heads][sq_pad][dk] fp32 in its shared memory
   x.s.expect("bwd_v3.dq_resident_kernel", !resident || (v.deep && !v.pair && c.dk <= 96 &&
                                                         int64_t(p.B) * p.Hkv <= kIntCountMax));

@@ -126,7 +126,7 @@ std::string describe_fwd(const FwdChoice& c) {
 }
 std::string describe_bwd(const BwdChoice& c) {
   static const char* dbias[] = {"none", "store", "reduce", "store16", "atomic"};
-  static const char* dq[] = {"", " dq-direct", " dq-resident", " dq-bulk"};
+  static const char* dq[] = {"", " dq-direct", " dq-resident"};
   static const char* terms[] = {"none", "staged", "global", "row", "bits", "staged", "row", "row+key-grad"};
   std::string s = name_of(c.kernel);
   char buf[200];

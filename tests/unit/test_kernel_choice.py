@@ -67,7 +67,7 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_ragged", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
                  "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_accumulate", "bwd_v3_dq_direct",
-                 "bwd_v3_dq_resident", "bwd_v3_dq_bulk",
+                 "bwd_v3_dq_resident",
                  "bwd_v3_bits",
                  "bwd_v3_fold",
                  "bwd_windows", "bwd_windows_wide",
@@ -132,24 +132,6 @@ def test_resident_dq_takes_short_calls_without_a_term(table_exe):
     assert "smem=200704" in r.stdout, r.stdout  # 135168 + 1 head x 256 rows x 64 x 4 bytes
     assert " dq-resident" in run_table(table_exe, "vit-b S197 D64").stdout
     assert " dq-" not in run_table(table_exe, "--force", "bwd_v3_dq_accumulate", "vit-b S197 D64").stdout
-
-
-def test_bulk_dq_takes_the_deep_kernels_calls(table_exe):
-    """bwd_v3_dq_bulk: each warpgroup's dQ of a step through a shared buffer and one bulk reduce-add into the
-    accumulator, on the deep kernel (no term; two stages at head dim 128, where one buffer per warpgroup fits beside
-    them), not deterministic: the table's choice where neither the direct nor the resident dQ runs. A term, the split
-    head-dim consumer or deterministic mode is refused with the reason; bwd_v3_dq_accumulate keeps the adds at L2."""
-    check_forced(table_exe, "bwd_v3_dq_bulk",
-                 takes=["flux S4608 D128", "llm causal GQA 32/8 S8192 D128", "cogvideox S17776 D64", "vit-b S197 D64",
-                        "dit-xl D72 S256", "key padding S8192 D128"],
-                 taken=" dq-bulk bufs=",
-                 refuses=["beit bias bf16", "S16k D256", "flux S4608 D128 det", "float mask fp32 [B,1,1,S] S4608"],
-                 reason="no term, head dim <= 128, not deterministic")
-    r = run_table(table_exe, "flux S4608 D128")
-    assert " dq-bulk" in r.stdout and "smem=216064" in r.stdout, r.stdout  # 2 stages 183296 + 1 x 64 x 128 x 4
-    assert "smem=167936" in run_table(table_exe, "cogvideox S17776 D64").stdout  # 3 stages 135168 + 2 x 64 x 64 x 4
-    assert " dq-" not in run_table(table_exe, "flux S4608 D128 det").stdout
-    assert " dq-" not in run_table(table_exe, "--force", "bwd_v3_dq_accumulate", "flux S4608 D128").stdout
 
 
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):

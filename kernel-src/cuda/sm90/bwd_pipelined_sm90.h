@@ -22,8 +22,7 @@
 //     512 contiguous bytes per instruction; dq_frag_convert_kernel (aux_kernels.h) turns it into dQ. Where they
 //     can run, the table takes the other modes (kernel_modes.h BwdDq): with one key block and no band each dQ tile
 //     has one contributor, which stores it from the fragments (bwd_dq_direct_kernel_sm90); short calls sum dQ in
-//     shared memory (bwd_dq_resident_kernel_sm90); without a term, each warpgroup's dQ of a step goes through a
-//     shared buffer and one bulk reduce-add issued by one of its threads (bwd_dq_bulk_kernel_sm90).
+//     shared memory (bwd_dq_resident_kernel_sm90).
 //     deterministic=True adds in ascending key-block order behind one ticket counter per (batch, head, query block).
 //   * head dims past 128: bwd_split_d_sm90.h (64 keys per CTA, the head dim split between the warpgroups).
 //   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging
@@ -132,7 +131,6 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
                      nmajor_step_desc<W>(kb_half, ks, BN), ks > 0);
     wgmma_commit();
   };
-  int bulk_steps = 0;  // kBwdDqBulk: the steps whose dQ this warpgroup has copied out (its buffer: the count's parity)
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DTQ][4]) {
     if constexpr (kDq == kBwdDqResident) {  // this CTA's own sum in shared memory: this thread's fragment positions
       const int g = h - t.hkv * p.hgroup;
@@ -143,30 +141,6 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         const float sum[4] = {x.x + acc_dq[nt][0], x.y + acc_dq[nt][1], x.z + acc_dq[nt][2], x.w + acc_dq[nt][3]};
         sts_f32x4(a + nt * 512, sum);
       }
-      return;
-    }
-    if constexpr (kDq == kBwdDqBulk) {  // this warpgroup's half tile: a shared buffer, then one bulk reduce-add
-      constexpr int kBufs = Tr::kDqBulkBufs, kHalf = BM * DK / 2;  // (floats)
-      const bool lead = (ctid & 127) == 0;  // issues the copies and waits for their reads
-      const uint32_t buf = sm.dq() + ((bulk_steps % kBufs) * 2 + cw) * kHalf * 4;
-      if (kBufs == 1) {  // the last step's copy has read the buffer
-        if (lead) bulk_wait_read<0>();
-        named_sync(kBarBwdDqBufRead + cw, 128);
-      }
-      const uint32_t a = buf + (wi * DTQ * 128 + lane * 4) * 4;
-#pragma unroll
-      for (int nt = 0; nt < DTQ; ++nt) sts_f32x4(a + nt * 512, acc_dq[nt]);
-      fence_view_async_shared();  // (read by the bulk copy: the async proxy)
-      // two buffers: the copy before last read the one the next step writes; the wait sits before the barrier that
-      // the next step's writers pass, one step after that copy was issued
-      if (kBufs == 2 && lead) bulk_wait_read<0>();
-      named_sync(kBarBwdDqWritten + cw, 128);
-      if (lead) {
-        bulk_reduce_add_f32(P.dq_acc + ((int64_t(b) * p.H + h) * mblocks + m) * (BM * DK) + cw * kHalf, buf,
-                            kHalf * 4);
-        bulk_commit();
-      }
-      ++bulk_steps;
       return;
     }
     if constexpr (kDq == kBwdDqDirect) {  // the only key block: the whole tile
@@ -372,7 +346,6 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
     if (lane == 0) mbar_arrive(sm.kv_empty());
   }
   if (dbias && issuer) bulk_wait<0>();
-  if (kDq == kBwdDqBulk && (ctid & 127) == 0) bulk_wait<0>();  // (the last copy's read of the buffer)
 
   // dK = scale * dS^T Q, dV = P^T dO: rows = keys of this warp
   const int64_t kv_ss = int64_t(p.Hkv) * p.D, kv_sb = int64_t(p.Sk) * kv_ss;
@@ -470,13 +443,6 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_pipelined_kernel_sm90(co
 template <typename Tr, typename Elem, int kTerms>
 __global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_direct_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
   bwd_pipelined_cta<Tr, Elem, kTerms, false, true, kBwdDqDirect>(P);
-}
-
-// dQ through shared memory and bulk reduce-adds (BwdV3Buffers::dq_mode kBwdDqBulk): the deep kernel's calls (no
-// term, deferred dQ, not deterministic). A kernel of its own name, as the direct one.
-template <typename Tr, typename Elem>
-__global__ void __launch_bounds__(Tr::kNThreads, 1) bwd_dq_bulk_kernel_sm90(const __grid_constant__ BwdPipeParams P) {
-  bwd_pipelined_cta<Tr, Elem, kBwdTermsNone, false, true, kBwdDqBulk>(P);
 }
 
 // dQ resident (BwdV3Buffers::dq_mode, kBwdDqResident): one CTA per (batch, KV head) walks every key block of the

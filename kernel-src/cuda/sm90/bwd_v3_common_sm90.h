@@ -60,9 +60,8 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t dbias(int bias_bytes, int buf, int tile_bytes) const {
     return base + kBias + Tr::kStages * bias_bytes + buf * tile_bytes;
   }
-  // dQ resident: fp32 [group heads][m-blocks][BM * D] in the consumers' fragment order; dQ bulk: one BM * D / 2
-  // buffer per consumer warpgroup (fragment order); both after the third dS^T tile of deferred dQ (which sits where
-  // dbias staging would: no staged term then, bias_bytes 0)
+  // dQ resident: fp32 [group heads][m-blocks][BM * D] in the consumers' fragment order, after the third dS^T tile
+  // of deferred dQ (which sits where dbias staging would: no staged term then, bias_bytes 0)
   __device__ __forceinline__ uint32_t dq() const { return dbias(0, 0, 0) + Tr::kDSBytes; }
 };
 

@@ -238,23 +238,15 @@ struct BwdPipeTraitsSm90 {
   static constexpr int kBarsOffset =
       2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDSBytes + (kStages * kVecBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = 1024 + kBarsOffset + 1024;  // + 1 KB of slack to align the base to 1024 bytes
-  // dQ through shared memory (kBwdDqBulk): after the third dS^T tile of deferred dQ, each warpgroup's fp32 half tile
-  // (kBlockM x D / 2), twice where both fit Hopper's 227 KB (a step's writes then need no wait for the last copy)
-  static constexpr int kDqBulkBufs = kSmemBytes + kDSBytes + 2 * kBlockM * kHeadDim * 4 <= 227 * 1024 ? 2 : 1;
-  static constexpr int kDqBulkSmemBytes = kSmemBytes + kDSBytes + kDqBulkBufs * kBlockM * kHeadDim * 4;
   static_assert(kHeadDim % (2 * kBlockCols) == 0 && kHeadDim <= 128, "dQ splits the head dim into whole column blocks");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
 // `type`: two stages (room for the staged bias tiles and the dbias staging next to them); `deep`: three, for calls
 // without an additive term (a query block's loads get two steps of lead instead of one). Head dim 96 (16-column
 // blocks) runs 65-96, which padded to 128 before v4.3 (kernel_modes.h bwd_v3_head_dim).
-// `bulk`: dQ through shared memory (kBwdDqBulk), whose fp32 buffers (2 x 64 x D: 32 KB at D = 64, 48 KB at 96) sit
-// beside the deep kernel's tiles up to D = 96; at 128 one set (32 KB) takes the third stage's room (211 KB with two
-// stages; the H200 timed two and three stages equal there, RESULTS v3).
 template <int D> struct BwdPipeTraitsSm90For {
   using type = BwdPipeTraitsSm90<D, 2>;
   using deep = BwdPipeTraitsSm90<D, 3>;
-  using bulk = BwdPipeTraitsSm90<D, D == 128 ? 2 : 3>;
 };
 
 // Head dims past 128 (bwd_split_d_sm90.h): 64 keys per CTA shared by both consumer warpgroups, which split dK / dV /
@@ -279,7 +271,6 @@ struct BwdSplitTraitsSm90 {
 template <> struct BwdPipeTraitsSm90For<256> {
   using type = BwdSplitTraitsSm90<256>;
   using deep = type;
-  using bulk = type;  // (never launched with kBwdDqBulk: the split consumer adds its dQ itself)
 };
 
 // Window mode (fwd_windows_sm90.h): one warpgroup per 64-query tile of a window, windows of <= kBlockN keys, Q/K/V

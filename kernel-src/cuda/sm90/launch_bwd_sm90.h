@@ -72,12 +72,6 @@ struct BwdPipelinedSm90 {
     if constexpr (D <= 96) return sm90::bwd_dq_resident_kernel_sm90<Deep, Elem>;
     throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ in shared memory past head dim 96");
   }
-  // dQ through shared memory and bulk reduce-adds: the deep kernel's calls (two stages at D = 128: the traits' bulk)
-  template <typename Elem>
-  static Fn pick_dq_bulk() {
-    if constexpr (!Tr::kSplitD) return sm90::bwd_dq_bulk_kernel_sm90<typename sm90::BwdPipeTraitsSm90For<D>::bulk, Elem>;
-    throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ bulk adds for the split head-dim consumer");
-  }
   static constexpr const char* kName = "window_attention bwd (sm90 v3)";
 };
 
@@ -144,8 +138,6 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   typename K::Fn kernel;
   if (resident)
     kernel = dtype == 0 ? K::template pick_dq_resident<__half>() : K::template pick_dq_resident<__nv_bfloat16>();
-  else if (buf.dq_mode == kBwdDqBulk)
-    kernel = dtype == 0 ? K::template pick_dq_bulk<__half>() : K::template pick_dq_bulk<__nv_bfloat16>();
   else if (buf.dq_mode == kBwdDqDirect)
     kernel = dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
                         : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides);

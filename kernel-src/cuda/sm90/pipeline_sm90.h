@@ -82,14 +82,6 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// `bytes` of fp32 in shared memory added element by element into global memory at L2 (the non-tensor bulk
-// reduce-add: both addresses 16-byte aligned, bytes a multiple of 16). Joins the issuing thread's bulk group.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, int bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
-
 // Four adjacent fp32 adds at L2 (p 16-byte aligned), fire and forget (no return value, no ordering).
 __device__ __forceinline__ void red_add_v4(float* p, float a, float b, float c, float d) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
@@ -152,9 +144,6 @@ enum NamedBarrier : int {
   kBarBwdDqTicket = 5,      // deterministic dQ: the ticket is ours / our adds are done
   kBarBwdTilesRead = 6,     // split head dim: both warpgroups are done with the previous step's tiles
   kBarBwdDsAnnounced = 7,   // deferred dQ: warpgroup cw's dS^T of a step, at kBarBwdDsAnnounced + 2 cw + parity
-  // backward v3 with dQ through shared memory (kBwdDqBulk), the 128 threads of consumer warpgroup cw:
-  kBarBwdDqWritten = 11,  // the warpgroup's dQ of a step is in its buffer (its copy may go), at + cw
-  kBarBwdDqBufRead = 13,  // one buffer: the last step's copy has read it (it may be rewritten), at + cw
 };
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
