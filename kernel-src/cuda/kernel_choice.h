@@ -113,13 +113,14 @@ struct Forced {
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
   int bwd_dq = -1;  // bwd_v3_dq_accumulate / _direct / _resident: BwdV3Buffers::dq_mode (-1: the table decides)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
+  int bwd_q128 = -1;  // 1: bwd_v3_q128, 0: bwd_v3_q64 (queries per backward step; -1: the table decides)
   bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
     "fwd_v3_ragged, fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, "
     "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_accumulate, bwd_v3_dq_direct, "
-    "bwd_v3_dq_resident, "
+    "bwd_v3_dq_resident, bwd_v3_q128, bwd_v3_q64, "
     "bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
 inline Forced parse_forced(const std::string& spec) {
   Forced f;
@@ -159,6 +160,8 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "bwd_v3_dq_accumulate") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqAccumulate;
     else if (n == "bwd_v3_dq_direct") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqDirect;
     else if (n == "bwd_v3_dq_resident") f.bwd = BwdKernel::kV3, f.bwd_dq = kBwdDqResident;
+    else if (n == "bwd_v3_q128") f.bwd = BwdKernel::kV3, f.bwd_q128 = 1;
+    else if (n == "bwd_v3_q64") f.bwd = BwdKernel::kV3, f.bwd_q128 = 0;
     else if (n == "bwd_v3_bits") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 1;
     else if (n == "bwd_v3_fold") f.bwd = BwdKernel::kV3, f.bwd_mask_bits = 0;
     else if (n == "bwd_windows") f.bwd = BwdKernel::kWindows;
@@ -921,6 +924,7 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
 // deterministic=True, dbias with at most two contributors per element and full rows with Sk % 4 == 0 (a two-term
 // fp32 reduce-add by TMA is order-independent; more would need ordering: v1 orders them).
 constexpr int kDqResidentMinCtasPerSm = 8;  // resident dQ: (batch x KV heads) CTAs per SM (measured at 11.6)
+constexpr int kQ128MinQueries = 1024;      // 128 queries per backward step from this many queries
 inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& user, const DeviceCaps& dev,
                               const Forced& force) {
   if (!dev.sm90a) return "not Hopper / no sm_90a code";
@@ -1012,12 +1016,26 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   else if (resident_ok && int64_t(p.B) * p.Hkv >= int64_t(kDqResidentMinCtasPerSm) * dev.sms)
     vb.dq_mode = kBwdDqResident;
   if (vb.dq_mode == kBwdDqResident) vb.smem += int(dq_bytes);
-  vb.sq_pad = div_up(p.Sq, kBwdV3BlockM) * kBwdV3BlockM;
+  // 128 queries per step at head dim 64 (FA3 / FA4's 128 x 128 there; BwdPipeTraitsSm90For<64>::q128): the step's
+  // fixed cost (mbarrier and named-barrier waits, commits, the stage release, lse / delta) once per 128 queries, every
+  // GEMM twice as long. The deep kernel's calls (no term) whose dQ is accumulated (the direct and resident modes keep
+  // 64), not deterministic (the tickets count 64-row tiles); two stages (196 KB).
+  using Q128 = sm90::BwdPipeTraitsSm90For<64>::q128;
+  const int q128_smem = Q128::kSmemBytes + Q128::kDSBytes;  // (+ the third dS^T tile of deferred dQ)
+  const bool q128_ok = c.dk == 64 && vb.deep && vb.dq_mode == kBwdDqAccumulate && !bp.deterministic &&
+                       q128_smem <= dev.smem_optin;
+  if (force.bwd_q128 == 1 && !q128_ok)
+    return "bwd_v3_q128: head dim <= 64, no term, dQ accumulated (not direct / resident), not deterministic";
+  if (q128_ok && force.bwd_q128 != 0 && (force.bwd_q128 == 1 || p.Sq >= kQ128MinQueries)) {
+    vb.block_m = 128;
+    vb.smem = q128_smem;
+  }
+  vb.sq_pad = div_up(p.Sq, vb.block_m) * vb.block_m;
   c.kernel = BwdKernel::kV3;
   c.p = p;
   c.comb = comb;
   c.v3 = vb;
-  c.block_m = kBwdV3BlockM;
+  c.block_m = vb.block_m;
   c.block_n = c.dk == 256 ? 64 : 128;
   return "";
 }

@@ -83,7 +83,7 @@ constexpr int bwd_terms_read(int terms) {
   return terms == kBwdTermsRowHiding || terms == kBwdTermsRowKeyGrad ? kBwdTermsRow : terms;
 }
 
-constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM)
+constexpr int kBwdV3BlockM = 64;  // query rows per pipeline stage (BwdPipeTraitsSm90::kBlockM; 128: block_m below)
 // The v3 backward's head-dim instance: 64, 128 (dK / dV of 64 keys x D in each consumer's registers) and 256 (split
 // by head-dim halves); the dims between run on the next one up with TMA's zero fill as padding.
 // 65-96 run on the 16-column instance at 96 (each warpgroup's dQ half is whole 16-column blocks), not padded to
@@ -121,6 +121,7 @@ struct BwdV3Buffers {
   bool deep = false;   // three stages (no additive term)
   bool defer = false;  // deferred dQ (no dbias tile staged)
   int dq_mode = kBwdDqAccumulate;  // where dQ is summed over the key blocks (BwdDq)
+  int block_m = kBwdV3BlockM;      // queries per step: 64, or 128 (head dim 64, no term: traits' q128)
   int smem = 0;
 };
 

@@ -241,6 +241,16 @@ def main():
     q, k, v = r(2, 200, 2, 64), r(2, 200, 2, 64), r(2, 200, 2, 64)
     kern.attention(q, k, v, causal=True).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
+    # 10c. 128 queries per backward step (bwd_v3_q128, the table's at head dim 64 from 1024 queries): queries ending
+    #      mid-block, GQA, a causal band, key padding with an item whose keys are all hidden
+    os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_q128"
+    q, k, v = r(2, 300, 4, 64), r(2, 400, 2, 64), r(2, 400, 2, 64)
+    kern.attention(q, k, v).sum().backward()
+    kern.attention(q, k[:, :300], v[:, :300], causal=True).sum().backward()
+    kp = torch.rand(2, 400, device=dev) > 0.3
+    kp[0] = False
+    kern.attention(q, k, v, key_padding_mask=kp).sum().backward()
+    os.environ.pop("WINATTN_FORCE_KERNEL")
     # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
     #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the
     #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows

@@ -503,6 +503,22 @@ def test_resident_dq_for_short_sequences(kernel, monkeypatch, B, Sq, Sk, H, Hkv,
     assert ran(names, "bwd_dq_resident_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
 
 
+# 128 queries per backward step at head dim 64 (bwd_v3_q128; the table's from 1024 queries): dQ by query halves into
+# the 64-row accumulator tiles, query counts ending mid-block (and below one block), GQA, causal and sliding bands, key
+# padding with an item whose keys are all hidden, head dim 40 on the 64 instance, fp16, one query.
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
+    (2, 1000, 1000, 4, 4, 64, BF16, {}), (2, 700, 900, 8, 2, 64, BF16, {}),
+    (2, 640, 640, 4, 4, 64, FP16, {"causal": True}), (3, 500, 700, 4, 2, 64, BF16, {"window": (120, 40)}),
+    (3, 333, 600, 2, 2, 64, BF16, {"key_padding": True}), (2, 257, 300, 6, 3, 40, FP16, {}),
+    (1, 100, 2000, 2, 2, 64, BF16, {}), (2, 1, 300, 4, 4, 48, BF16, {}),
+], ids=["d64", "gqa", "fp16_causal", "gqa_band", "key_padding", "d40_fp16_gqa", "one_block", "one_query"])
+def test_128_query_steps_at_head_dim_64(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 100, 11)
+    names = forced_kernels_run(kernel, monkeypatch, "bwd_v3_q128", inp, kw, backward=True)
+    q128 = re.compile(r"bwd_pipelined_kernel_sm90<[^<]*BwdPipeTraitsSm90<(\(int\))?64, (\(int\))?2, (\(int\))?128>")
+    assert any(q128.search(n) for n in names), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

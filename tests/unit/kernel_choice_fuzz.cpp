@@ -723,6 +723,11 @@ template <int D>
 int bwd_v3_smem_used(const BwdV3Buffers& v, int hgroup) {
   using Tr = typename sm90::BwdPipeTraitsSm90For<D>::type;
   using Deep = typename sm90::BwdPipeTraitsSm90For<D>::deep;
+  if constexpr (D == 64)  // 128 queries per step: its own tiles (two stages) and the third dS^T tile
+    if (v.block_m == 128) {
+      using Q128 = sm90::BwdPipeTraitsSm90For<64>::q128;
+      return Q128::kSmemBytes + Q128::kDSBytes;
+    }
   if (v.deep && v.dq_mode == kBwdDqResident)  // (+ the group's dQ, fp32, after the third dS^T tile: BwdSmem::dq)
     return Deep::kSmemBytes + Deep::kDSBytes + hgroup * v.sq_pad * D * 4;
   if (v.deep) return Deep::kSmemBytes + (Deep::kSplitD ? 0 : Deep::kDSBytes);
@@ -796,8 +801,15 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
   const int t = v.terms;
   x.s.expect("bwd_v3.hopper_no_table_grad", x.dev.sm90a && !x.bp.dtable && p.Sk > 0);
   x.s.expect("bwd_v3.instance", c.dk == bwd_v3_head_dim(p.D) && c.dk >= p.D);
-  x.s.expect("bwd_v3.block", c.block_m == kBwdV3BlockM && c.block_n == (c.dk == 256 ? 64 : 128));
-  x.s.expect("bwd_v3.sq_pad", v.sq_pad == round_up(p.Sq, kBwdV3BlockM));
+  x.s.expect("bwd_v3.block", c.block_m == v.block_m && c.block_n == (c.dk == 256 ? 64 : 128));
+  x.s.expect("bwd_v3.sq_pad", v.sq_pad == round_up(p.Sq, v.block_m));
+  // 128 queries per step: head dim 64, the deep kernel's calls, dQ accumulated, not deterministic; the table's from
+  // kQ128MinQueries queries wherever it can run
+  const bool q128 = v.block_m == 128;
+  const bool q128_ok = c.dk == 64 && v.deep && v.dq_mode == kBwdDqAccumulate && !x.bp.deterministic && !v.pair;
+  x.s.expect("bwd_v3.q128_kernel", v.block_m == 64 || (q128 && q128_ok));
+  x.s.expect("bwd_v3.q128_where_it_runs", x.force.bwd_q128 >= 0 || x.force.bwd_dq >= 0 ||
+                                              q128 == (q128_ok && p.Sq >= kQ128MinQueries));
   // each dQ tile has one contributor (one key block, every query block visited), on a kernel that has the store
   // (launch_bwd_sm90.h pick_dq_direct: the deep one without a term, the deferred row-term and bits ones)
   const bool direct = v.dq_mode == kBwdDqDirect, resident = v.dq_mode == kBwdDqResident;

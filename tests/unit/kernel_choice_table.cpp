@@ -132,9 +132,9 @@ std::string describe_bwd(const BwdChoice& c) {
   char buf[200];
   if (c.kernel == BwdKernel::kV3) {
     const BwdV3Buffers& v = c.v3;
-    std::snprintf(buf, sizeof buf, " d%d terms=%s%s dbias=%s%s%s%s%s bufs=%d smem=%d", c.dk, terms[v.terms],
+    std::snprintf(buf, sizeof buf, " d%d terms=%s%s dbias=%s%s%s%s%s%s bufs=%d smem=%d", c.dk, terms[v.terms],
                   v.hides ? "+hides" : "", dbias[v.dbias_mode], v.pair ? " pair" : "", v.deep ? " deep" : "",
-                  v.defer ? " defer" : "", dq[v.dq_mode], v.dbias_bufs, v.smem);
+                  v.defer ? " defer" : "", dq[v.dq_mode], v.block_m == 128 ? " q128" : "", v.dbias_bufs, v.smem);
     s += buf;
   } else if (c.kernel == BwdKernel::kWideWindows) {
     std::snprintf(buf, sizeof buf, " N%d%s", c.wide, c.mb_words ? " mask-bits" : "");

@@ -67,7 +67,7 @@ def test_every_forced_name_parses_and_unknown_names_fail(table_exe):
                  "fwd_v3_two_ctas", "fwd_v3_rows192", "fwd_v3_ragged", "fwd_v3_fine_dims", "fwd_v3_persistent",
                  "fwd_v3_per_tile", "fwd_windows", "fwd_decode", "fwd_decode_tma", "bwd_v1", "bwd_v3",
                  "bwd_v3_two_stages", "bwd_v3_no_pair", "bwd_v3_fine_dims", "bwd_v3_dq_accumulate", "bwd_v3_dq_direct",
-                 "bwd_v3_dq_resident",
+                 "bwd_v3_dq_resident", "bwd_v3_q128", "bwd_v3_q64",
                  "bwd_v3_bits",
                  "bwd_v3_fold",
                  "bwd_windows", "bwd_windows_wide",
@@ -132,6 +132,21 @@ def test_resident_dq_takes_short_calls_without_a_term(table_exe):
     assert "smem=200704" in r.stdout, r.stdout  # 135168 + 1 head x 256 rows x 64 x 4 bytes
     assert " dq-resident" in run_table(table_exe, "vit-b S197 D64").stdout
     assert " dq-" not in run_table(table_exe, "--force", "bwd_v3_dq_accumulate", "vit-b S197 D64").stdout
+
+
+def test_128_query_steps_take_the_deep_kernels_calls_at_head_dim_64(table_exe):
+    """bwd_v3_q128: 128 queries per backward step at head dim 64 (FA3 / FA4's 128 x 128; two stages, 196 KB), the
+    deep kernel's calls (no term) whose dQ is accumulated: the table's from 1024 queries. A term, another head dim,
+    a direct or resident dQ, or deterministic mode is refused with the reason; bwd_v3_q64 keeps 64 queries."""
+    check_forced(table_exe, "bwd_v3_q128",
+                 takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b/16-384 S577 D64 B64"],
+                 taken=" q128 bufs=1 smem=200704",  # 167936 + the third dS^T tile of 32 KB
+                 refuses=["beit bias bf16", "flux S4608 D128", "vit-b S197 D64", "sdxl cross Sk77 D64",
+                          "S16k D256"],
+                 reason="head dim <= 64, no term, dQ accumulated (not direct / resident), not deterministic")
+    assert " q128" in run_table(table_exe, "cogvideox S17776 D64").stdout
+    assert " q128" not in run_table(table_exe, "vit-b/16-384 S577 D64 B64").stdout  # (577 < 1024 queries)
+    assert " q128" not in run_table(table_exe, "--force", "bwd_v3_q64", "cogvideox S17776 D64").stdout
 
 
 def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):

@@ -24,6 +24,9 @@
 //     has one contributor, which stores it from the fragments (bwd_dq_direct_kernel_sm90); short calls sum dQ in
 //     shared memory (bwd_dq_resident_kernel_sm90).
 //     deterministic=True adds in ascending key-block order behind one ticket counter per (batch, head, query block).
+//   * head dim 64 with 128 queries per step (Tr::kDqByQueryHalves, BwdPipeTraitsSm90For<64>::q128; FA3 / FA4's tile
+//     there): S^T, dP^T are 64 keys x 128 queries per warpgroup, and dQ is split by query halves (warpgroup cw: queries
+//     64 cw .. 64 cw + 63 over the whole head dim), added into the 64-row accumulator tiles 2 m + cw.
 //   * head dims past 128: bwd_split_d_sm90.h (64 keys per CTA, the head dim split between the warpgroups).
 //   * dBias = dS, made exactly once per (b, h, query block, key block): the tile goes through a shared staging
 //     tile (two, alternating, where they fit) and leaves with TMA: a plain tensor store where the element has one
@@ -79,13 +82,20 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   // W: the row bytes of the head-dim tiles (K, V, Q, dO: 32 at head dim 96, Tr::kRowBytes); the dS^T tile's column
   // blocks are queries, always 32 (kSwizzleRowBytes)
   constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes, W = Tr::kRowBytes;
+  // dQ per warpgroup: a head-dim half over all BM queries (DTQ n-tiles), or with 128 queries per step its own 64
+  // queries over the whole head dim (DT n-tiles; Tr::kDqByQueryHalves)
+  constexpr bool kQH = Tr::kDqByQueryHalves;
+  constexpr int DQT = kQH ? DT : DTQ;
+  static_assert(!kQH || (kDq == kBwdDqAccumulate && KV == 1 && kTerms == kBwdTermsNone), "128 queries: no term");
   const KParams& p = P.p;
   const int wi = warp & 3, qr = lane >> 2, qc = (lane & 3) * 2, ctid = threadIdx.x - 128;
   const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
   const int j0 = t.n * BN + key_row;
   const int mblocks = ceil_div(p.Sq, BM);
   // (dbias: the TMA modes; kDbiasAtomic goes its own way)
-  const bool dbias = P.dbias_mode != kDbiasNone && P.dbias_mode != kDbiasAtomic, db16 = P.dbias_mode == kDbiasStore16;
+  // (128 queries per step: never a dbias tile, known at compile time there: its registers are tight)
+  const bool dbias = !kQH && P.dbias_mode != kDbiasNone && P.dbias_mode != kDbiasAtomic;
+  const bool db16 = P.dbias_mode == kDbiasStore16;
   const uint32_t pair_sum = sm.dbias(P.bias_stage_bytes, P.dbias_bufs, P.dbias_tile_bytes);  // (db16, KV = 2)
 
   // this thread's two keys per batch: past the sequence end or hidden by key padding -> P = 0 for every query
@@ -122,16 +132,29 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   const bool issuer = ctid == 0;
   mbar_wait(sm.kv_full(), kv_parity);
 
-  // dQ = dS K of a step: the GEMM (A: dS^T tile dsa, M-major; B: this warpgroup's head-dim half of K), then the
-  // adds into the fragment-order fp32 accumulator (ordered by key block when deterministic)
-  auto issue_dq = [&](uint32_t dsa, uint32_t kb_half, float (&acc_dq)[DTQ][4]) {
+  // dQ = dS K of a step: the GEMM (A: dS^T tile dsa, M-major: all BM = 64 queries, or this warpgroup's 64 of 128,
+  // its column blocks 2 cw and 2 cw + 1; B: kb, this warpgroup's head-dim half of K, or all of it), then the adds into
+  // the fragment-order fp32 accumulator (ordered by key block when deterministic)
+  auto issue_dq = [&](uint32_t dsa, uint32_t kb, float (&acc_dq)[DQT][4]) {
+    const uint32_t a0 = kQH ? dsa + cw * 2 * (BN * RB) : dsa;
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks)
-      wgmma_ss<1, 1>(Int<DK / 2>(), Elem(), acc_dq, make_desc(dsa + ks * 16 * RB, BN * RB, 512),
-                     nmajor_step_desc<W>(kb_half, ks, BN), ks > 0);
+      wgmma_ss<1, 1>(Int<DQT * 8>(), Elem(), acc_dq, make_desc(a0 + ks * 16 * RB, BN * RB, 512),
+                     nmajor_step_desc<W>(kb, ks, BN), ks > 0);
     wgmma_commit();
   };
-  auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DTQ][4]) {
+  auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DQT][4]) {
+    if constexpr (kQH) {  // into the 64-row tiles dq_frag_convert_kernel reads: this warpgroup's queries are tile
+      // 2 m + cw, its n-tile nt the entry nt % DTQ of head-dim half nt / DTQ (512 contiguous bytes per warp and add,
+      // as below). Never deterministic (the table's rule: the tickets count 64-row tiles).
+      const int64_t tile = (int64_t(b) * p.H + h) * (P.sq_pad / 64) + 2 * m + cw;
+      float* dst = P.dq_acc + tile * (64 * DK) + int64_t(wi * DTQ) * 128 + lane * 4;
+#pragma unroll
+      for (int nt = 0; nt < DQT; ++nt)
+        red_add_v4(dst + ((nt / DTQ) * 4 * DTQ + nt % DTQ) * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2],
+                   acc_dq[nt][3]);
+      return;
+    }
     if constexpr (kDq == kBwdDqResident) {  // this CTA's own sum in shared memory: this thread's fragment positions
       const int g = h - t.hkv * p.hgroup;
       const uint32_t a = sm.dq() + ((g * mblocks + m) * (BM * DK) + (cw * 4 + wi) * DTQ * 128 + lane * 4) * 4;
@@ -167,7 +190,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   constexpr bool defer = kDefer && KV == 1;
   const uint32_t ds_third = sm.dbias(P.bias_stage_bytes, 0, 0);
   auto ds_tile = [&](int i) { return i < 2 ? sm.ds(i) : ds_third; };
-  const uint32_t kb_half0 = sm.k(0) + cw * (DK / 2 / Tr::kBlockCols) * (BN * W);
+  const uint32_t kb_dq0 = kQH ? sm.k(0) : sm.k(0) + cw * (DK / 2 / Tr::kBlockCols) * (BN * W);
   int prev_b = 0, prev_h = 0, prev_m = 0;
 
   const int cnt = t.m_hi - t.m_lo;
@@ -183,7 +206,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
       for (int bi = 0; bi < KV; ++bi, ++it) {
         const int s = it % ST, buf = defer ? it % 3 : (it & 1), b = t.batch(bi);
         const uint32_t ka = sm.k(bi) + cw * 64 * W, va = sm.v(bi) + cw * 64 * W;  // M of S^T, dP^T: our keys
-        const uint32_t kb_half = sm.k(bi) + cw * (DK / 2 / Tr::kBlockCols) * (BN * W);  // B of dQ: head-dim half cw
+        // B of dQ: head-dim half cw of K (or all of it: kQH)
+        const uint32_t kb_dq = kQH ? sm.k(bi) : sm.k(bi) + cw * (DK / 2 / Tr::kBlockCols) * (BN * W);
         uint2 key_bits[2] = {};
         if constexpr (kTerms == kBwdTermsBits) load_key_bits<BM>(key_bits, p, b, h, m, j0);
         mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
@@ -309,8 +333,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
           wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], nmajor_step_desc<W>(sm.q(s), ks, BM), 1);
         }
         wgmma_commit();
-        float acc_dq[DTQ][4];
-        issue_dq(defer ? ds_tile((it + 2) % 3) : sm.ds(buf), kb_half, acc_dq);
+        float acc_dq[DQT][4];
+        issue_dq(defer ? ds_tile((it + 2) % 3) : sm.ds(buf), kb_dq, acc_dq);
         wgmma_wait<1>();
         fence_acc(acc_dk[bi]);
         fence_acc(acc_dv[bi]);
@@ -334,9 +358,9 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   }
   if (defer && it > it0) {  // the last step's dQ
     named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);
-    float acc_dq[DTQ][4];
+    float acc_dq[DQT][4];
     wgmma_fence();
-    issue_dq(ds_tile((it - 1) % 3), kb_half0, acc_dq);
+    issue_dq(ds_tile((it - 1) % 3), kb_dq0, acc_dq);
     wgmma_wait<0>();
     fence_acc(acc_dq);
     add_dq(prev_b, prev_h, prev_m, acc_dq);

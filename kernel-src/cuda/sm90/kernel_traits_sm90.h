@@ -221,11 +221,16 @@ template <> struct FwdPipeStreamTilesSm90<128> {
 // K, V | stages of Q, dO (+ lse, delta) | dS^T double buffer | mbarriers; the staged bias tiles and the fp32 dBias
 // staging tile are added at launch when the call has them (kBiasBytes, kDbiasBytes).
 // Registers: dK and dV of 64 keys x D stay in the consumers (2 x D / 2 per thread), so head dims past 128 do not fit.
-template <int kHeadDim_, int kStages_>
+// kBlockM = 128 (head dim 64 only; BwdPipeTraitsSm90For<64>::q128): FA3 / FA4's 128 x 128 step there. S^T and dP^T
+// are 64 keys x 128 queries per warpgroup (64 + 64 accumulator registers beside dK's and dV's 16 + 16), and each
+// warpgroup's dQ is its half of the queries over the whole head dim (not a head-dim half over all queries): the fixed
+// cost of a step (barrier waits, commits, the stage release, lse / delta) is paid once per 128 queries.
+template <int kHeadDim_, int kStages_, int kBlockM_ = 64>
 struct BwdPipeTraitsSm90 {
   static constexpr bool kSplitD = false;
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
-  static constexpr int kBlockM = 64, kBlockN = 128, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr int kBlockM = kBlockM_, kBlockN = 128, kNThreads = 384, kConsumerWarps = 8;
+  static constexpr bool kDqByQueryHalves = kBlockM == 128;  // dQ split between the warpgroups by query halves
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   // the head-dim tiles' column blocks (tile_sm90.h): each consumer warpgroup's dQ takes whole blocks of one half,
   // so 32 columns where D / 2 is a multiple of 32, 16 at head dim 96 (bwd_v3_fine_dims)
@@ -239,6 +244,7 @@ struct BwdPipeTraitsSm90 {
       2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDSBytes + (kStages * kVecBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = 1024 + kBarsOffset + 1024;  // + 1 KB of slack to align the base to 1024 bytes
   static_assert(kHeadDim % (2 * kBlockCols) == 0 && kHeadDim <= 128, "dQ splits the head dim into whole column blocks");
+  static_assert(kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64), "128 queries per step: registers for D = 64 only");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles keep 1024-byte alignment");
 };
 // `type`: two stages (room for the staged bias tiles and the dbias staging next to them); `deep`: three, for calls
@@ -247,6 +253,13 @@ struct BwdPipeTraitsSm90 {
 template <int D> struct BwdPipeTraitsSm90For {
   using type = BwdPipeTraitsSm90<D, 2>;
   using deep = BwdPipeTraitsSm90<D, 3>;
+};
+// 128 queries per step, no term, deferred dQ: two stages (K / V 32 KB, Q / dO 2 x 32 KB, three dS^T tiles of 32 KB:
+// 196 KB; three stages would need 228)
+template <> struct BwdPipeTraitsSm90For<64> {
+  using type = BwdPipeTraitsSm90<64, 2>;
+  using deep = BwdPipeTraitsSm90<64, 3>;
+  using q128 = BwdPipeTraitsSm90<64, 2, 128>;
 };
 
 // Head dims past 128 (bwd_split_d_sm90.h): 64 keys per CTA shared by both consumer warpgroups, which split dK / dV /

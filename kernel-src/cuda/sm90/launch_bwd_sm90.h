@@ -47,6 +47,15 @@ struct BwdPipelinedSm90 {
     return dtype == 0 ? pick_terms<__half>(terms, hides, pair, defer)
                       : pick_terms<__nv_bfloat16>(terms, hides, pair, defer);
   }
+  // no additive term, head dim 64: 128 queries per step (BwdV3Buffers::block_m; bwd_v3_q64 keeps 64)
+  static Fn pick_q128(int dtype) {
+    if constexpr (D == 64) {
+      using Q = typename sm90::BwdPipeTraitsSm90For<64>::q128;
+      return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Q, __half, kBwdTermsNone, false, true>
+                        : sm90::bwd_pipelined_kernel_sm90<Q, __nv_bfloat16, kBwdTermsNone, false, true>;
+    }
+    throw std::runtime_error("window_attention (cuda): bwd v3 planned 128 queries per step past head dim 64");
+  }
   // no additive term: three stages (WINATTN_FORCE_KERNEL=bwd_v3_two_stages keeps two, for A/B runs)
   static Fn pick_deep(int dtype) {
     constexpr bool defer = !Deep::kSplitD;
@@ -97,14 +106,15 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   P.dq_acc = buf.dq_acc;
   P.dq_sems = buf.dq_sems;
   P.sq_pad = buf.sq_pad;
-  // (boxes of the traits' column blocks: 16 columns with the 32-byte swizzle at head dim 96)
+  // (boxes of the traits' column blocks: 16 columns with the 32-byte swizzle at head dim 96; rows: the step's queries)
   constexpr int C = Tr::kBlockCols;
-  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, Tr::kBlockM, C);
-  P.tdo = sm90::cached_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, Tr::kBlockM, C);
+  const int bm = buf.block_m;
+  P.tq = sm90::cached_rows_map(p.q, p.B, p.Sq, p.H, p.D, p.q_sb, p.q_ss, p.q_sh, bm, C);
+  P.tdo = sm90::cached_rows_map(p.dout, p.B, p.Sq, p.H, p.D, p.do_sb, p.do_ss, p.do_sh, bm, C);
   P.tk = sm90::cached_rows_map(p.k, p.B, p.Sk, p.Hkv, p.D, p.k_sb, p.k_ss, p.k_sh, Tr::kBlockN, C);
   P.tv = sm90::cached_rows_map(p.v, p.B, p.Sk, p.Hkv, p.D, p.v_sb, p.v_ss, p.v_sh, Tr::kBlockN, C);
-  P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's lse rows");
-  P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, Tr::kBlockM, "the backward's delta rows");
+  P.tlse = make_vec_map(buf.lse2, p.B, p.H, buf.sq_pad, bm, "the backward's lse rows");
+  P.tdelta = make_vec_map(buf.delta, p.B, p.H, buf.sq_pad, bm, "the backward's delta rows");
   if (buf.terms == kBwdTermsStaged) {
     P.bias_stage_bytes = Tr::kBiasBytes;
     P.tb = sm90::make_bias_map(p.bias.ptr, p.bias.period, p.bias.heads, p.Sq, p.Sk, p.bias.sb, p.bias.sh, p.bias.sq,
@@ -141,6 +151,8 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   else if (buf.dq_mode == kBwdDqDirect)
     kernel = dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
                         : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides);
+  else if (buf.block_m == 128)
+    kernel = K::pick_q128(dtype);
   else
     kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), buf.smem, K::kName);
