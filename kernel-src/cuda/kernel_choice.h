@@ -924,7 +924,9 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
 // deterministic=True, dbias with at most two contributors per element and full rows with Sk % 4 == 0 (a two-term
 // fp32 reduce-add by TMA is order-independent; more would need ordering: v1 orders them).
 constexpr int kDqResidentMinCtasPerSm = 8;  // resident dQ: (batch x KV heads) CTAs per SM (measured at 11.6)
-constexpr int kQ128MinQueries = 1024;      // 128 queries per backward step from this many queries
+// 128 queries per backward step from this many queries (H100 backward kernel, forced: ViT-B/16-384's 577 -8%,
+// ViT-B/8's 785 -5%; below, a 128-row block pads up to 64 more rows than two 64-row ones)
+constexpr int kQ128MinQueries = 512;
 inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& user, const DeviceCaps& dev,
                               const Forced& force) {
   if (!dev.sm90a) return "not Hopper / no sm_90a code";

@@ -241,7 +241,7 @@ def main():
     q, k, v = r(2, 200, 2, 64), r(2, 200, 2, 64), r(2, 200, 2, 64)
     kern.attention(q, k, v, causal=True).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
-    # 10c. 128 queries per backward step (bwd_v3_q128, the table's at head dim 64 from 1024 queries): queries ending
+    # 10c. 128 queries per backward step (bwd_v3_q128, the table's at head dim 64 from 512 queries): queries ending
     #      mid-block, GQA, a causal band, key padding with an item whose keys are all hidden
     os.environ["WINATTN_FORCE_KERNEL"] = "bwd_v3_q128"
     q, k, v = r(2, 300, 4, 64), r(2, 400, 2, 64), r(2, 400, 2, 64)

@@ -503,7 +503,7 @@ def test_resident_dq_for_short_sequences(kernel, monkeypatch, B, Sq, Sk, H, Hkv,
     assert ran(names, "bwd_dq_resident_kernel_sm90") and not ran(names, "dq_frag_convert_kernel"), sorted(names)
 
 
-# 128 queries per backward step at head dim 64 (bwd_v3_q128; the table's from 1024 queries): dQ by query halves into
+# 128 queries per backward step at head dim 64 (bwd_v3_q128; the table's from 512 queries): dQ by query halves into
 # the 64-row accumulator tiles, query counts ending mid-block (and below one block), GQA, causal and sliding bands, key
 # padding with an item whose keys are all hidden, head dim 40 on the 64 instance, fp16, one query.
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [

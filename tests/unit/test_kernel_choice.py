@@ -136,7 +136,7 @@ def test_resident_dq_takes_short_calls_without_a_term(table_exe):
 
 def test_128_query_steps_take_the_deep_kernels_calls_at_head_dim_64(table_exe):
     """bwd_v3_q128: 128 queries per backward step at head dim 64 (FA3 / FA4's 128 x 128; two stages, 196 KB), the
-    deep kernel's calls (no term) whose dQ is accumulated: the table's from 1024 queries. A term, another head dim,
+    deep kernel's calls (no term) whose dQ is accumulated: the table's from 512 queries. A term, another head dim,
     a direct or resident dQ, or deterministic mode is refused with the reason; bwd_v3_q64 keeps 64 queries."""
     check_forced(table_exe, "bwd_v3_q128",
                  takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b/16-384 S577 D64 B64"],
@@ -145,7 +145,8 @@ def test_128_query_steps_take_the_deep_kernels_calls_at_head_dim_64(table_exe):
                           "S16k D256"],
                  reason="head dim <= 64, no term, dQ accumulated (not direct / resident), not deterministic")
     assert " q128" in run_table(table_exe, "cogvideox S17776 D64").stdout
-    assert " q128" not in run_table(table_exe, "vit-b/16-384 S577 D64 B64").stdout  # (577 < 1024 queries)
+    assert " q128" in run_table(table_exe, "vit-b/16-384 S577 D64 B64").stdout
+    assert " q128" not in run_table(table_exe, "decode Sq2 Sk1000 GQA 8/2 D64").stdout  # (2 < 512 queries)
     assert " q128" not in run_table(table_exe, "--force", "bwd_v3_q64", "cogvideox S17776 D64").stdout
 
 
