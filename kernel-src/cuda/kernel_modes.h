@@ -118,7 +118,7 @@ struct BwdV3Buffers {
   bool pair = false;   // pair mode: one CTA owns the two batches that share a dbias tile
   int terms = kBwdTermsNone;
   bool hides = false;  // the staged or row term was folded with a bool mask (its kernel instance: *Hiding)
-  bool deep = false;   // three stages (no additive term)
+  bool deep = false;   // no additive term: three stages (two with block_m 128)
   bool defer = false;  // deferred dQ (no dbias tile staged)
   int dq_mode = kBwdDqAccumulate;  // where dQ is summed over the key blocks (BwdDq)
   int block_m = kBwdV3BlockM;      // queries per step: 64, or 128 (head dim 64, no term: traits' q128)
