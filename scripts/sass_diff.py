@@ -3,7 +3,7 @@
     python scripts/sass_diff.py UNIT [--base REV]            # one unit, compiled at REV and in the working tree
     python scripts/sass_diff.py --sass BASE.sass NEW.sass     # two `cuobjdump -sass` listings (e.g. of two builds'
                                                               # libraries: a build's .so is a fatbin cuobjdump reads)
-        [--only SUBSTR] [--threshold 0.05]
+        [--only SUBSTR] [--threshold 0.05] [--name-sub PATTERN REPLACEMENT]
 
 Why: a change meant to leave a kernel alone can still move ptxas's schedule. In v4.4 one template constant in a
 run-time expression of the backward (`... && kDq != kBwdDqDirect`) left every accumulate kernel with the same HGMMA,
@@ -32,10 +32,14 @@ import sass_check  # noqa: E402  (the unit compile and the kernel split are its)
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.M)
 
 
-def instructions(sass: str) -> dict[str, list[str]]:
-    """Kernel name -> its instructions in order (the text between the address comment and the `;`)."""
+def instructions(sass: str, name_sub: tuple[str, str] | None = None) -> dict[str, list[str]]:
+    """Kernel name -> its instructions in order (the text between the address comment and the `;`). name_sub: a
+    (regex, replacement) applied to the names, so that kernels renamed by a new template parameter pair up (v4.5's
+    BwdPipeTraitsSm90<64, 3> -> <64, 3, 64>: `--name-sub 'ELi64EEE' 'EEE'`)."""
     starts = list(sass_check._FUNCTION.finditer(sass))
-    return {m.group(1): _INSTRUCTION.findall(sass[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(sass)])
+    rename = (lambda n: re.sub(name_sub[0], name_sub[1], n)) if name_sub else (lambda n: n)
+    return {rename(m.group(1)): _INSTRUCTION.findall(sass[m.end():starts[i + 1].start() if i + 1 < len(starts)
+                                                          else len(sass)])
             for i, m in enumerate(starts)}
 
 
@@ -45,9 +49,10 @@ def moved(a: list[str], b: list[str]) -> int:
     return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
 
 
-def compare(base: str, new: str, only: str = "", threshold: float = 0.05) -> int:
+def compare(base: str, new: str, only: str = "", threshold: float = 0.05,
+            name_sub: tuple[str, str] | None = None) -> int:
     """Prints one line per shared kernel (and the kernels only one side has); returns the count flagged."""
-    a, b = instructions(base), instructions(new)
+    a, b = instructions(base, name_sub), instructions(new, name_sub)
     flagged = 0
     for name in sorted(set(a) | set(b)):
         if only not in name:
@@ -71,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="kernels whose mangled name contains this")
     ap.add_argument("--threshold", type=float, default=0.05)
     ap.add_argument("--arch", default="90a")
+    ap.add_argument("--name-sub", nargs=2, metavar=("PATTERN", "REPLACEMENT"),
+                    help="a regex substitution applied to both sides' kernel names (a renamed template)")
     args = ap.parse_args(argv)
     if args.sass:
         base, new = (p.read_text() for p in args.sass)
@@ -85,7 +92,7 @@ def main(argv=None) -> int:
         new = sass_check.sass_of(args.unit, args.arch)
     else:
         ap.error("name a unit or --sass BASE NEW")
-    return 1 if compare(base, new, args.only, args.threshold) else 0
+    return 1 if compare(base, new, args.only, args.threshold, tuple(args.name_sub) if args.name_sub else None) else 0
 
 
 if __name__ == "__main__":

@@ -44,3 +44,12 @@ def test_the_exit_status_and_the_name_filter(tmp_path):
     assert sd.main(["--sass", str(a), str(b)]) == 1
     # addresses past 0xffff (kernels of over 4096 instructions) are read too
     assert len(sd.instructions(listing(k=LOOP * 100))["k"]) == 4300
+
+
+def test_names_renamed_by_a_template_parameter_pair_up(tmp_path, capsys):
+    a, b = tmp_path / "a.sass", tmp_path / "b.sass"
+    a.write_text(listing(k_TraitsILi64ELi3EEE=LOOP))
+    b.write_text(listing(k_TraitsILi64ELi3ELi64EEE=LOOP))
+    assert sd.main(["--sass", str(a), str(b)]) == 0 and "gone  k_TraitsILi64ELi3EEE" in capsys.readouterr().out
+    assert sd.main(["--sass", str(a), str(b), "--name-sub", "ELi64EEE", "EEE"]) == 0
+    assert "    0 of    43  k_TraitsILi64ELi3EEE\n" in capsys.readouterr().out
