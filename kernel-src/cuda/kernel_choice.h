@@ -1020,14 +1020,14 @@ inline std::string try_bwd_v3(BwdChoice& c, const BwdParams& bp, const KParams& 
   if (vb.dq_mode == kBwdDqResident) vb.smem += int(dq_bytes);
   // 128 queries per step at head dim 64 (FA3 / FA4's 128 x 128 there; BwdPipeTraitsSm90For<64>::q128): the step's
   // fixed cost (mbarrier and named-barrier waits, commits, the stage release, lse / delta) once per 128 queries, every
-  // GEMM twice as long. The deep kernel's calls (no term) whose dQ is accumulated (the direct and resident modes keep
-  // 64), not deterministic (the tickets count 64-row tiles); two stages (196 KB).
+  // GEMM twice as long. The deep kernel's calls (no term) whose dQ is accumulated, not deterministic (the tickets count
+  // 64-row tiles), or stored directly (one key block; the resident mode keeps 64); two stages (196 KB).
   using Q128 = sm90::BwdPipeTraitsSm90For<64>::q128;
   const int q128_smem = Q128::kSmemBytes + Q128::kDSBytes;  // (+ the third dS^T tile of deferred dQ)
-  const bool q128_ok = c.dk == 64 && vb.deep && vb.dq_mode == kBwdDqAccumulate && !bp.deterministic &&
-                       q128_smem <= dev.smem_optin;
+  const bool q128_ok = c.dk == 64 && vb.deep && q128_smem <= dev.smem_optin &&
+                       (vb.dq_mode == kBwdDqDirect || (vb.dq_mode == kBwdDqAccumulate && !bp.deterministic));
   if (force.bwd_q128 == 1 && !q128_ok)
-    return "bwd_v3_q128: head dim <= 64, no term, dQ accumulated (not direct / resident), not deterministic";
+    return "bwd_v3_q128: head dim <= 64, no term, dQ accumulated (not deterministic) or stored directly";
   if (q128_ok && force.bwd_q128 != 0 && (force.bwd_q128 == 1 || p.Sq >= kQ128MinQueries)) {
     vb.block_m = 128;
     vb.smem = q128_smem;

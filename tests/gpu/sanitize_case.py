@@ -250,6 +250,8 @@ def main():
     kp = torch.rand(2, 400, device=dev) > 0.3
     kp[0] = False
     kern.attention(q, k, v, key_padding_mask=kp).sum().backward()
+    q, k, v = r(2, 333, 4, 64), r(2, 77, 2, 64), r(2, 77, 2, 64)  # (one key block: dQ stored directly)
+    kern.attention(q, k, v).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
     # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
     #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the

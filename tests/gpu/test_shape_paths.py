@@ -519,6 +519,20 @@ def test_128_query_steps_at_head_dim_64(kernel, monkeypatch, B, Sq, Sk, H, Hkv, 
     assert any(q128.search(n) for n in names), sorted(names)
 
 
+# ... and with dQ stored directly (one key block of at most 128 keys, no band: bwd_v3_q128 takes the direct store
+# there, the table's from 512 queries): cross-attention to 77 / 100 / 120 keys, queries ending mid-block, GQA, fp16 at
+# head dim 40, deterministic mode (one contributor per dQ element), key padding with an item whose keys are all hidden.
+@pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
+    (3, 593, 77, 4, 4, 64, BF16, {}), (2, 300, 77, 4, 4, 40, FP16, {}),
+    (2, 129, 100, 2, 2, 64, BF16, {"deterministic": True}), (3, 700, 120, 4, 2, 64, BF16, {"key_padding": True}),
+], ids=["sk77", "d40_fp16", "deterministic", "gqa_key_padding"])
+def test_128_query_steps_with_direct_dq(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
+    inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 40, 13)
+    names = forced_kernels_run(kernel, monkeypatch, "bwd_v3_q128", inp, kw, backward=True)
+    q128 = re.compile(r"bwd_dq_direct_kernel_sm90<[^<]*BwdPipeTraitsSm90<(\(int\))?64, (\(int\))?2, (\(int\))?128>")
+    assert any(q128.search(n) for n in names) and not ran(names, "dq_frag_convert_kernel"), sorted(names)
+
+
 # Key padding beside a staged bias tile (T5-shaped: a [1, H, S, S] position bias on a padded batch), the table's choice
 # at D <= 64: the row warp stages the padding as bits with each key block (kTermsRawBiasPadded). An item with every
 # key hidden, a padded tail, holes; a ragged key count, GQA, a causal band; bias gradients. (A NaN key that the

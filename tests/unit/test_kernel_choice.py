@@ -111,7 +111,7 @@ def test_direct_dq_takes_one_key_block_without_a_band(table_exe):
     check_forced(table_exe, "bwd_v3_dq_direct",
                  takes=["sdxl cross Sk77 D64", "pixart cross Sk120 kp", "pixart cross Sk120 float mask",
                         "ltx cross Sk128 float mask", "sdxl cross Sk77 bool mask"],
-                 taken=" dq-direct bufs=",
+                 taken=" dq-direct",
                  refuses=["vit-b S197 D64", "flux S4608 D128", "llm causal GQA", "S16k D256"],
                  reason="one key block (128 keys, head dim <= 128), no causal / window band, no term but a row "
                         "term or mask bits")
@@ -136,14 +136,16 @@ def test_resident_dq_takes_short_calls_without_a_term(table_exe):
 
 def test_128_query_steps_take_the_deep_kernels_calls_at_head_dim_64(table_exe):
     """bwd_v3_q128: 128 queries per backward step at head dim 64 (FA3 / FA4's 128 x 128; two stages, 196 KB), the
-    deep kernel's calls (no term) whose dQ is accumulated: the table's from 512 queries. A term, another head dim,
-    a direct or resident dQ, or deterministic mode is refused with the reason; bwd_v3_q64 keeps 64 queries."""
+    deep kernel's calls (no term) whose dQ is accumulated or stored directly: the table's from 512 queries. A term,
+    another head dim, a resident dQ, or deterministic accumulation is refused with the reason; bwd_v3_q64 keeps 64
+    queries."""
     check_forced(table_exe, "bwd_v3_q128",
-                 takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b/16-384 S577 D64 B64"],
+                 takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b/16-384 S577 D64 B64", "sdxl cross Sk77 D64"],
                  taken=" q128 bufs=1 smem=200704",  # 167936 + the third dS^T tile of 32 KB
-                 refuses=["beit bias bf16", "flux S4608 D128", "vit-b S197 D64", "sdxl cross Sk77 D64",
+                 refuses=["beit bias bf16", "flux S4608 D128", "vit-b S197 D64", "pixart cross Sk120 kp",
                           "S16k D256"],
-                 reason="head dim <= 64, no term, dQ accumulated (not direct / resident), not deterministic")
+                 reason="head dim <= 64, no term, dQ accumulated (not deterministic) or stored directly")
+    assert " dq-direct q128" in run_table(table_exe, "sdxl cross Sk77 D64").stdout
     assert " q128" in run_table(table_exe, "cogvideox S17776 D64").stdout
     assert " q128" in run_table(table_exe, "vit-b/16-384 S577 D64 B64").stdout
     assert " q128" not in run_table(table_exe, "decode Sq2 Sk1000 GQA 8/2 D64").stdout  # (2 < 512 queries)

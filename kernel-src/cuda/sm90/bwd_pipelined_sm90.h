@@ -57,15 +57,17 @@ namespace winattn {
 namespace cuda {
 namespace sm90 {
 
-// A whole dQ tile's fragments of this warp (query block m of head h in batch b: rows 16 wi.., head-dim half cw) into dQ
-// (contiguous [B, Sq, H, D]), scaled, as dq_frag_convert_kernel would write it: the direct and resident dQ modes.
-template <typename Elem, int DK>
+// A whole dQ tile's fragments of this warp (query block m of head h in batch b: rows 16 wi.., head-dim half cw; with
+// 128 queries per step, kQH: rows 64 cw + 16 wi.. of the 128-row block, every column) into dQ (contiguous
+// [B, Sq, H, D]), scaled, as dq_frag_convert_kernel would write it: the direct and resident dQ modes.
+template <typename Elem, int DK, bool kQH = false>
 __device__ __forceinline__ void store_dq_tile(const KParams& p, int b, int h, int m, int cw, int wi,
-                                              const float (&acc)[1][DK / 16][4], int lane) {
-  const int r0 = m * kBwdV3BlockM + wi * 16, c0 = cw * (DK / 2);
+                                              const float (&acc)[1][kQH ? DK / 8 : DK / 16][4], int lane) {
+  const int r0 = kQH ? m * 128 + cw * 64 + wi * 16 : m * kBwdV3BlockM + wi * 16, c0 = kQH ? 0 : cw * (DK / 2);
   const int64_t row = int64_t(p.H) * p.D;
-  store_acc_rows<Elem, 1, DK / 16>(static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0,
-                                   row, acc, p.scale, p.Sq - r0, p.D - c0, lane);
+  store_acc_rows<Elem, 1, kQH ? DK / 8 : DK / 16>(
+      static_cast<Elem*>(p.dq) + (int64_t(b) * p.Sq + r0) * row + int64_t(h) * p.D + c0, row, acc, p.scale,
+      p.Sq - r0, p.D - c0, lane);
 }
 
 // Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode); kDefer: the
@@ -86,7 +88,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   // queries over the whole head dim (DT n-tiles; Tr::kDqByQueryHalves)
   constexpr bool kQH = Tr::kDqByQueryHalves;
   constexpr int DQT = kQH ? DT : DTQ;
-  static_assert(!kQH || (kDq == kBwdDqAccumulate && KV == 1 && kTerms == kBwdTermsNone), "128 queries: no term");
+  static_assert(!kQH || ((kDq == kBwdDqAccumulate || kDq == kBwdDqDirect) && KV == 1 && kTerms == kBwdTermsNone),
+                "128 queries: no term, dQ accumulated or stored directly");
   const KParams& p = P.p;
   const int wi = warp & 3, qr = lane >> 2, qc = (lane & 3) * 2, ctid = threadIdx.x - 128;
   const int key_row = cw * 64 + wi * 16 + qr;  // tile row of this thread's first key (the second is 8 further)
@@ -144,6 +147,10 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
     wgmma_commit();
   };
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DQT][4]) {
+    if constexpr (kQH && kDq == kBwdDqDirect) {  // the only key block: this warpgroup's 64 rows, every column
+      store_dq_tile<Elem, DK, true>(p, b, h, m, cw, wi, reinterpret_cast<const float (&)[1][DQT][4]>(acc_dq), lane);
+      return;
+    }
     if constexpr (kQH) {  // into the 64-row tiles dq_frag_convert_kernel reads: this warpgroup's queries are tile
       // 2 m + cw, its n-tile nt the entry nt % DTQ of head-dim half nt / DTQ (512 contiguous bytes per warp and add,
       // as below). Never deterministic (the table's rule: the tickets count 64-row tiles).

@@ -75,6 +75,13 @@ struct BwdPipelinedSm90 {
     }
     throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ stored directly for a kernel without it");
   }
+  // dQ stored directly with 128 queries per step (head dim 64, no term)
+  template <typename Elem>
+  static Fn pick_dq_direct_q128() {
+    if constexpr (D == 64) return sm90::bwd_dq_direct_kernel_sm90<typename sm90::BwdPipeTraitsSm90For<64>::q128, Elem,
+                                                                  kBwdTermsNone>;
+    throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ stored directly for a kernel without it");
+  }
   // (not at 128: the deep kernel's 212 KB leave no room for even one 64-row dQ tile of 32 KB)
   template <typename Elem>
   static Fn pick_dq_resident() {
@@ -148,6 +155,8 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   typename K::Fn kernel;
   if (resident)
     kernel = dtype == 0 ? K::template pick_dq_resident<__half>() : K::template pick_dq_resident<__nv_bfloat16>();
+  else if (buf.dq_mode == kBwdDqDirect && buf.block_m == 128)
+    kernel = dtype == 0 ? K::template pick_dq_direct_q128<__half>() : K::template pick_dq_direct_q128<__nv_bfloat16>();
   else if (buf.dq_mode == kBwdDqDirect)
     kernel = dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
                         : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides);
