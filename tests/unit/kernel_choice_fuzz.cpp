@@ -804,8 +804,7 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
   x.s.expect("bwd_v3.block", c.block_m == v.block_m && c.block_n == (c.dk == 256 ? 64 : 128));
   x.s.expect("bwd_v3.sq_pad", v.sq_pad == round_up(p.Sq, v.block_m));
   // 128 queries per step: head dim 64, the deep kernel's calls, dQ accumulated (not deterministic) or stored
-  // directly; the table's from
-  // kQ128MinQueries queries wherever it can run
+  // directly; the table's from kQ128MinQueries queries wherever it can run
   const bool q128 = v.block_m == 128;
   const bool q128_ok = c.dk == 64 && v.deep && !v.pair &&
                        (v.dq_mode == kBwdDqDirect || (v.dq_mode == kBwdDqAccumulate && !x.bp.deterministic));

@@ -47,12 +47,14 @@ struct BwdPipelinedSm90 {
     return dtype == 0 ? pick_terms<__half>(terms, hides, pair, defer)
                       : pick_terms<__nv_bfloat16>(terms, hides, pair, defer);
   }
-  // no additive term, head dim 64: 128 queries per step (BwdV3Buffers::block_m; bwd_v3_q64 keeps 64)
-  static Fn pick_q128(int dtype) {
+  // no additive term, head dim 64: 128 queries per step (BwdV3Buffers::block_m; bwd_v3_q64 keeps 64), dQ
+  // accumulated or stored directly
+  template <typename Elem>
+  static Fn pick_q128(bool direct) {
     if constexpr (D == 64) {
       using Q = typename sm90::BwdPipeTraitsSm90For<64>::q128;
-      return dtype == 0 ? sm90::bwd_pipelined_kernel_sm90<Q, __half, kBwdTermsNone, false, true>
-                        : sm90::bwd_pipelined_kernel_sm90<Q, __nv_bfloat16, kBwdTermsNone, false, true>;
+      return direct ? sm90::bwd_dq_direct_kernel_sm90<Q, Elem, kBwdTermsNone>
+                    : sm90::bwd_pipelined_kernel_sm90<Q, Elem, kBwdTermsNone, false, true>;
     }
     throw std::runtime_error("window_attention (cuda): bwd v3 planned 128 queries per step past head dim 64");
   }
@@ -73,13 +75,6 @@ struct BwdPipelinedSm90 {
       if (terms == kBwdTermsBits) return sm90::bwd_dq_direct_kernel_sm90<Tr, Elem, kBwdTermsBits>;
       if (terms == kBwdTermsNone) return sm90::bwd_dq_direct_kernel_sm90<Deep, Elem, kBwdTermsNone>;
     }
-    throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ stored directly for a kernel without it");
-  }
-  // dQ stored directly with 128 queries per step (head dim 64, no term)
-  template <typename Elem>
-  static Fn pick_dq_direct_q128() {
-    if constexpr (D == 64) return sm90::bwd_dq_direct_kernel_sm90<typename sm90::BwdPipeTraitsSm90For<64>::q128, Elem,
-                                                                  kBwdTermsNone>;
     throw std::runtime_error("window_attention (cuda): bwd v3 planned dQ stored directly for a kernel without it");
   }
   // (not at 128: the deep kernel's 212 KB leave no room for even one 64-row dQ tile of 32 KB)
@@ -155,13 +150,12 @@ void run_bwd_pipelined_sm90(const KParams& p, const BwdV3Buffers& buf, int dtype
   typename K::Fn kernel;
   if (resident)
     kernel = dtype == 0 ? K::template pick_dq_resident<__half>() : K::template pick_dq_resident<__nv_bfloat16>();
-  else if (buf.dq_mode == kBwdDqDirect && buf.block_m == 128)
-    kernel = dtype == 0 ? K::template pick_dq_direct_q128<__half>() : K::template pick_dq_direct_q128<__nv_bfloat16>();
+  else if (buf.block_m == 128)
+    kernel = dtype == 0 ? K::template pick_q128<__half>(buf.dq_mode == kBwdDqDirect)
+                        : K::template pick_q128<__nv_bfloat16>(buf.dq_mode == kBwdDqDirect);
   else if (buf.dq_mode == kBwdDqDirect)
     kernel = dtype == 0 ? K::template pick_dq_direct<__half>(buf.terms, buf.hides)
                         : K::template pick_dq_direct<__nv_bfloat16>(buf.terms, buf.hides);
-  else if (buf.block_m == 128)
-    kernel = K::pick_q128(dtype);
   else
     kernel = buf.deep ? K::pick_deep(dtype) : K::pick(dtype, buf.terms, buf.hides, pair, buf.defer);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), buf.smem, K::kName);
