@@ -454,9 +454,9 @@ __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
           }
         }
     } else if constexpr (Tr::kSplitD) {
-      bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, wg - 1, t, deterministic, warp, lane);
+      bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, warpgroup_index() - 1, t, deterministic, warp, lane);
     } else {
-      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDq>(P, sm, wg - 1, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDq>(P, sm, warpgroup_index() - 1, t, deterministic, warp, lane);
     }
   }
 #else
@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     return;
   }
   regs_alloc<Tr::kConsumerRegs>();
-  const int cw = wg - 1, wi = warp & 3;
+  const int cw = warpgroup_index() - 1, wi = warp & 3;
   // this thread's fragment positions of every dQ tile (float4 (cw * 4 + wi) * DTQ + nt, lane of each tile's
   // 16 * DK): zero, then the key blocks' sums
   const uint32_t mine = sm.dq() + ((cw * 4 + wi) * DTQ * 128 + lane * 4) * 4;

@@ -92,6 +92,13 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }
 
+// The calling thread's warpgroup, read from lane 0 (the warp converged) so that the compiler knows it is the same in
+// the whole warp: the addresses built from it (the warpgroup's tiles, hence every wgmma descriptor) then live in
+// uniform registers, computed once per warp by the uniform datapath, where from threadIdx.x / 128 they were computed in
+// each thread's registers and moved to uniform ones by 2 R2UR per descriptor before every wgmma (with desc_plus,
+// tile_sm90.h: the D = 128 backward step 1260 -> ~1020 instructions).
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, int(threadIdx.x) >> 7, 0); }
+
 // Register budget per warpgroup (takes effect with a register cap at entry: __launch_bounds__(threads, 1)).
 template <int N>
 __device__ __forceinline__ void regs_dealloc() {

@@ -45,6 +45,12 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_b
   d |= uint64_t(layout_type) << 62;
   return d;
 }
+// The descriptor of the address `off` bytes (a multiple of 16) past d's: the start address field is the low 14 bits
+// (address / 16) and a shared-window address stays below 2^18 (228 KB), so adding off / 16 to the low word never
+// carries into the leading byte offset above it.
+__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t off) {
+  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (off >> 4));
+}
 // The descriptor layout type of a tile with `row_bytes`-byte rows (64: the 64-byte swizzle, 32: the 32-byte one).
 constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u; }
 
@@ -53,14 +59,17 @@ constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u;
 // at columns 16 ks .. 16 ks + 15, half a 64-byte block or a whole 32-byte one; SBO = the next 8 rows.
 // N-major (D is the GEMM's N, the tile's rows its K: V in O += P V; the backward's dO, Q, K in dV, dK, dQ): rows
 // 16 ks on; LBO = the next column block (rows further), SBO = the next 8 rows.
+// Each is the tile's descriptor plus the step's byte offset / 16 in its low word (desc_plus): one add per wgmma on a
+// descriptor the k-steps share, where building each step's own (mask, shift, or) cost ptxas 4-5 integer instructions
+// and 4 R2UR per wgmma, ~30% of the D = 128 backward step's instructions.
 template <int kRowBytes>
 __device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
-  return make_desc(tile + (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes, 16, 8 * kRowBytes,
-                   swizzle_of(kRowBytes));
+  return desc_plus(make_desc(tile, 16, 8 * kRowBytes, swizzle_of(kRowBytes)),
+                   (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes);
 }
 template <int kRowBytes>
 __device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
-  return make_desc(tile + ks * 16 * kRowBytes, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes));
+  return desc_plus(make_desc(tile, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes)), ks * 16 * kRowBytes);
 }
 
 // Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
