@@ -70,6 +70,20 @@ __device__ __forceinline__ void store_dq_tile(const KParams& p, int b, int h, in
       p.Sq - r0, p.D - c0, lane);
 }
 
+// Head dims whose backward builds its wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
+// kFromBase, with the warp-uniform warpgroup_index): ptxas's D = 64 step ~20% fewer instructions, the kernel 10-12%
+// faster on the H100 (dense S = 16k, SDXL 4096 tokens), its 24 bytes of spills at 128 queries per step gone; the split
+// head dim at 256 3% faster (the uniform index alone: it builds its own descriptors). At 128 the same change made the
+// non-causal backward 5-13% slower (Flux-shaped, dense 16k, Wan cross-attention) with 19% fewer instructions, not
+// understood yet; 96 unmeasured on its own. RESULTS "Twenty-fourth session".
+constexpr bool bwd_uniform_desc(int head_dim) { return head_dim == 64 || head_dim == 256; }
+// The consumer warpgroup's index, 0 or 1 (wg - 1 from threadIdx.x, or read from lane 0 where bwd_uniform_desc).
+template <typename Tr>
+__device__ __forceinline__ int bwd_consumer_index(int wg) {
+  if constexpr (bwd_uniform_desc(Tr::kHeadDim)) return warpgroup_index() - 1;
+  return wg - 1;
+}
+
 // Consumer warpgroup cw (0 or 1): keys [64 cw, 64 cw + 64) of the block; KV batches (2: pair mode); kDefer: the
 // deferred-dQ schedule (below; a template parameter: sharing one kernel with the lock-step schedule cost both
 // schedules registers and 4-9% of their speed on the H200); kDq: where dQ goes (BwdDq: a template parameter too, as
@@ -84,6 +98,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   // W: the row bytes of the head-dim tiles (K, V, Q, dO: 32 at head dim 96, Tr::kRowBytes); the dS^T tile's column
   // blocks are queries, always 32 (kSwizzleRowBytes)
   constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes, W = Tr::kRowBytes;
+  constexpr bool kBaseDesc = bwd_uniform_desc(DK);
   // dQ per warpgroup: a head-dim half over all BM queries (DTQ n-tiles), or with 128 queries per step its own 64
   // queries over the whole head dim (DT n-tiles; Tr::kDqByQueryHalves)
   constexpr bool kQH = Tr::kDqByQueryHalves;
@@ -143,7 +158,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks)
       wgmma_ss<1, 1>(Int<DQT * 8>(), Elem(), acc_dq, make_desc(a0 + ks * 16 * RB, BN * RB, 512),
-                     nmajor_step_desc<W>(kb, ks, BN), ks > 0);
+                     nmajor_step_desc<W, kBaseDesc>(kb, ks, BN), ks > 0);
     wgmma_commit();
   };
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DQT][4]) {
@@ -224,13 +239,13 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks)
-          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, kmajor_step_desc<W>(ka, ks, BN),
-                         kmajor_step_desc<W>(sm.q(s), ks, BM), ks > 0);
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, kmajor_step_desc<W, kBaseDesc>(ka, ks, BN),
+                         kmajor_step_desc<W, kBaseDesc>(sm.q(s), ks, BM), ks > 0);
         wgmma_commit();
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks)
-          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, kmajor_step_desc<W>(va, ks, BN),
-                         kmajor_step_desc<W>(sm.dout(s), ks, BM), ks > 0);
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, kmajor_step_desc<W, kBaseDesc>(va, ks, BN),
+                         kmajor_step_desc<W, kBaseDesc>(sm.dout(s), ks, BM), ks > 0);
         wgmma_commit();
         wgmma_wait<1>();
         fence_acc(acc_s);
@@ -336,8 +351,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks) {
-          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], nmajor_step_desc<W>(sm.dout(s), ks, BM), 1);
-          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], nmajor_step_desc<W>(sm.q(s), ks, BM), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], nmajor_step_desc<W, kBaseDesc>(sm.dout(s), ks, BM), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], nmajor_step_desc<W, kBaseDesc>(sm.q(s), ks, BM), 1);
         }
         wgmma_commit();
         float acc_dq[DQT][4];
@@ -454,12 +469,10 @@ __device__ __forceinline__ void bwd_pipelined_cta(const BwdPipeParams& P) {
           }
         }
     } else if constexpr (Tr::kSplitD) {
-      bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, warpgroup_index() - 1, t, deterministic, warp, lane);
+      bwd_consume_split_d<Tr, Elem, kTerms>(P, sm, bwd_consumer_index<Tr>(wg), t, deterministic, warp, lane);
     } else {
-      // (head dim 128 keeps the per-thread index: with the uniform one its backward was 5-13% slower on the H100,
-      // dense S = 16k and Flux-shaped, though ptxas's step had 19% fewer instructions; RESULTS "Twenty-fourth session")
-      const int cw = Tr::kHeadDim == 128 ? wg - 1 : warpgroup_index() - 1;
-      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDq>(P, sm, cw, t, deterministic, warp, lane);
+      bwd_consume<Tr, Elem, kTerms, KV, kDefer, kDq>(P, sm, bwd_consumer_index<Tr>(wg), t, deterministic, warp,
+                                                     lane);
     }
   }
 #else
@@ -520,7 +533,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, 1)
     return;
   }
   regs_alloc<Tr::kConsumerRegs>();
-  const int cw = warpgroup_index() - 1, wi = warp & 3;
+  const int cw = bwd_consumer_index<Tr>(wg), wi = warp & 3;
   // this thread's fragment positions of every dQ tile (float4 (cw * 4 + wi) * DTQ + nt, lane of each tile's
   // 16 * DK): zero, then the key blocks' sums
   const uint32_t mine = sm.dq() + ((cw * 4 + wi) * DTQ * 128 + lane * 4) * 4;

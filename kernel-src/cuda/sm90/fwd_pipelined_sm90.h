@@ -666,10 +666,10 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     }
   } else if constexpr (Tr::kStream) {
     regs_alloc<kConsumerRegs>();
-    consume_stream<Tr, Elem, kMode>(P, sm, smem, warpgroup_index() - 1, warp, lane);
+    consume_stream<Tr, Elem, kMode>(P, sm, smem, wg - 1, warp, lane);
   } else {
     regs_alloc<kConsumerRegs>();
-    const int cw = warpgroup_index() - 1;  // (pipeline_sm90.h: uniform, so are the descriptors built from it)
+    const int cw = wg - 1;
     int kb = 0, t = 0;
     for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
       const PipeTile tile = decode_tile<BM, BN>(p, idx);

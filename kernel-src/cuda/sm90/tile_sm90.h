@@ -59,17 +59,24 @@ constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u;
 // at columns 16 ks .. 16 ks + 15, half a 64-byte block or a whole 32-byte one; SBO = the next 8 rows.
 // N-major (D is the GEMM's N, the tile's rows its K: V in O += P V; the backward's dO, Q, K in dV, dK, dQ): rows
 // 16 ks on; LBO = the next column block (rows further), SBO = the next 8 rows.
-// Each is the tile's descriptor plus the step's byte offset / 16 in its low word (desc_plus): one add per wgmma on a
-// descriptor the k-steps share, where building each step's own (mask, shift, or) cost ptxas 4-5 integer instructions
-// and 4 R2UR per wgmma, ~30% of the D = 128 backward step's instructions.
-template <int kRowBytes>
+// kFromBase: the tile's descriptor plus the step's offset (desc_plus), so the k-steps share one descriptor and each
+// adds an immediate; with a warp-uniform tile address (pipeline_sm90.h warpgroup_index) ptxas keeps them in uniform
+// registers. Otherwise each step's descriptor is built whole (mask, shift, or) in each thread's registers and moved
+// by 4 R2UR before its wgmma: ~20% of the backward step's instructions at head dims 64 / 128. Taken where it was
+// measured faster (bwd_pipelined_sm90.h bwd_uniform_desc); the D = 128 backward was slower with it and the forward
+// mixed (RESULTS "Twenty-fourth session").
+template <int kRowBytes, bool kFromBase = false>
 __device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
-  return desc_plus(make_desc(tile, 16, 8 * kRowBytes, swizzle_of(kRowBytes)),
-                   (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes);
+  const int off = (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes;
+  if constexpr (kFromBase) return desc_plus(make_desc(tile, 16, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
+  return make_desc(tile + off, 16, 8 * kRowBytes, swizzle_of(kRowBytes));
 }
-template <int kRowBytes>
+template <int kRowBytes, bool kFromBase = false>
 __device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
-  return desc_plus(make_desc(tile, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes)), ks * 16 * kRowBytes);
+  const int off = ks * 16 * kRowBytes;
+  if constexpr (kFromBase)
+    return desc_plus(make_desc(tile, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
+  return make_desc(tile + off, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes));
 }
 
 // Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
