@@ -36,8 +36,8 @@ __device__ __forceinline__ int tile_chunk_offset(int r, int c) {
 
 // Matrix descriptor (PTX "matrix-descriptor-format"): start address, leading / stride byte offsets (16-byte units),
 // layout type 2 = 64-byte swizzle, 3 = 32-byte swizzle (swizzle_of(row bytes)).
-__device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
-                                              uint32_t layout_type = 2) {
+__host__ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                       uint32_t sbo_bytes, uint32_t layout_type = 2) {
   uint64_t d = 0;
   d |= uint64_t((smem_addr & 0x3FFFF) >> 4);
   d |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
@@ -48,7 +48,7 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_b
 // The descriptor of the address `off` bytes (a multiple of 16) past d's: the start address field is the low 14 bits
 // (address / 16) and a shared-window address stays below 2^18 (228 KB), so adding off / 16 to the low word never
 // carries into the leading byte offset above it.
-__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t off) {
+__host__ __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t off) {
   return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (off >> 4));
 }
 // The descriptor layout type of a tile with `row_bytes`-byte rows (64: the 64-byte swizzle, 32: the 32-byte one).
@@ -66,13 +66,13 @@ constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u;
 // measured faster (bwd_pipelined_sm90.h bwd_uniform_desc); the D = 128 backward was slower with it and the forward
 // mixed (RESULTS "Twenty-fourth session").
 template <int kRowBytes, bool kFromBase = false>
-__device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
+__host__ __device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
   const int off = (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes;
   if constexpr (kFromBase) return desc_plus(make_desc(tile, 16, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
   return make_desc(tile + off, 16, 8 * kRowBytes, swizzle_of(kRowBytes));
 }
 template <int kRowBytes, bool kFromBase = false>
-__device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
+__host__ __device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
   const int off = ks * 16 * kRowBytes;
   if constexpr (kFromBase)
     return desc_plus(make_desc(tile, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
