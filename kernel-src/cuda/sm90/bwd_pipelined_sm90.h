@@ -75,7 +75,8 @@ __device__ __forceinline__ void store_dq_tile(const KParams& p, int b, int h, in
 // faster on the H100 (dense S = 16k, SDXL 4096 tokens), its 24 bytes of spills at 128 queries per step gone; the split
 // head dim at 256 3% faster (the uniform index alone: it builds its own descriptors). At 128 the same change made the
 // non-causal backward 5-13% slower (Flux-shaped, dense 16k, Wan cross-attention) with 19% fewer instructions, not
-// understood yet; 96 unmeasured on its own. RESULTS "Twenty-fourth session".
+// understood yet; at 96 it was within noise to 3% faster, left out until timed on its own. RESULTS "Twenty-fourth
+// session".
 constexpr bool bwd_uniform_desc(int head_dim) { return head_dim == 64 || head_dim == 256; }
 // The consumer warpgroup's index, 0 or 1 (wg - 1 from threadIdx.x, or read from lane 0 where bwd_uniform_desc).
 template <typename Tr>

@@ -96,7 +96,7 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
 // the whole warp: the addresses built from it (the warpgroup's tiles, hence every wgmma descriptor) then live in
 // uniform registers, computed once per warp by the uniform datapath, where from threadIdx.x / 128 they were computed in
 // each thread's registers and moved to uniform ones by 2 R2UR per descriptor before every wgmma (with desc_plus,
-// tile_sm90.h: the D = 128 backward step 1260 -> ~1020 instructions).
+// tile_sm90.h: ~20% fewer instructions per backward step; taken where measured faster, bwd_uniform_desc).
 __device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, int(threadIdx.x) >> 7, 0); }
 
 // Register budget per warpgroup (takes effect with a register cap at entry: __launch_bounds__(threads, 1)).
