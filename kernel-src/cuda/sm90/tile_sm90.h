@@ -65,18 +65,18 @@ constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u;
 // by 4 R2UR before its wgmma: ~20% of the backward step's instructions at head dims 64 / 128. Taken where it was
 // measured faster (bwd_pipelined_sm90.h bwd_uniform_desc); the D = 128 backward was slower with it and the forward
 // mixed (RESULTS "Twenty-fourth session").
+template <int kRowBytes, bool kFromBase>
+__host__ __device__ __forceinline__ uint64_t step_desc(uint32_t tile, uint32_t off, uint32_t lbo_bytes) {
+  if constexpr (kFromBase) return desc_plus(make_desc(tile, lbo_bytes, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
+  return make_desc(tile + off, lbo_bytes, 8 * kRowBytes, swizzle_of(kRowBytes));
+}
 template <int kRowBytes, bool kFromBase = false>
 __host__ __device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
-  const int off = (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes;
-  if constexpr (kFromBase) return desc_plus(make_desc(tile, 16, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
-  return make_desc(tile + off, 16, 8 * kRowBytes, swizzle_of(kRowBytes));
+  return step_desc<kRowBytes, kFromBase>(tile, (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes, 16);
 }
 template <int kRowBytes, bool kFromBase = false>
 __host__ __device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
-  const int off = ks * 16 * kRowBytes;
-  if constexpr (kFromBase)
-    return desc_plus(make_desc(tile, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
-  return make_desc(tile + off, rows * kRowBytes, 8 * kRowBytes, swizzle_of(kRowBytes));
+  return step_desc<kRowBytes, kFromBase>(tile, ks * 16 * kRowBytes, rows * kRowBytes);
 }
 
 // Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
