@@ -263,12 +263,24 @@ struct Turns {
 // Consumer warpgroup cw (0 .. kConsumerWGs - 1): tile rows [64 cw, 64 cw + 64), GEMMs on its turns (Turns); within a
 // warpgroup the QK^T of the next block is issued before the P V of the current (Tr::kOverlapQkPv; else after it).
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
+// Forward kernels that build their wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
+// kFromBase, pipeline_sm90.h warpgroup_index), as the backward does at 64 / 256 since v4.6. With every forward kernel
+// so (RESULTS "Twenty-fourth session", H100): the mask-bits kernel at 64 -10% (ViT-B/16 with a [1,H,1,S] mask), raw
+// tiles at 64 -2 to -4% and at 256 -4%; the staged-bias two-CTA tile at 64 +2% (BEiT), the narrow raw tile at 128
+// +4% on 512 keys (Wan cross-attention). Candidate (branch fwd-uniform-desc, not yet timed on its own): head dims 64
+// and 256 without a staged tile.
+constexpr bool fwd_uniform_desc(int head_dim, int mode) {
+  return (head_dim == 64 || head_dim == 256) && mode != kTermsRawBias && mode != kTermsRawBiasMasked &&
+         mode != kTermsRawBiasPadded;
+}
+
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
                                         const unsigned char* smem_base, int cw, const PipeTile& tile, int kb, int t,
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
+  constexpr bool kBaseDesc = fwd_uniform_desc(DK, kMode);
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
@@ -286,8 +298,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, kmajor_step_desc<W>(qa, ks, BM), kmajor_step_desc<W>(ka, ks, BN),
-                     ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, kmajor_step_desc<W, kBaseDesc>(qa, ks, BM),
+                     kmajor_step_desc<W, kBaseDesc>(ka, ks, BN), ks > 0);
     }
     wgmma_commit();
   };
@@ -298,9 +310,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     for (int ks = 0; ks < NT / 2; ++ks) {
       if constexpr (Tr::kPInSmem)
         wgmma_ss<0, 1>(Int<DK>(), Elem(), acc_o[0], kmajor_step_desc<kSwizzleRowBytes>(sm.p(cw), ks, 64),
-                       nmajor_step_desc<W>(va, ks, BN), 1);
+                       nmajor_step_desc<W, kBaseDesc>(va, ks, BN), 1);
       else
-        wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W>(va, ks, BN), 1);
+        wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W, kBaseDesc>(va, ks, BN), 1);
     }
     wgmma_commit();
   };
@@ -360,8 +372,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < DK / 16; ++ks)
-        wgmma_ss<0, 0>(Int<TN>(), Elem(), s_t, kmajor_step_desc<W>(qa, ks, BM),
-                       kmajor_step_desc<W>(sm.k(stage(0)), ks, BN), ks > 0);
+        wgmma_ss<0, 0>(Int<TN>(), Elem(), s_t, kmajor_step_desc<W, kBaseDesc>(qa, ks, BM),
+                       kmajor_step_desc<W, kBaseDesc>(sm.k(stage(0)), ks, BN), ks > 0);
       wgmma_commit();
       turn.pass();
       wgmma_wait<0>();
@@ -669,7 +681,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     consume_stream<Tr, Elem, kMode>(P, sm, smem, wg - 1, warp, lane);
   } else {
     regs_alloc<kConsumerRegs>();
-    const int cw = wg - 1;
+    const int cw = fwd_uniform_desc(Tr::kHeadDim, kMode) ? warpgroup_index() - 1 : wg - 1;
     int kb = 0, t = 0;
     for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
       const PipeTile tile = decode_tile<BM, BN>(p, idx);
