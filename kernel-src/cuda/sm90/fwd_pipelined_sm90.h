@@ -264,14 +264,14 @@ struct Turns {
 // warpgroup the QK^T of the next block is issued before the P V of the current (Tr::kOverlapQkPv; else after it).
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
 // Forward kernels that build their wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
-// kFromBase, pipeline_sm90.h warpgroup_index), as the backward does at 64 / 256 since v4.6. With every forward kernel
-// so (RESULTS "Twenty-fourth session", H100): the mask-bits kernel at 64 -10% (ViT-B/16 with a [1,H,1,S] mask), raw
-// tiles at 64 -2 to -4% and at 256 -4%; the staged-bias two-CTA tile at 64 +2% (BEiT), the narrow raw tile at 128
-// +4% on 512 keys (Wan cross-attention). Candidate (branch fwd-uniform-desc, not yet timed on its own): head dims 64
-// and 256 without a staged tile.
+// kFromBase, pipeline_sm90.h warpgroup_index), as the backward does at 64 / 256 since v4.6: head dims 64 and 256, no
+// term or mask bits, where it was measured faster (v4.7, RESULTS "Twenty-fifth session", H100 kernel time, two runs
+// each: ViT-B/16-384 -4%, ViT-B/16 with a [1,H,1,S] bool mask -9%, T5 with a [B,H,S,S] bool mask -4%, dense S = 16k
+// D64 -1.6%, D256 -2.7%). Left out where it was slower: the row term (EVA-02's [1,H,1,S] key bias +5.5%), the staged
+// bias (BEiT +2%, "Twenty-fourth session"); at 128 it measured +4% (Wan cross-attention, twenty-fourth session) and
+// -1 to -3% (this session): no clear gain.
 constexpr bool fwd_uniform_desc(int head_dim, int mode) {
-  return (head_dim == 64 || head_dim == 256) && mode != kTermsRawBias && mode != kTermsRawBiasMasked &&
-         mode != kTermsRawBiasPadded;
+  return (head_dim == 64 || head_dim == 256) && (mode == kTermsRaw || mode == kTermsRawBits);
 }
 
 template <typename Tr, typename Elem, int kMode>
