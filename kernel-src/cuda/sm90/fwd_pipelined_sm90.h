@@ -265,11 +265,11 @@ struct Turns {
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
 // Forward kernels that build their wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
 // kFromBase, pipeline_sm90.h warpgroup_index), as the backward does at 64 / 256 since v4.6: head dims 64 and 256, no
-// term or mask bits, where it was measured faster (v4.7, RESULTS "Twenty-fifth session", H100 kernel time, two runs
-// each: ViT-B/16-384 -4%, ViT-B/16 with a [1,H,1,S] bool mask -9%, T5 with a [B,H,S,S] bool mask -4%, dense S = 16k
-// D64 -1.6%, D256 -2.7%). Left out where it was slower: the row term (EVA-02's [1,H,1,S] key bias +5.5%), the staged
-// bias (BEiT +2%, "Twenty-fourth session"); at 128 it measured +4% (Wan cross-attention, twenty-fourth session) and
-// -1 to -3% (this session): no clear gain.
+// term or mask bits, where it measured faster (RESULTS v4.7, H100 kernel time: ViT-B/16 with a [1,H,1,S] bool mask
+// -11%, T5 with a [B,H,S,S] bool mask -3%, ViT-B/16-384 -4.5%, dense S = 16k D64 -2.7%, D256 -5.7%). Left out where
+// it was slower: the row term (EVA-02's [1,H,1,S] key bias +5.5%), the staged bias (BEiT +2%, RESULTS "Twenty-fourth
+// session"); at 128 it measured +4% (Wan cross-attention, twenty-fourth session) and -1 to -3% (v4.7's session): no
+// clear gain. The general path was not measured with it.
 constexpr bool fwd_uniform_desc(int head_dim, int mode) {
   return (head_dim == 64 || head_dim == 256) && (mode == kTermsRaw || mode == kTermsRawBits);
 }
