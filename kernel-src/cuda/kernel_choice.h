@@ -510,7 +510,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   int stage = 0;
   if (v3_stageable(p.bias, p, dt) && p.mask.ptr == nullptr && p.scale > 0.f && Narrow::kBlockN % 64 == 0) {
     const int bytes = Narrow::kBlockM * Narrow::kBlockN * 2;
-    if (Narrow::kSmemBytes + Narrow::kStages * bytes <= dev.smem_optin) stage = bytes;
+    if (sm90::fwd_v3_smem<Narrow>(sm90::kTermsRawBias, bytes) <= dev.smem_optin) stage = bytes;
   }
   // Streamed tiles (FwdPipeStreamTilesSm90, consume_stream: one loop over a CTA's key blocks across its tiles).
   // fwd_v3_short: one key block sized to a short key set (the raw path takes every short tile; the row term and the
@@ -556,7 +556,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
         force.v3_tile == 5 || force.v3_tile == 7 || (force.v3_tile == 0 && two_ctas_pay(p, dev));
     if (staged_two_ctas && c.v3_terms == sm90::kTermsRawBias &&
         sm90::fwd_v3_two_ctas_stage_term(D) &&
-        TwoCtas::kSmemBytes + TwoCtas::kStages * two_ctas_stage <= dev.smem_optin / TwoCtas::kMinBlocks) {
+        sm90::fwd_v3_smem<TwoCtas>(sm90::kTermsRawBias, two_ctas_stage) <= dev.smem_optin / TwoCtas::kMinBlocks) {
       tile = two_ctas_tile;
       stage = two_ctas_stage;
     }

@@ -73,6 +73,38 @@ def test_causal_and_windows_unequal_lengths(kernel, Sq, Sk, window):
     fwd(kernel, qkv(2, Sq, Sk, 2, 64), **kwargs)
 
 
+# Many tiles per CTA (the persistent grid walks several), for every tile whose epilogue stages O in shared memory
+# (fwd_epilogue_sm90.h): each warp rewrites its slice tile after tile once its previous TMA store has read it. Rows
+# end inside a warp's 16 (Sq % 16 != 0) or a tile; 72 and 160 columns are clipped by the store's map.
+MANY_TILES = {
+    "two-cta-ragged": (None, (64, 12, 197, 197, 64), None),
+    "rows192": ("fwd_v3_rows192", (2, 16, 1500, 1500, 64), None),
+    "narrow64": ("fwd_v3_narrow", (4, 16, 700, 700, 64), None),
+    "keys80-stream": (None, (8, 10, 1000, 77, 64), None),
+    "narrow128-cross512": (None, (2, 12, 3001, 512, 128), None),
+    "d72": (None, (8, 16, 250, 250, 72), None),
+    "d160": (None, (4, 8, 1000, 1000, 160), None),
+    "staged-bias-two-cta": (None, (32, 12, 197, 197, 64), "bias"),
+    "row-term128": (None, (4, 8, 1000, 1000, 128), "fmask"),  # (a float mask [B, 1, 1, S] as diffusers passes it)
+    "mask-bits64": (None, (32, 12, 197, 197, 64), "mask"),
+}
+
+
+@pytest.mark.parametrize("case", list(MANY_TILES))
+def test_many_tiles_per_cta(kernel, monkeypatch, case):
+    force, (B, H, Sq, Sk, D), term = MANY_TILES[case]
+    if force:
+        monkeypatch.setenv("WINATTN_FORCE_KERNEL", force)
+    inp = qkv(B, Sq, Sk, H, D, FP16 if B % 16 else BF16)
+    if term == "bias":
+        inp["bias"] = rand(1, H, Sq, Sk, dtype=inp["q"].dtype)
+    elif term == "fmask":
+        inp["bias"] = torch.where(torch.rand(B, 1, 1, Sk, device="cuda") > 0.2, 0.0, -10000.0).to(inp["q"].dtype)
+    elif term == "mask":
+        inp["mask"] = torch.rand(1, H, 1, Sk, device="cuda") > 0.3
+    fwd(kernel, inp)
+
+
 def test_fully_masked_rows_give_zero(kernel):
     B, S, H, D = 2, 300, 2, 128
     inp = qkv(B, S, S, H, D)

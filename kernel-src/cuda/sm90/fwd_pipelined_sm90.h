@@ -29,6 +29,7 @@
 #include "../score_mod.h"
 #include "../softmax.h"
 #include "../tile_io.h"
+#include "fwd_epilogue_sm90.h"
 #include "kernel_traits_sm90.h"
 #include "pipeline_sm90.h"
 #include "score_terms_sm90.h"
@@ -46,6 +47,7 @@ namespace sm90 {
 struct FwdPipeParams {
   KParams p;
   CUtensorMap tq, tk, tv, tb;
+  CUtensorMap to;  // O in 16-row boxes, where the epilogue stores through shared memory (fwd_v3_o_via_smem)
   int bias_stage_bytes = 0;
 };
 
@@ -106,6 +108,15 @@ struct PipeSmem {
   __device__ __forceinline__ uint32_t pad_bits(int s) const {
     if (kMode == kTermsRawBiasPadded) return base + kBars + kBarsUsed + s * Pad::kBytes;
     return row_term<kMode>(s) + Tr::kBlockN * 4;
+  }
+  // consumer warpgroup cw's [64 x D] output tile (fwd_v3_o_via_smem), past the term slots (term_bytes each: the
+  // staged tile's launch size, or the row slot)
+  template <int kMode>
+  __device__ __forceinline__ uint32_t o_tile(int cw, int bias_stage_bytes) const {
+    static_assert(row_bytes<kMode>() <= fwd_v3_term_slot_bound<Tr>(kMode) || !stages_row_term(kMode),
+                  "the row slots fit the bound of the shared-memory budget (kernel_traits_sm90.h)");
+    const int term_bytes = stages_row_term(kMode) ? row_bytes<kMode>() : bias_stage_bytes;
+    return base + kBias + round_up_1024(Tr::kStages * term_bytes) + cw * 64 * Tr::kHeadDim * 2;
   }
   // stage s's terms as generic pointers (smem: the address `base` names)
   template <int kMode>
@@ -460,10 +471,8 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   }
 
   // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
-  const int qr = lane >> 2, qc = (lane & 3) * 2;
-  write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, b, h, i0, wr, acc_o,
-                              reinterpret_cast<const float (&)[1][2]>(row_max),
-                              reinterpret_cast<const float (&)[1][2]>(row_sum), qr, qc);
+  write_tile_out<Elem, DK, fwd_v3_o_via_smem<Tr>(kMode)>(&P.to, p, sm.template o_tile<kMode>(cw, P.bias_stage_bytes),
+                                                         b, h, i0, wr, acc_o, row_max, row_sum, warp, lane);
 }
 
 // The consumers of streamed tiles (Tr::kStream): one loop over this CTA's key blocks, tile after tile, pipelined
@@ -487,7 +496,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
-  const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
+  const int wr = cw * 64 + (warp & 3) * 16;
+  const uint32_t o_tile = sm.template o_tile<kMode>(cw, P.bias_stage_bytes);
 
   // the first tile from index idx on (stride gridDim.x) that sees a key, the rows of those that see none written
   // on the way (by both consumer warpgroups, as consume's caller does); ntiles when there is none
@@ -602,9 +612,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     if (same) {  // rescale this tile's O to the new running max, then the next block's P
       rescale_o(acc_o, corr);
     } else {
-      write_out_rows<Elem, 1, DT>(static_cast<Elem*>(p.o), p, cur.b, cur.h, cur.m_block * BM, wr, acc_o,
-                                  reinterpret_cast<const float (&)[1][2]>(o_max),
-                                  reinterpret_cast<const float (&)[1][2]>(o_sum), qr, qc);
+      write_tile_out<Elem, DK, fwd_v3_o_via_smem<Tr>(kMode)>(&P.to, p, o_tile, cur.b, cur.h, cur.m_block * BM, wr,
+                                                             acc_o, o_max, o_sum, warp, lane);
       if (!more) break;
     }
     to_pfrag();
@@ -679,6 +688,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
   } else if constexpr (Tr::kStream) {
     regs_alloc<kConsumerRegs>();
     consume_stream<Tr, Elem, kMode>(P, sm, smem, wg - 1, warp, lane);
+    o_stores_read<fwd_v3_o_via_smem<Tr>(kMode)>(lane);
   } else {
     regs_alloc<kConsumerRegs>();
     const int cw = fwd_uniform_desc(Tr::kHeadDim, kMode) ? warpgroup_index() - 1 : wg - 1;
@@ -696,6 +706,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       kb += tile.n_hi - tile.n_lo;
       ++t;
     }
+    o_stores_read<fwd_v3_o_via_smem<Tr>(kMode)>(lane);
   }
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (fwd_sm90_ready)

@@ -1,5 +1,6 @@
 // Tile shapes of the Hopper (sm_90a) kernels. Host code (the planner) includes this without the kernels.
 #pragma once
+#include "../kernel_modes.h"
 #include "../kernel_params.h"
 
 namespace winattn {
@@ -49,6 +50,7 @@ struct FwdPipeShapeSm90 {
   // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
   static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kOBytes = kBlockM * kHeadDim * 2;  // the output tile, where it goes through shared memory
   // Q slots | K stages | V stages | P tiles, then (from a 1024-byte boundary: the staged bias tile's 128-byte
   // swizzle) the mbarriers' kilobyte
   static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + kPBytes + 1023) / 1024 * 1024;
@@ -66,6 +68,38 @@ template <int kHeadDim_, int kBlockN_, int kStages_, int kMinBlocks_>
 struct FwdPipeRaggedTraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, false, kMinBlocks_, 2> {
   static constexpr bool kRaggedFirst = true;
 };
+// Shared memory of a forward v3 CTA past Tr::kSmemBytes (PipeSmem, fwd_pipelined_sm90.h): from the end of the
+// mbarriers' kilobyte, kStages term slots of term_bytes each (the staged 16-bit tile, whose size the launch picks; or
+// the row slots of the stages_row modes), then, from the next 1024-byte boundary, the output tile where the
+// epilogue stages it (fwd_v3_o_via_smem). The launcher sizes its launch with fwd_v3_smem and the planner its choice
+// of staging, so the two agree.
+constexpr int kSm90SmemPerSm = 233472;  // 228 KB per SM, of which each resident CTA's 1 KB is reserved
+constexpr int round_up_1024(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+// The largest term slot mode kMode stages (the planner stages kBlockM x kBlockN 16-bit tiles; a row slot is
+// kBlockN fp32 values and at most 64 bytes of padding bits: PipeSmem::row_bytes, checked there).
+template <typename Tr>
+constexpr int fwd_v3_term_slot_bound(int mode) {
+  return mode == kTermsRawBias || mode == kTermsRawBiasMasked || mode == kTermsRawBiasPadded
+             ? Tr::kBlockM * Tr::kBlockN * 2
+         : stages_row(mode) ? Tr::kBlockN * 4 + 64
+                            : 0;
+}
+// The epilogue writes O through shared memory and one TMA store per warp and 32-column block (fwd_epilogue_sm90.h)
+// where the output tile fits beside everything else at the tile's CTAs per SM with the largest term it stages, at
+// head dims that are multiples of 32 (the 64-byte-swizzled column blocks); elsewhere (head dims 192 and 256, the wide
+// 176-key tile at 128, the staged tile at 128, the 16-column instances 48 / 80) each thread stores its fragment.
+template <typename Tr>
+constexpr bool fwd_v3_o_via_smem(int mode) {
+  return Tr::kRowBytes == 64 &&
+         Tr::kSmemBytes + round_up_1024(Tr::kStages * fwd_v3_term_slot_bound<Tr>(mode)) + Tr::kOBytes <=
+             kSm90SmemPerSm / Tr::kMinBlocks - 1024;
+}
+template <typename Tr>
+constexpr int fwd_v3_smem(int mode, int term_bytes) {
+  return Tr::kSmemBytes + (fwd_v3_o_via_smem<Tr>(mode) ? round_up_1024(Tr::kStages * term_bytes) + Tr::kOBytes
+                                                        : Tr::kStages * term_bytes);
+}
+
 // Tiles per head dim (FA3's choices, hopper/tile_size.h, one size down where our terms need room): `narrow` for the
 // staged additive tile (whole 64-column boxes, kStages tiles of it next to Q / K / V) and the general path,
 // `wide` for the raw path (no term, key padding, causal / sliding window): fewer, longer key blocks.
