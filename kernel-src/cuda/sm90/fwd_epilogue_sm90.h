@@ -30,10 +30,9 @@ namespace sm90 {
 template <typename Elem, int DK>
 __device__ __forceinline__ void store_o_via_smem(const CUtensorMap* to, const KParams& p, uint32_t o_tile, int b,
                                                  int h, int i0, int wr, const float (&acc_o)[1][DK / 8][4],
-                                                 const float (&row_max)[2], const float (&row_sum)[2], int warp,
-                                                 int lane) {
+                                                 const float (&row_max)[2], const float (&row_sum)[2], int qr,
+                                                 int qc, int warp, int lane) {
   static_assert(DK % 32 == 0, "whole 32-column blocks");
-  const int qr = lane >> 2, qc = (lane & 3) * 2;
   float inv[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -76,20 +75,19 @@ __device__ __forceinline__ void o_stores_read(int lane) {
 }
 
 // The epilogue of one consumer warp: through shared memory where the kernel has the output tile (kViaSmem), else
-// each thread's fragment stored directly.
+// each thread's fragment stored directly. qr = lane / 4, qc = (lane % 4) * 2: the thread's row and first column in
+// each 16 x 8 tile (from the caller, where they were computed before: the kernels without the tile keep their SASS).
 template <typename Elem, int DK, bool kViaSmem>
 __device__ __forceinline__ void write_tile_out(const CUtensorMap* to, const KParams& p, uint32_t o_tile, int b, int h,
                                                int i0, int wr, const float (&acc_o)[1][DK / 8][4],
-                                               const float (&row_max)[2], const float (&row_sum)[2], int warp,
-                                               int lane) {
-  if constexpr (kViaSmem) {
-    store_o_via_smem<Elem, DK>(to, p, o_tile, b, h, i0, wr, acc_o, row_max, row_sum, warp, lane);
-  } else {
-    const int qr = lane >> 2, qc = (lane & 3) * 2;
+                                               const float (&row_max)[2], const float (&row_sum)[2], int qr, int qc,
+                                               int warp, int lane) {
+  if constexpr (kViaSmem)
+    store_o_via_smem<Elem, DK>(to, p, o_tile, b, h, i0, wr, acc_o, row_max, row_sum, qr, qc, warp, lane);
+  else
     write_out_rows<Elem, 1, DK / 8>(static_cast<Elem*>(p.o), p, b, h, i0, wr, acc_o,
                                     reinterpret_cast<const float (&)[1][2]>(row_max),
                                     reinterpret_cast<const float (&)[1][2]>(row_sum), qr, qc);
-  }
 }
 
 }  // namespace sm90

@@ -471,8 +471,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
   }
 
   // epilogue: normalize, write O and lse (empty and NaN rows: finalize_row, softmax.h)
+  const int qr = lane >> 2, qc = (lane & 3) * 2;
   write_tile_out<Elem, DK, fwd_v3_o_via_smem<Tr>(kMode)>(&P.to, p, sm.template o_tile<kMode>(cw, P.bias_stage_bytes),
-                                                         b, h, i0, wr, acc_o, row_max, row_sum, warp, lane);
+                                                         b, h, i0, wr, acc_o, row_max, row_sum, qr, qc, warp, lane);
 }
 
 // The consumers of streamed tiles (Tr::kStream): one loop over this CTA's key blocks, tile after tile, pipelined
@@ -496,7 +497,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
-  const int wr = cw * 64 + (warp & 3) * 16;
+  const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
   const uint32_t o_tile = sm.template o_tile<kMode>(cw, P.bias_stage_bytes);
 
   // the first tile from index idx on (stride gridDim.x) that sees a key, the rows of those that see none written
@@ -613,7 +614,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
       rescale_o(acc_o, corr);
     } else {
       write_tile_out<Elem, DK, fwd_v3_o_via_smem<Tr>(kMode)>(&P.to, p, o_tile, cur.b, cur.h, cur.m_block * BM, wr,
-                                                             acc_o, o_max, o_sum, warp, lane);
+                                                             acc_o, o_max, o_sum, qr, qc, warp, lane);
       if (!more) break;
     }
     to_pfrag();
