@@ -466,6 +466,16 @@ inline bool rows192_pays(const KParams& p, const DeviceCaps& dev) {
   const long tiles = long(div_up(p.Sq, 192)) * p.H * p.B;
   return p.Sq >= kRows192OtherMinLen && p.Sk >= kRows192OtherMinLen && tiles >= long(kRows192MinTilesPerSm) * dev.sms;
 }
+// Streamed 128-key tiles (consume_stream: the next tile's first Q K^T beside this one's last P V) for a short key set
+// at head dims 65-128 without a band or key padding: with the epilogue's O stored by TMA (v4.8) a tile of up to four
+// key blocks spends a large share at its boundaries, which streaming overlaps. H100 kernel time, same process, against
+// the narrow tile (RESULTS v4.8): Wan 2.1's cross-attention (512 keys, 128) 0.225 -> 0.207 ms, DiT-XL/2-256 (256
+// keys, 72 on the 96 instance) 0.117 -> 0.114; slower from eight blocks on (SD 1.5's 1024 tokens at 80 0.056 ->
+// 0.061, SDXL's at 64 0.059 -> 0.064, Flux 0.400 -> 0.439). Head dim 64 keeps the two-CTA tile there.
+constexpr int kStreamMaxKeys = 512;
+inline bool stream_pays(const KParams& p) {
+  return p.D > 64 && p.D <= 128 && p.Sk > kShortMaxKeys && p.Sk <= kStreamMaxKeys && !p.has_band && p.kp == nullptr;
+}
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
 // 0.790 vs 0.778, where the last 176-key block is mostly padding)
@@ -518,7 +528,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // benchmarks/kernel_time.py: SD 1.5 cross-attention to 77 tokens 0.057 vs 0.079 ms, SDXL 0.038 vs 0.055; PixArt's
   // 120 and the row / bits rows at or above the narrow tile, RESULTS v3.9). The 208-key tile stays forced only:
   // ViT-B/16 (197 keys) 0.140 ms against the narrow tile's 0.148 and the two-CTA tile's 0.114 (RESULTS v4.0).
-  // fwd_v3_stream (128-key blocks for any key set) likewise: Flux 0.442 vs 0.416 ms, SD 1.5 32x32 0.061 vs 0.057.
+  // fwd_v3_stream (128-key blocks for any key set): the table's for 129-512 keys at head dims 65-128 (stream_pays);
+  // slower on longer key sets: Flux 0.442 vs 0.416 ms, SD 1.5 32x32 0.061 vs 0.057 (v3.9).
   const bool keys128 = !std::is_same<Keys128, Narrow>::value && p.Sk <= Keys128::kBlockN;
   const int short_tile = !std::is_same<Keys80, Narrow>::value && p.Sk <= Keys80::kBlockN     ? sm90::kV3Keys80
                          : keys128                                                           ? sm90::kV3Keys128
@@ -579,7 +590,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
     c.v3_terms = sm90::kTermsRaw;
     if (want_short)
       tile = short_tile;
-    else if (force.v3_tile == 4 && !std::is_same<Stream, Narrow>::value)
+    else if (!std::is_same<Stream, Narrow>::value && (force.v3_tile == 4 || (force.v3_tile == 0 && stream_pays(p))))
       tile = sm90::kV3Stream;
     else if (raw_two_ctas)
       tile = two_ctas_tile;

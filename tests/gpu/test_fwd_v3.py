@@ -75,14 +75,16 @@ def test_causal_and_windows_unequal_lengths(kernel, Sq, Sk, window):
 
 # Many tiles per CTA (the persistent grid walks several), for every tile whose epilogue stages O in shared memory
 # (fwd_epilogue_sm90.h): each warp rewrites its slice tile after tile once its previous TMA store has read it. Rows
-# end inside a warp's 16 (Sq % 16 != 0) or a tile; 72 and 160 columns are clipped by the store's map.
+# end inside a warp's 16 (Sq % 16 != 0) or a tile; 72 and 160 columns are clipped by the store's map. (The table
+# takes the streamed tile for 129-512 keys at head dims 65-128, the narrow one forced beside it.)
 MANY_TILES = {
     "two-cta-ragged": (None, (64, 12, 197, 197, 64), None),
     "rows192": ("fwd_v3_rows192", (2, 16, 1500, 1500, 64), None),
     "narrow64": ("fwd_v3_narrow", (4, 16, 700, 700, 64), None),
     "keys80-stream": (None, (8, 10, 1000, 77, 64), None),
-    "narrow128-cross512": (None, (2, 12, 3001, 512, 128), None),
-    "d72": (None, (8, 16, 250, 250, 72), None),
+    "stream128-cross512": (None, (2, 12, 3001, 512, 128), None),
+    "stream96-d72": (None, (8, 16, 250, 250, 72), None),
+    "narrow128-cross512": ("fwd_v3_narrow", (2, 12, 3001, 512, 128), None),
     "d160": (None, (4, 8, 1000, 1000, 160), None),
     "staged-bias-two-cta": (None, (32, 12, 197, 197, 64), "bias"),
     "row-term128": (None, (4, 8, 1000, 1000, 128), "fmask"),  # (a float mask [B, 1, 1, S] as diffusers passes it)

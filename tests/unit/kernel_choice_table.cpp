@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   add(make("decode Sq2 Sk1000 GQA 8/2 D64", 4, 2, 1000, 8, 2, 64));
   add(make("speculative Sq4 GQA 32/8 (16 rows)", 4, 4, 8192, 32, 8, 128));
   add(make("dit-xl D72 S256", 32, 256, 256, 16, 16, 72));
+  add(make("wan cross Sk512 D128", 1, 32760, 512, 12, 12, 128));
   add(make("sd15 D40 S4096", 4, 4096, 4096, 8, 8, 40));
   add(make("pixart self D72 S4096", 4, 4096, 4096, 16, 16, 72));
   // short sequences

@@ -278,7 +278,7 @@ def test_fine_head_dims_run_on_the_16_column_instances(table_exe):
     there; other head dims are refused with the reason. The table takes the forward's 48 and the backward's 96
     (measured: RESULTS v4.3); the forward's 80 stays forced only."""
     for shape, want in [
-        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent d80 | bwd_v3 d96"),
+        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent streamed d80 | bwd_v3 d96"),
         ("sd15 D40 S4096", "fwd_v3 128x128 terms=raw persistent d48 | bwd_v3 d64"),
         ("pixart cross Sk120 kp", "fwd_v3 128x128 terms=row+padding persistent one-block d80"),
         ("pixart cross Sk120 float mask [B,1,1,S]", "fwd_v3 128x128 terms=row persistent one-block d80"),
