@@ -468,10 +468,11 @@ inline bool rows192_pays(const KParams& p, const DeviceCaps& dev) {
 }
 // Streamed 128-key tiles (consume_stream: the next tile's first Q K^T beside this one's last P V) for a short key set
 // at head dims 65-128 without a band or key padding: with the epilogue's O stored by TMA (v4.8) a tile of up to four
-// key blocks spends a large share at its boundaries, which streaming overlaps. H100 kernel time, same process, against
-// the narrow tile (RESULTS v4.8): Wan 2.1's cross-attention (512 keys, 128) 0.225 -> 0.207 ms, DiT-XL/2-256 (256
-// keys, 72 on the 96 instance) 0.117 -> 0.114; slower from eight blocks on (SD 1.5's 1024 tokens at 80 0.056 ->
-// 0.061, SDXL's at 64 0.059 -> 0.064, Flux 0.400 -> 0.439). Head dim 64 keeps the two-CTA tile there.
+// key blocks spends a large share at its boundaries, which streaming overlaps. H100 kernel time against the narrow
+// tile (RESULTS v4.8): Wan 2.1's cross-attention (512 keys, 128) 0.225 -> 0.207 ms forced in one process, 0.225 /
+// 0.214 -> 0.218 / 0.212 as the table's choice in two rounds of another; DiT-XL/2-256 (256 keys, 72 on the 96
+// instance) 0.117 -> 0.114, 0.118 / 0.117 -> 0.115 / 0.115; slower from eight blocks on (SD 1.5's 1024 tokens at 80
+// 0.056 -> 0.061, SDXL's at 64 0.059 -> 0.064, Flux 0.400 -> 0.439). Head dim 64 keeps the two-CTA tile there.
 constexpr int kStreamMaxKeys = 512;
 inline bool stream_pays(const KParams& p) {
   return p.D > 64 && p.D <= 128 && p.Sk > kShortMaxKeys && p.Sk <= kStreamMaxKeys && !p.has_band && p.kp == nullptr;
