@@ -14,7 +14,7 @@ $(STAMP): requirements/base.txt requirements/integrations.txt requirements/fastv
 	@echo "make setup: creating $(VENV)/ with pinned dependencies, once: about 1.6 GB installed, 3-4 minutes on the"
 	@echo "  2-core CI machine with its local wheels (longer where pip downloads them); five steps:"
 	@test -x $(PY) || python3 -m venv $(VENV)
-	@echo "  [1/5] torch 2.13.0 (CPU), kernels 0.17.2, huggingface_hub 2.4.0, model-signing, kernel-abi-check, pytest"
+	@echo "  [1/5] torch 2.13.0 (CPU), kernels 0.17.2, huggingface_hub 2.4.0, model-signing, kernel-abi-check, pytest(-xdist)"
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements/base.txt 2>&1 | grep -v "^WARNING: Location" || true
 	@echo "  [2/5] diffusers 0.42.1, timm 1.0.31, torchvision 0.28.0 (integration targets)"
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -r requirements/integrations.txt 2>&1 | grep -v "^WARNING: Location" || true
@@ -28,7 +28,7 @@ $(STAMP): requirements/base.txt requirements/integrations.txt requirements/fastv
 	@# (winattn/integrations/torchvision_hook.py) so that timm/diffusers snippets run as written.
 	@$(PY) -m winattn.integrations.torchvision_hook install >/dev/null
 	@echo "  [5/5] checking that everything imports"
-	@$(PY) -c "import torch, kernels, huggingface_hub, model_signing, winattn.integrations._torchvision_shim, diffusers, timm, importlib.util as u; assert u.find_spec('fastvideo'); assert torch.__version__.startswith('2.13.0')"
+	@$(PY) -c "import torch, kernels, huggingface_hub, model_signing, xdist, winattn.integrations._torchvision_shim, diffusers, timm, importlib.util as u; assert u.find_spec('fastvideo'); assert torch.__version__.startswith('2.13.0')"
 	@if ! command -v nix-instantiate >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "  (and Debian's nix-bin, only to check that flake.nix parses)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin) >/dev/null 2>&1 \
@@ -43,8 +43,13 @@ build: setup
 build-cuda: setup
 	$(PY) -m winattn build --backend cuda $(if $(CUDA_ARCHS),--cuda-archs $(CUDA_ARCHS))
 
+# Two pytest-xdist workers, one per core of the 2-core CI machine: in one process the suite kept one core busy at
+# best (most of it waits on child processes, servers and compiles) and left the other to the nice'd CUDA compile;
+# 453 s -> 325 s of pytest. Whole files go to a worker (module fixtures are built once), the longest files first
+# (tests/conftest.py); the CUDA compile runs once, started by xdist's controller. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 demo: setup
 	$(PY) -m winattn demo

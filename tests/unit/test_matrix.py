@@ -23,7 +23,7 @@ from winattn._build.config import load_config
 from winattn.build import _check_fatbin, build, compile_sources, kernel_cuda_caps
 from winattn.errors import BuildError
 
-from .ci_cuda_units import CI_CUDA_UNITS, compile_units
+from .ci_cuda_units import CI_CUDA_UNITS, compile_units, early_compile
 from .test_build import MACHINE, REPO_ROOT, make_tree
 
 HAS_NVCC = _tc.find_cuda(required=False) is not None
@@ -391,7 +391,7 @@ def test_real_cuda_sources_compile_for_one_arch(request, tmp_path):
     covered = {re.sub(r"_hdim\d+", "", Path(s).stem) for s in CI_CUDA_UNITS}
     assert families <= covered, f"kernel families CI does not compile: {sorted(families - covered)}"
 
-    early = getattr(request.config, "_ci_cuda_compile", None)  # (obj dir, process) from tests/conftest.py
+    early = early_compile(request.config)  # (obj dir, process) started by tests/conftest.py
     if early is not None:
         obj_root, proc = early
         rc = proc.wait()
