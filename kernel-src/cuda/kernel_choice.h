@@ -336,6 +336,7 @@ struct FwdChoice {
   int v3_tile = sm90::kV3Narrow;  // the raw path's tile (sm90::V3Tile)
   bool v3_persistent = false;
   int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
+  bool v3_o_tma = false;         // the epilogue stores O through shared memory and TMA (fwd_v3_o_via_smem)
   // decode: the keys' split and the partial rows' workspace
   int decode_splits = 1, decode_chunk = 0;
   int64_t decode_part_bytes = 0;
@@ -623,16 +624,23 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
   c.v3_tile = tile;
   c.v3_stage_bytes = stage;
-  c.block_m = tile == sm90::kV3Rows192 ? Rows192::kBlockM : Narrow::kBlockM;
-  c.block_n = tile == sm90::kV3Wide              ? Wide::kBlockN
-              : tile == sm90::kV3Keys80          ? Keys80::kBlockN
-              : tile == sm90::kV3Keys128         ? Keys128::kBlockN
-              : tile == sm90::kV3Keys208         ? Keys208::kBlockN
-              : tile == sm90::kV3Stream          ? Stream::kBlockN
-              : tile == sm90::kV3TwoCtas         ? TwoCtas::kBlockN
-              : tile == sm90::kV3TwoCtasRagged   ? Ragged::kBlockN
-              : tile == sm90::kV3Rows192         ? Rows192::kBlockN
-                                                 : Narrow::kBlockN;
+  // what the launch will run (launch_sm90.h run_fwd_pipelined_sm90 maps tile and terms to the same traits)
+  auto with_traits = [&](auto f) {
+    switch (tile) {
+      case sm90::kV3Wide: return f(Wide{});
+      case sm90::kV3Keys80: return f(Keys80{});
+      case sm90::kV3Keys128: return f(Keys128{});
+      case sm90::kV3Keys208: return f(Keys208{});
+      case sm90::kV3Stream: return f(Stream{});
+      case sm90::kV3TwoCtas: return f(TwoCtas{});
+      case sm90::kV3TwoCtasRagged: return f(Ragged{});
+      case sm90::kV3Rows192: return f(Rows192{});
+      default: return f(Narrow{});
+    }
+  };
+  c.block_m = with_traits([](auto tr) { return decltype(tr)::kBlockM; });
+  c.block_n = with_traits([](auto tr) { return decltype(tr)::kBlockN; });
+  c.v3_o_tma = with_traits([&](auto tr) { return sm90::fwd_v3_o_via_smem<decltype(tr)>(c.v3_terms); });
   c.kernel = FwdKernel::kV3;
   c.p = p;
   c.comb = comb;

@@ -112,6 +112,7 @@ std::string describe_fwd(const FwdChoice& c) {
                                                          : "");
     s += buf;
     if (c.dk != kernel_head_dim(c.p.D)) s += " d" + std::to_string(c.dk);  // (the 16-column instances)
+    if (c.v3_o_tma) s += " o-tma";  // (O through shared memory and TMA stores: fwd_epilogue_sm90.h)
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;

@@ -162,6 +162,32 @@ def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
                  reason="streamed tiles take the no-term path")
 
 
+def test_streamed_tile_takes_129_to_512_keys_at_head_dims_65_to_128(table_exe):
+    """stream_pays (v4.8): Wan 2.1's cross-attention to 512 keys and DiT-XL/2-256's 256 at 72 stream; eight key
+    blocks or more, head dim 64 (the two-CTA tile), a band or key padding do not."""
+    table = run_table(table_exe).stdout.split("## ")[1]
+    h200 = {line.split("|")[0].strip(): line for line in table.splitlines()[1:]}
+    for shape in ["wan cross Sk512 D128", "dit-xl D72 S256"]:
+        assert "terms=raw persistent streamed" in h200[shape], h200[shape]
+    for shape in ["sdxl self S1024 D64 B4", "flux S4608 D128", "vit-b S197 D64", "fp16 S2048 D96"]:
+        assert "streamed" not in h200[shape], h200[shape]
+
+
+def test_output_goes_through_tma_where_the_tile_has_room(table_exe):
+    """fwd_v3_o_via_smem (v4.8): the epilogue stages O in shared memory for a TMA store on every forward v3 tile with
+    room beside its stages and terms; not the 176-key wide tile or the staged tile at 128, not at 256, not on the
+    16-column instances (48 / 80)."""
+    table = run_table(table_exe).stdout.split("## ")[1]
+    h200 = {line.split("|")[0].strip(): line for line in table.splitlines()[1:]}
+    for shape in ["flux S4608 D128", "wan cross Sk512 D128", "cogvideox S17776 D64", "vit-b S197 D64",
+                  "sdxl cross Sk77 D64", "beit bias bf16 [1,H,N,N] N197 grad", "dense bias bf16 [1,H,S,S] S4096 grad",
+                  "bool mask [B,1,1,S] S4096", "pixart self D72 S4096"]:
+        assert " o-tma" in h200[shape].split("|")[1], h200[shape]
+    for shape in ["wan S32760 D128", "S16k D256", "sd15 D40 S4096", "bias bf16 [1,H,S,S] S1024 D128 kp",
+                  "key bias [1,H,1,S] grad D256"]:
+        assert " o-tma" not in h200[shape].split("|")[1], h200[shape]
+
+
 def test_table_takes_the_two_cta_tile_for_vit_class_key_sets(table_exe):
     """Head dim 64 without a term: the two-CTA tile for 129-320 keys (ViT's 197, EVA's 257: 1.3x kernel time), and
     up to 1088 keys on calls of at least 8 tiles per SM (577-1025 keys: 4-18%; SDXL's 1024 keys in 640 tiles was
