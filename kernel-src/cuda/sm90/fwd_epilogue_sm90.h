@@ -67,8 +67,9 @@ __device__ __forceinline__ void store_o_via_smem(const CUtensorMap* to, const KP
   }
 }
 
-// A consumer warp's last TMA stores have read its slice, before the CTA's shared memory goes away (in the consumer
-// branch: live across the producer's, the test cost its 24 registers a spill)
+// A consumer warp's last TMA stores have read its slice, before the CTA's shared memory goes away. Called inside the
+// consumer branches: the same test after the producer / consumer split kept its operands live through the producer's
+// 24 registers, which spilled.
 template <bool kViaSmem>
 __device__ __forceinline__ void o_stores_read(int lane) {
   if (kViaSmem && lane == 0) bulk_wait_read<0>();

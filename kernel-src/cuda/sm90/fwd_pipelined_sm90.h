@@ -13,6 +13,8 @@
 //     block n+1 runs while the tensor cores do P V (two wgmma groups in flight; wgmma_wait<1>); not in the two-CTA
 //     tiles, whose 104 registers cannot hold S and P at once (Tr::kOverlapQkPv).
 //   * exp2 with the softmax scale folded into one FMA where the scores are still raw (no additive term).
+//   * the epilogue (fwd_epilogue_sm90.h): O through shared memory and one TMA store per warp and 32-column block
+//     where the tile has room for it (fwd_v3_o_via_smem), else each thread's fragment stores.
 //   * key blocks are visited from the last visible one down, so the tiles that need the sequence-end / causal
 //     mask come first; CTAs are ordered by (batch, head) and, within a head, longest query tile first (causal).
 // Tile layout: the 64-byte-swizzled [rows x 32] column blocks of tile_sm90.h, which TMA's SWIZZLE_64B writes
