@@ -4,7 +4,8 @@
 # has none of these, so each session runs this once, ~1 minute plus `make setup`):
 #   .whl/       the wheels the image lacks (kernels, diffusers, huggingface_hub 2.4 and its needs, timm 1.0.31, ...:
 #               bench_models.py's docstring), ~17 MB
-#   .whlmin/    kernels alone and its needs (~2 MB), for calls that carry much else (FA4's 40 MB half, two builds)
+#   .whlmin/    kernels and kernel-abi-check (a build's ABI check needs it) and their needs (~3 MB), for calls that
+#               carry much else (FA4's 40 MB half, two builds)
 #   .torchinc/  torch 2.13's include/ (~3.4 MB), for WINATTN_TORCH_INCLUDE: a 9.0-only build there takes ~2 minutes
 #   .base/      with BASE_REV: `git archive BASE_REV`, the baseline that scripts/gpu_ab.sh builds beside this tree
 # Usage: scripts/device_prepare.sh [BASE_REV] [--fa4]   (--fa4 also runs ../shared/device/fa4_wheels.sh: .fa4/1, .fa4/2)
@@ -22,7 +23,7 @@ done
 make -s setup
 ../shared/device/wheelhouse.sh kernel-abi-check==0.14.1 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 \
   truststore==0.10.5 click==8.5.1 hf-xet==1.8.0 timm==1.0.31 >/dev/null
-rm -rf .whlmin && mkdir -p .whlmin && cp .whl/kernels-* .whl/tomlkit-* .whl/importlib_metadata-* .whl/zipp-* .whlmin/
+rm -rf .whlmin && mkdir -p .whlmin && cp .whl/kernels-* .whl/kernel_abi_check-* .whl/tomlkit-* .whl/importlib_metadata-* .whl/zipp-* .whlmin/
 torch_dir=$(.venv/bin/python -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 mkdir -p .torchinc && tar cJf .torchinc/include.tar.xz -C "$torch_dir" include
 if [ -n "$base" ]; then

@@ -6,7 +6,7 @@ cd "$root"
 export PYTHONUNBUFFERED=1
 results=${RESULTS_DIR:-results}
 mkdir -p "$results"
-wheels=${WHL:-.whl}  # (WHL=.whlmin: kernels alone, for calls that carry much else; scripts/device_prepare.sh)
+wheels=${WHL:-.whl}  # (WHL=.whlmin: kernels and kernel-abi-check, for calls that carry much else; scripts/device_prepare.sh)
 if [ -d "$wheels" ] && ! python3 -c "import kernels" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheels"/*.whl && \
     export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
