@@ -111,14 +111,19 @@ struct PipeSmem {
     if (kMode == kTermsRawBiasPadded) return base + kBars + kBarsUsed + s * Pad::kBytes;
     return row_term<kMode>(s) + Tr::kBlockN * 4;
   }
-  // consumer warpgroup cw's [64 x D] output tile (fwd_v3_o_via_smem), past the term slots (term_bytes each: the
-  // staged tile's launch size, or the row slot)
+  // One stage's term slot past the mbarriers' kilobyte: the row slot, or the staged tile's launch size (0: none).
+  // The launch sizes its shared memory from it (fwd_v3_smem), so the kernel's layout and the launch agree.
+  template <int kMode>
+  __host__ __device__ static constexpr int term_slot_bytes(int bias_stage_bytes) {
+    static_assert(!stages_row_term(kMode) || row_bytes<kMode>() <= fwd_v3_term_slot_bound<Tr>(kMode),
+                  "the row slots fit the bound of the shared-memory budget (kernel_traits_sm90.h)");
+    return stages_row_term(kMode) ? row_bytes<kMode>() : bias_stage_bytes;
+  }
+  // consumer warpgroup cw's [64 x D] output tile (fwd_v3_o_via_smem), past the term slots
   template <int kMode>
   __device__ __forceinline__ uint32_t o_tile(int cw, int bias_stage_bytes) const {
-    static_assert(row_bytes<kMode>() <= fwd_v3_term_slot_bound<Tr>(kMode) || !stages_row_term(kMode),
-                  "the row slots fit the bound of the shared-memory budget (kernel_traits_sm90.h)");
-    const int term_bytes = stages_row_term(kMode) ? row_bytes<kMode>() : bias_stage_bytes;
-    return base + kBias + round_up_1024(Tr::kStages * term_bytes) + cw * 64 * Tr::kHeadDim * 2;
+    return base + kBias + round_up_1024(Tr::kStages * term_slot_bytes<kMode>(bias_stage_bytes)) +
+           cw * 64 * Tr::kHeadDim * 2;
   }
   // stage s's terms as generic pointers (smem: the address `base` names)
   template <int kMode>

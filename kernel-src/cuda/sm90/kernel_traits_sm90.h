@@ -50,7 +50,7 @@ struct FwdPipeShapeSm90 {
   // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
   static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kOBytes = kBlockM * kHeadDim * 2;  // the output tile, where it goes through shared memory
+  static constexpr int kOBytes = kQBytes;  // the output tile (a Q slot's shape), where it goes through shared memory
   // Q slots | K stages | V stages | P tiles, then (from a 1024-byte boundary: the staged bias tile's 128-byte
   // swizzle) the mbarriers' kilobyte
   static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + kPBytes + 1023) / 1024 * 1024;

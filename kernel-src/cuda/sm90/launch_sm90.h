@@ -228,9 +228,8 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
   if constexpr (sm90::fwd_v3_o_via_smem<Tr>(kMode))  // (each consumer warp stores its 16 rows: fwd_epilogue_sm90.h)
     P.to = sm90::cached_rows_map(p.o, p.B, p.Sq, p.H, p.D, p.o_sb, p.o_ss, p.o_sh, 16, 32);
   // (kTermsRawBiasPadded's padding bits live in the mbarriers' kilobyte: PipeSmem::pad_bits)
-  const int smem = sm90::fwd_v3_smem<Tr>(kMode, sm90::stages_row_term(kMode)
-                                                     ? sm90::PipeSmem<Tr>::template row_bytes<kMode>()
-                                                     : P.bias_stage_bytes);
+  const int smem =
+      sm90::fwd_v3_smem<Tr>(kMode, sm90::PipeSmem<Tr>::template term_slot_bytes<kMode>(P.bias_stage_bytes));
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
   const int64_t grid = persistent ? std::min<int64_t>(tiles, int64_t(sms) * Tr::kMinBlocks) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
