@@ -33,6 +33,12 @@ def run_table(exe: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
 
 
+def h200_choices(exe: Path) -> dict:
+    """shape name -> its line in the table's first section (the H200 with sm_90a code)."""
+    table = run_table(exe).stdout.split("## ")[1]
+    return {line.split("|")[0].strip(): line for line in table.splitlines()[1:]}
+
+
 def check_forced(exe: Path, name: str, takes=(), taken="", refuses=(), reason=""):
     """WINATTN_FORCE_KERNEL=name: each shape of `takes` prints the choice `taken`; each of `refuses` the error that
     names `reason` (a forced kernel that cannot take a call says why, it never falls back)."""
@@ -165,8 +171,7 @@ def test_streamed_tiles_take_the_no_term_path_at_three_head_dims(table_exe):
 def test_streamed_tile_takes_129_to_512_keys_at_head_dims_65_to_128(table_exe):
     """stream_pays (v4.8): Wan 2.1's cross-attention to 512 keys and DiT-XL/2-256's 256 at 72 stream; eight key
     blocks or more, head dim 64 (the two-CTA tile), a band or key padding do not."""
-    table = run_table(table_exe).stdout.split("## ")[1]
-    h200 = {line.split("|")[0].strip(): line for line in table.splitlines()[1:]}
+    h200 = h200_choices(table_exe)
     for shape in ["wan cross Sk512 D128", "dit-xl D72 S256"]:
         assert "terms=raw persistent streamed" in h200[shape], h200[shape]
     for shape in ["sdxl self S1024 D64 B4", "flux S4608 D128", "vit-b S197 D64", "fp16 S2048 D96"]:
@@ -177,8 +182,7 @@ def test_output_goes_through_tma_where_the_tile_has_room(table_exe):
     """fwd_v3_o_via_smem (v4.8): the epilogue stages O in shared memory for a TMA store on every forward v3 tile with
     room beside its stages and terms; not the 176-key wide tile or the staged tile at 128, not at 256, not on the
     16-column instances (48 / 80)."""
-    table = run_table(table_exe).stdout.split("## ")[1]
-    h200 = {line.split("|")[0].strip(): line for line in table.splitlines()[1:]}
+    h200 = h200_choices(table_exe)
     for shape in ["flux S4608 D128", "wan cross Sk512 D128", "cogvideox S17776 D64", "vit-b S197 D64",
                   "sdxl cross Sk77 D64", "beit bias bf16 [1,H,N,N] N197 grad", "dense bias bf16 [1,H,S,S] S4096 grad",
                   "bool mask [B,1,1,S] S4096", "pixart self D72 S4096"]:
@@ -315,7 +319,7 @@ def test_fine_head_dims_run_on_the_16_column_instances(table_exe):
     check_forced(table_exe, "fwd_v3_fine_dims", refuses=["flux S4608 D128", "vit-b S197 D64", "swin W7"],
                  reason="the 48 / 80 instances take head dims 33-48 and 65-80")
     table = run_table(table_exe).stdout
-    h200 = {line.split("|")[0].strip(): line for line in table.split("## ")[1].splitlines()[1:]}
+    h200 = h200_choices(table_exe)
     assert " d80" not in table and "fwd_v3 128x128 terms=raw persistent d48 " in h200["sd15 D40 S4096"], table
     # the backward's 16-column instance at 96 for 65-96, the table's (bwd_v3_fine_dims forces it)
     for shape, want in [("dit-xl D72 S256", "bwd_v3 d96 terms=none"),
