@@ -34,6 +34,11 @@ else
 fi
 export WINATTN_VARIANT_DIR=$new
 rc=0
+# a smoke run first, under a time limit: a kernel that hangs (a barrier experiment) would otherwise spend the call's
+# whole limit in the suite. sanitize_case.py's small cases reach every kernel path in a few seconds.
+timeout "${AB_SMOKE_S:-120}" python3 tests/gpu/sanitize_case.py "$new" > "$out/smoke.log" 2>&1
+s=$?; [ $s -eq 0 ] || { echo "smoke run failed (exit $s; 124: hung)"; tail -20 "$out/smoke.log"; exit 1; }
+lap "smoke"; rm -f "$out/smoke.log"
 # the suite and the sanitizers as gpu_check.sh runs them, into a folder of their own (gpu_check.sh would copy all of
 # its files to $OUT; a call returns 8), then the two logs this call returns
 check_steps=$(echo $(for s in $steps; do case $s in suite) echo tests;; sanitize) echo sanitize;; esac; done))
