@@ -77,7 +77,13 @@ __device__ __forceinline__ void store_dq_tile(const KParams& p, int b, int h, in
 // non-causal backward 5-13% slower (Flux-shaped, dense 16k, Wan cross-attention) with 19% fewer instructions, not
 // understood yet; at 96 it was within noise to 3% faster, left out until timed on its own. RESULTS "Twenty-fourth
 // session".
-constexpr bool bwd_uniform_desc(int head_dim) { return head_dim == 64 || head_dim == 256; }
+constexpr bool bwd_uniform_desc(int head_dim) { return head_dim == 64 || head_dim == 256 || head_dim == 128; }
+// EXPERIMENT (branch bwd-turns, not measured yet): the D = 128 backward's two consumer warpgroups take turns issuing
+// their GEMM phases (Turns, pipeline_sm90.h), as the forward's do: WG0 S^T / dP^T, WG1 S^T / dP^T, WG0 dV / dK / dQ,
+// WG1 dV / dK / dQ, ... so that one's P / dS work runs while the other's wgmma do, instead of both bursting at once
+// (the uniform descriptors' D = 128 profile, docs/hopper-backward-vs-fa3-fa4.md section 3). Deferred dQ, one batch,
+// dQ not resident (one tile per CTA: the first hand-over and the skipped last one are the tile's).
+constexpr bool bwd_turns(int head_dim) { return head_dim == 128; }
 // The consumer warpgroup's index, 0 or 1 (wg - 1 from threadIdx.x, or read from lane 0 where bwd_uniform_desc).
 template <typename Tr>
 __device__ __forceinline__ int bwd_consumer_index(int wg) {
@@ -217,6 +223,10 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   int prev_b = 0, prev_h = 0, prev_m = 0;
 
   const int cnt = t.m_hi - t.m_lo;
+  constexpr bool turns = bwd_turns(DK) && defer && kDq != kBwdDqResident;
+  const Turns<2> turn{cw};
+  if constexpr (turns)
+    if (cnt > 0) turn.start(true);
   int it = it0, unit = 0;  // sub-steps (stages) and dbias tiles done
   for (int g = 0; g < p.hgroup; ++g) {
     const int h = t.hkv * p.hgroup + g;
@@ -237,6 +247,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
 
         // S^T = K Q^T, then dP^T = V dO^T in a second group: P is computed while dP is on the tensor cores
         float acc_s[NTQ][4], acc_dp[NTQ][4];
+        if constexpr (turns) turn.mine();
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks)
@@ -248,6 +259,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
           wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, kmajor_step_desc<W, kBaseDesc>(va, ks, BN),
                          kmajor_step_desc<W, kBaseDesc>(sm.dout(s), ks, BM), ks > 0);
         wgmma_commit();
+        if constexpr (turns) turn.pass();
         wgmma_wait<1>();
         fence_acc(acc_s);
 
@@ -349,6 +361,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         // step, or (deferred) of the step before. The deferred GEMM is issued in every step so the wgmma groups do
         // not depend on a branch, which made ptxas spill; in the first step it multiplies the unwritten third tile
         // and the result is dropped.
+        if constexpr (turns) turn.mine();
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks) {
@@ -358,6 +371,7 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         wgmma_commit();
         float acc_dq[DQT][4];
         issue_dq(defer ? ds_tile((it + 2) % 3) : sm.ds(buf), kb_dq, acc_dq);
+        if constexpr (turns) turn.pass_unless_last(g == p.hgroup - 1 && k == cnt - 1);
         wgmma_wait<1>();
         fence_acc(acc_dk[bi]);
         fence_acc(acc_dv[bi]);

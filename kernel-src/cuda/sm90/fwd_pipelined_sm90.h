@@ -258,26 +258,6 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][DT][4], const float 
   }
 }
 
-// FA3's ping-pong: the consumer warpgroups take turns issuing their GEMMs, round robin (named barrier kBarFwdTurn + cw:
-// "cw may issue"), so that the others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the
-// 128 threads that wait on it and the 128 of the warpgroup before that arrive.
-template <int kWGs>
-struct Turns {
-  int cw;
-  __device__ __forceinline__ void mine() const { named_sync(kBarFwdTurn + cw, 256); }
-  __device__ __forceinline__ void pass() const {
-    named_arrive(kBarFwdTurn + (kWGs == 2 ? 1 - cw : (cw + 1) % kWGs), 256);
-  }
-  // on the CTA's first tile the last warpgroup hands the first turn to warpgroup 0 before either issues
-  __device__ __forceinline__ void start(bool first_tile) const {
-    if (cw == kWGs - 1 && first_tile) pass();
-  }
-  // the CTA's last hand-over of the last warpgroup is skipped: warpgroup 0 has no turn left to wait for it
-  __device__ __forceinline__ void pass_unless_last(bool last) const {
-    if (cw != kWGs - 1 || !last) pass();
-  }
-};
-
 // Consumer warpgroup cw (0 .. kConsumerWGs - 1): tile rows [64 cw, 64 cw + 64), GEMMs on its turns (Turns); within a
 // warpgroup the QK^T of the next block is issued before the P V of the current (Tr::kOverlapQkPv; else after it).
 // kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).

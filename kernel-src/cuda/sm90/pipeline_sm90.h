@@ -159,6 +159,26 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// FA3's ping-pong (forward v3, and the backward where bwd_turns): the consumer warpgroups take turns issuing their
+// GEMMs, round robin (named barrier kBarFwdTurn + cw: "cw may issue"; free in the backward too), so that the others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the
+// 128 threads that wait on it and the 128 of the warpgroup before that arrive.
+template <int kWGs>
+struct Turns {
+  int cw;
+  __device__ __forceinline__ void mine() const { named_sync(kBarFwdTurn + cw, 256); }
+  __device__ __forceinline__ void pass() const {
+    named_arrive(kBarFwdTurn + (kWGs == 2 ? 1 - cw : (cw + 1) % kWGs), 256);
+  }
+  // on the CTA's first tile the last warpgroup hands the first turn to warpgroup 0 before either issues
+  __device__ __forceinline__ void start(bool first_tile) const {
+    if (cw == kWGs - 1 && first_tile) pass();
+  }
+  // the CTA's last hand-over of the last warpgroup is skipped: warpgroup 0 has no turn left to wait for it
+  __device__ __forceinline__ void pass_unless_last(bool last) const {
+    if (cw != kWGs - 1 || !last) pass();
+  }
+};
+
 }  // namespace sm90
 }  // namespace cuda
 }  // namespace winattn
