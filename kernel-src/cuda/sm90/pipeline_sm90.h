@@ -141,7 +141,8 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
 // are per CTA, so kernels reuse them); the wide-window backward numbers its per-chunk barriers itself
 // (bwd_windows_wide_sm90.h: staged / freed).
 enum NamedBarrier : int {
-  // forward v3 (fwd_pipelined_sm90.h): consumer warpgroup cw may issue its GEMMs (ping-pong), at kBarFwdTurn + cw
+  // forward v3 (fwd_pipelined_sm90.h) and the backward where bwd_turns: consumer warpgroup cw may issue its GEMMs
+  // (ping-pong, Turns), at kBarFwdTurn + cw (1, 2)
   kBarFwdTurn = 1,
   // ... and with P through shared memory (kPInSmem), warpgroup cw's P tile is written, at kBarFwdPWritten + cw
   kBarFwdPWritten = 4,
@@ -160,8 +161,9 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 }
 
 // FA3's ping-pong (forward v3, and the backward where bwd_turns): the consumer warpgroups take turns issuing their
-// GEMMs, round robin (named barrier kBarFwdTurn + cw: "cw may issue"; free in the backward too), so that the others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the
-// 128 threads that wait on it and the 128 of the warpgroup before that arrive.
+// GEMMs, round robin (named barrier kBarFwdTurn + cw: "cw may issue"; ids the backward leaves free), so that the
+// others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the 128 threads that wait on it and
+// the 128 of the warpgroup before that arrive.
 template <int kWGs>
 struct Turns {
   int cw;
