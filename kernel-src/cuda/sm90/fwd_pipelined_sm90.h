@@ -267,7 +267,8 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][DT][4], const float 
 // -11%, T5 with a [B,H,S,S] bool mask -3%, ViT-B/16-384 -4.5%, dense S = 16k D64 -2.7%, D256 -5.7%). Left out where
 // it was slower: the row term (EVA-02's [1,H,1,S] key bias +5.5%), the staged bias (BEiT +2%, RESULTS "Twenty-fourth
 // session"); at 128 it measured +4% (Wan cross-attention, twenty-fourth session) and -1 to -3% (v4.7's session): no
-// clear gain. The general path was not measured with it.
+// clear gain. The general path was not measured with it. The streamed tiles take it at every head dim (v4.9,
+// consume_stream).
 constexpr bool fwd_uniform_desc(int head_dim, int mode) {
   return (head_dim == 64 || head_dim == 256) && (mode == kTermsRaw || mode == kTermsRawBits);
 }
@@ -482,6 +483,10 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
                 "the general path has its own kernel");
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
+  // descriptors from one base per tile in uniform registers (tile_sm90.h kFromBase; the caller's cw is
+  // warpgroup_index()'s, warp-uniform) at every head dim the streamed tiles take: H100 kernel time Wan 2.1
+  // cross-attention -1 to -2%, DiT-XL/2 0 to -1% (RESULTS v4.9)
+  constexpr bool kBaseDesc = true;
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
   const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
@@ -514,8 +519,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, kmajor_step_desc<W>(qa, ks, BM), kmajor_step_desc<W>(ka, ks, BN),
-                     ks > 0);
+      wgmma_ss<0, 0>(Int<BN>(), Elem(), acc_s, kmajor_step_desc<W, kBaseDesc>(qa, ks, BM),
+                     kmajor_step_desc<W, kBaseDesc>(ka, ks, BN), ks > 0);
     }
     wgmma_commit();
   };
@@ -524,7 +529,8 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
-      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W>(va, ks, BN), ks > 0 || !first);
+      wgmma_rs<1>(Int<DK>(), Elem(), acc_o[0], pf[ks], nmajor_step_desc<W, kBaseDesc>(va, ks, BN),
+                  ks > 0 || !first);
     wgmma_commit();
   };
   // S of block n of `tile` (stage g % ST) -> its unnormalized P, the running row state and corr; a tile's first
@@ -675,7 +681,7 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     }
   } else if constexpr (Tr::kStream) {
     regs_alloc<kConsumerRegs>();
-    consume_stream<Tr, Elem, kMode>(P, sm, smem, wg - 1, warp, lane);
+    consume_stream<Tr, Elem, kMode>(P, sm, smem, warpgroup_index() - 1, warp, lane);
     o_stores_read<fwd_v3_o_via_smem<Tr>(kMode)>(lane);
   } else {
     regs_alloc<kConsumerRegs>();
