@@ -9,7 +9,8 @@
 #   .torchinc/  torch 2.13's include/ (~3.4 MB), for WINATTN_TORCH_INCLUDE: a 9.0-only build there takes ~2 minutes
 #   .base/      with BASE_REV: `git archive BASE_REV`, the baseline that scripts/gpu_ab.sh builds beside this tree
 # Usage: scripts/device_prepare.sh [BASE_REV] [--fa4]   (--fa4 also runs ../shared/device/fa4_wheels.sh: .fa4/1, .fa4/2)
-# Then, with the device tool (carry lists: .whl/.whlmin, .torchinc, .base, .ab): scripts/gpu_ab.sh, gpu_check.sh.
+# Then, with the device tool (carry lists: .whl/.whlmin, .torchinc, .base, .ab, .abv): scripts/gpu_ab.sh, gpu_check.sh,
+# gpu_variants.sh (variants built here).
 # A build made here runs on the device as it is and spends no device time: `.venv/bin/python -m winattn build
 # --backend cuda --cuda-archs 9.0` (~22 minutes on 2 cores), `tar cJf .ab/new.tar.xz build/<variant>` (~2 MB), carried
 # and unpacked there, WINATTN_VARIANT_DIR pointing at it (RESULTS v4.5: its last part was built so).
@@ -17,7 +18,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"
 base=""; fa4=0
 for a in "$@"; do [ "$a" = --fa4 ] && fa4=1 || base=$a; done
-for d in /.whl/ /.whlmin/ /.torchinc/ /.base/ /.ab/; do
+for d in /.whl/ /.whlmin/ /.torchinc/ /.base/ /.ab/ /.abv/; do
   grep -qxF "$d" .git/info/exclude || echo "$d" >> .git/info/exclude
 done
 make -s setup

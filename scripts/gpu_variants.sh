@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call that times variants built on the development machine against each other, with no build on the
+# device (a device call's minutes are the scarce ones; scripts/gpu_ab.sh builds two there, ~2-4 minutes). Each
+# variant travels as .abv/<name>.tar.xz (`tar cJf .abv/<name>.tar.xz build/<variant dir>`, ~2.5 MB; one full local
+# build takes ~25 minutes on 2 cores, and an experiment built after it in the same tree only its changed units:
+# kernel units do not depend on --unique-id). On the device: each unpacked, a timed smoke run of each (a hanging
+# experiment ends the call in two minutes), the GPU suite and the sanitizers on those in VARIANTS_CHECK, then
+# KT_ROUNDS rounds of kernel time (benchmarks/kernel_time.py, CUPTI) over all of them, each in its own process, in
+# the order given: what repeats across rounds is the variants', not the clocks'.
+#   VARIANTS        names of .abv/<name>.tar.xz, the baseline first (default: every tarball there, sorted)
+#   VARIANTS_CHECK  names to run the GPU suite and memcheck / racecheck on (default: none)
+#   KT_ROWS         bench_shapes.py rows or classes (default: short dense); KT_ROUNDS (default 2)
+#   KT_PEERS        peers timed beside the first variant in the first round (default: cudnn)
+# On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Writes kernel_time.txt and, per checked
+# variant, <name>_suite.log and <name>_sanitize.log to $OUT.
+set -uo pipefail
+WHL=${WHL:-.whlmin} source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
+out=${OUT:-$results/variants}; mkdir -p "$out"
+t0=$(date +%s); lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
+names=${VARIANTS:-$(cd .abv && ls *.tar.xz | sed 's/\.tar\.xz$//' | sort)}
+declare -A dir
+for n in $names; do
+  mkdir -p "/tmp/abv/$n" && tar xJf ".abv/$n.tar.xz" -C "/tmp/abv/$n" || { echo "cannot unpack .abv/$n.tar.xz"; exit 1; }
+  dir[$n]=$(dirname "$(ls -d /tmp/abv/$n/build/*/metadata.json | head -1)")
+  timeout "${SMOKE_S:-120}" python3 tests/gpu/sanitize_case.py "${dir[$n]}" > "/tmp/abv/$n.smoke.log" 2>&1
+  s=$?; [ $s -eq 0 ] || { echo "$n: smoke run failed (exit $s; 124: hung)"; tail -20 "/tmp/abv/$n.smoke.log"; exit 1; }
+done
+lap "unpacked, smoke runs"
+rc=0
+for n in ${VARIANTS_CHECK:-}; do
+  WINATTN_VARIANT_DIR="${dir[$n]}" python3 -m pytest -q tests/gpu tests/test_attention.py tests/test_random_calls.py \
+    -p no:cacheprovider > "$out/${n}_suite.log" 2>&1 || rc=1
+  echo "$n: $(tail -1 "$out/${n}_suite.log")"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
+      python3 tests/gpu/sanitize_case.py "${dir[$n]}" $tool > "/tmp/abv/$n.$tool.log" 2>&1 || rc=1
+    tail -n 3 "/tmp/abv/$n.$tool.log"
+  done > "$out/${n}_sanitize.log"
+  grep -h "SUMMARY" "$out/${n}_sanitize.log"
+  lap "$n checked"
+done
+peers=${KT_PEERS-cudnn}
+for round in $(seq "${KT_ROUNDS:-2}"); do
+  for n in $names; do
+    echo "#### $n (round $round)"
+    python3 benchmarks/kernel_time.py --variant "${dir[$n]}" --peers "$peers" --only ${KT_ROWS:-short dense}
+    peers=""
+  done
+done > "$out/kernel_time.txt" 2>&1 || rc=1
+lap "kernel time"; grep -v -i "warn\|dirty" "$out/kernel_time.txt" | cut -c1-120
+exit $rc
