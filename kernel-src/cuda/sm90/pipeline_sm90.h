@@ -142,8 +142,8 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
 // (bwd_windows_wide_sm90.h: staged / freed).
 enum NamedBarrier : int {
   // forward v3 (fwd_pipelined_sm90.h) and the backward where bwd_turns: consumer warpgroup cw may issue its GEMMs
-  // (ping-pong, Turns), at kBarFwdTurn + cw (1, 2)
-  kBarFwdTurn = 1,
+  // (ping-pong, Turns), at kBarTurn + cw (1, 2)
+  kBarTurn = 1,
   // ... and with P through shared memory (kPInSmem), warpgroup cw's P tile is written, at kBarFwdPWritten + cw
   kBarFwdPWritten = 4,
   // backward v3 (bwd_pipelined_sm90.h, bwd_split_d_sm90.h), the two consumer warpgroups (256 threads):
@@ -161,15 +161,15 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 }
 
 // FA3's ping-pong (forward v3, and the backward where bwd_turns): the consumer warpgroups take turns issuing their
-// GEMMs, round robin (named barrier kBarFwdTurn + cw: "cw may issue"; ids the backward leaves free), so that the
+// GEMMs, round robin (named barrier kBarTurn + cw: "cw may issue"; ids the backward leaves free), so that the
 // others' softmaxes run while one's wgmmas use the tensor cores. A barrier counts the 128 threads that wait on it and
 // the 128 of the warpgroup before that arrive.
 template <int kWGs>
 struct Turns {
   int cw;
-  __device__ __forceinline__ void mine() const { named_sync(kBarFwdTurn + cw, 256); }
+  __device__ __forceinline__ void mine() const { named_sync(kBarTurn + cw, 256); }
   __device__ __forceinline__ void pass() const {
-    named_arrive(kBarFwdTurn + (kWGs == 2 ? 1 - cw : (cw + 1) % kWGs), 256);
+    named_arrive(kBarTurn + (kWGs == 2 ? 1 - cw : (cw + 1) % kWGs), 256);
   }
   // on the CTA's first tile the last warpgroup hands the first turn to warpgroup 0 before either issues
   __device__ __forceinline__ void start(bool first_tile) const {
