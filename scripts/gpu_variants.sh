@@ -11,8 +11,11 @@
 #   VARIANTS_CHECK  names to run the GPU suite and memcheck / racecheck on (default: none)
 #   KT_ROWS         bench_shapes.py rows or classes (default: short dense); KT_ROUNDS (default 2)
 #   KT_PEERS        peers timed beside the first variant in the first round (default: cudnn)
+#   NCU             "name:row:kernel-regex ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of one
+#                   launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last
 # On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Writes kernel_time.txt and, per checked
-# variant, <name>_suite.log and <name>_sanitize.log to $OUT.
+# variant, <name>_suite.log and <name>_sanitize.log, per NCU entry <name>_<row>.txt (details) and .csv.xz (the
+# SASS source page with its stall samples) to $OUT: a call returns 8 files at most, so keep the lists short.
 set -uo pipefail
 WHL=${WHL:-.whlmin} source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
 out=${OUT:-$results/variants}; mkdir -p "$out"
@@ -48,4 +51,16 @@ for round in $(seq "${KT_ROUNDS:-2}"); do
   done
 done > "$out/kernel_time.txt" 2>&1 || rc=1
 lap "kernel time"; grep -v -i "warn\|dirty" "$out/kernel_time.txt" | cut -c1-120
+export PATH=$PATH:/usr/local/cuda/bin
+for spec in ${NCU:-}; do
+  IFS=: read -r n row kre <<< "$spec"
+  ncu --target-processes all --profile-from-start off -k "regex:$kre" -c 1 --section SpeedOfLight --section WarpStateStats \
+    --section SourceCounters --section LaunchStats --section Occupancy --import-source no -f -o "/tmp/abv/ncu_$n" \
+    python3 benchmarks/profile_shapes.py --variant "${dir[$n]}" --only "$row" > "/tmp/abv/ncu_$n.log" 2>&1 \
+    || { rc=1; tail -5 "/tmp/abv/ncu_$n.log"; continue; }
+  ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page details > "$out/${n}_$row.txt" 2>&1
+  ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page source --csv --print-source sass 2>/dev/null | xz -T0 > "$out/${n}_$row.csv.xz"
+  grep -E "Duration|SM Frequency|Registers Per|No Eligible|Executed Ipc A" "$out/${n}_$row.txt" | head -6
+  lap "ncu $n $row"
+done
 exit $rc
