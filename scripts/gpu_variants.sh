@@ -54,8 +54,9 @@ lap "kernel time"; grep -v -i "warn\|dirty" "$out/kernel_time.txt" | cut -c1-120
 export PATH=$PATH:/usr/local/cuda/bin
 for spec in ${NCU:-}; do
   IFS=: read -r n row kre <<< "$spec"
-  ncu --target-processes all --profile-from-start off -k "regex:$kre" -c 1 --section SpeedOfLight --section WarpStateStats \
-    --section SourceCounters --section LaunchStats --section Occupancy --import-source no -f -o "/tmp/abv/ncu_$n" \
+  ncu --target-processes all --profile-from-start off -k "regex:$kre" -c 1 --section SpeedOfLight \
+    --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy --import-source no \
+    -f -o "/tmp/abv/ncu_$n" \
     python3 benchmarks/profile_shapes.py --variant "${dir[$n]}" --only "$row" > "/tmp/abv/ncu_$n.log" 2>&1 \
     || { rc=1; tail -5 "/tmp/abv/ncu_$n.log"; continue; }
   ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page details > "$out/${n}_$row.txt" 2>&1
