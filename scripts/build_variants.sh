@@ -8,7 +8,8 @@
 # not depend on the unique id), ~2 minutes per unit.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"
-[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "the tree has changes: run this in a worktree of its own"; exit 1; }
+[ -z "$(git status --porcelain --untracked-files=no)" ] \
+  || { echo "the tree has changes: run this in a worktree of its own"; exit 1; }
 abv=${ABV_DIR:-.abv}; mkdir -p "$abv"
 py=${PYTHON:-.venv/bin/python}; [ -x "$py" ] || py=python3
 V=torch-stable-abi210-cu130-x86_64-linux

@@ -23,7 +23,8 @@ t0=$(date +%s); lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 names=${VARIANTS:-$(cd .abv && ls *.tar.xz | sed 's/\.tar\.xz$//' | sort)}
 declare -A dir
 for n in $names; do
-  mkdir -p "/tmp/abv/$n" && tar xJf ".abv/$n.tar.xz" -C "/tmp/abv/$n" || { echo "cannot unpack .abv/$n.tar.xz"; exit 1; }
+  mkdir -p "/tmp/abv/$n" && tar xJf ".abv/$n.tar.xz" -C "/tmp/abv/$n" \
+    || { echo "cannot unpack .abv/$n.tar.xz"; exit 1; }
   dir[$n]=$(dirname "$(ls -d /tmp/abv/$n/build/*/metadata.json | head -1)")
   timeout "${SMOKE_S:-120}" python3 tests/gpu/sanitize_case.py "${dir[$n]}" > "/tmp/abv/$n.smoke.log" 2>&1
   s=$?; [ $s -eq 0 ] || { echo "$n: smoke run failed (exit $s; 124: hung)"; tail -20 "/tmp/abv/$n.smoke.log"; exit 1; }
@@ -60,7 +61,8 @@ for spec in ${NCU:-}; do
     python3 benchmarks/profile_shapes.py --variant "${dir[$n]}" --only "$row" > "/tmp/abv/ncu_$n.log" 2>&1 \
     || { rc=1; tail -5 "/tmp/abv/ncu_$n.log"; continue; }
   ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page details > "$out/${n}_$row.txt" 2>&1
-  ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page source --csv --print-source sass 2>/dev/null | xz -T0 > "$out/${n}_$row.csv.xz"
+  ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page source --csv --print-source sass 2>/dev/null \
+    | xz -T0 > "$out/${n}_$row.csv.xz"
   grep -E "Duration|SM Frequency|Registers Per|No Eligible|Executed Ipc A" "$out/${n}_$row.txt" | head -6
   lap "ncu $n $row"
 done
