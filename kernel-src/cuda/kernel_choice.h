@@ -484,15 +484,16 @@ constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key seque
 template <int D>
 std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,
                            const Forced& force) {
-  using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
-  using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
-  using Keys80 = typename sm90::FwdPipeStreamTilesSm90<D>::keys80;
-  using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
-  using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
-  using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
-  using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
-  using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
-  using Ragged = typename sm90::FwdPipeRaggedTileSm90<D>::type;
+  using Tiles = sm90::FwdV3Tiles<D>;
+  using Narrow = typename Tiles::Narrow;
+  using Wide = typename Tiles::Wide;
+  using Keys80 = typename Tiles::Keys80;
+  using Keys128 = typename Tiles::Keys128;
+  using Keys208 = typename Tiles::Keys208;
+  using Stream = typename Tiles::Stream;
+  using TwoCtas = typename Tiles::TwoCtas;
+  using Rows192 = typename Tiles::Rows192;
+  using Ragged = typename Tiles::Ragged;
   const int dt = dtype_code(fp.dtype);
   KParams p = user;
   CombPlan comb;
@@ -624,23 +625,10 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
   c.v3_tile = tile;
   c.v3_stage_bytes = stage;
-  // what the launch will run (launch_sm90.h run_fwd_pipelined_sm90 maps tile and terms to the same traits)
-  auto with_traits = [&](auto f) {
-    switch (tile) {
-      case sm90::kV3Wide: return f(Wide{});
-      case sm90::kV3Keys80: return f(Keys80{});
-      case sm90::kV3Keys128: return f(Keys128{});
-      case sm90::kV3Keys208: return f(Keys208{});
-      case sm90::kV3Stream: return f(Stream{});
-      case sm90::kV3TwoCtas: return f(TwoCtas{});
-      case sm90::kV3TwoCtasRagged: return f(Ragged{});
-      case sm90::kV3Rows192: return f(Rows192{});
-      default: return f(Narrow{});
-    }
-  };
-  c.block_m = with_traits([](auto tr) { return decltype(tr)::kBlockM; });
-  c.block_n = with_traits([](auto tr) { return decltype(tr)::kBlockN; });
-  c.v3_o_tma = with_traits([&](auto tr) { return sm90::fwd_v3_o_via_smem<decltype(tr)>(c.v3_terms); });
+  // what the launch will run (launch_sm90.h run_fwd_pipelined_sm90 takes the tile's traits from the same list)
+  c.block_m = Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockM; });
+  c.block_n = Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockN; });
+  c.v3_o_tma = Tiles::visit(tile, [&](auto tr) { return sm90::fwd_v3_o_via_smem<decltype(tr)>(c.v3_terms); });
   c.kernel = FwdKernel::kV3;
   c.p = p;
   c.comb = comb;

@@ -250,6 +250,37 @@ template <> struct FwdPipeStreamTilesSm90<128> {
   using any = FwdPipeTraitsSm90<128, 128, 2, true>;
 };
 
+// Forward v3's tiles at head-dim instance D by name, and the traits of a planned tile (V3Tile): one list for the
+// planner (kernel_choice.h, which reads the tile's shape and epilogue from them) and the launcher (launch_sm90.h,
+// which instantiates the kernel of each tile and term mode), so the two cannot disagree on what a tile is.
+template <int D>
+struct FwdV3Tiles {
+  using Narrow = typename FwdPipeTraitsSm90For<D>::narrow;
+  using Wide = typename FwdPipeTraitsSm90For<D>::wide;
+  using Keys80 = typename FwdPipeStreamTilesSm90<D>::keys80;
+  using Keys128 = typename FwdPipeStreamTilesSm90<D>::keys128;
+  using Keys208 = typename FwdPipeStreamTilesSm90<D>::keys208;
+  using Stream = typename FwdPipeStreamTilesSm90<D>::any;
+  using TwoCtas = typename FwdPipeTwoCtasTileSm90<D>::type;
+  using Rows192 = typename FwdPipeRows192TileSm90<D>::type;
+  using Ragged = typename FwdPipeRaggedTileSm90<D>::type;
+  // f(Traits{}) for the traits of `tile`
+  template <typename F>
+  static auto visit(int tile, F f) {
+    switch (tile) {
+      case kV3Wide: return f(Wide{});
+      case kV3Keys80: return f(Keys80{});
+      case kV3Keys128: return f(Keys128{});
+      case kV3Keys208: return f(Keys208{});
+      case kV3Stream: return f(Stream{});
+      case kV3TwoCtas: return f(TwoCtas{});
+      case kV3TwoCtasRagged: return f(Ragged{});
+      case kV3Rows192: return f(Rows192{});
+      default: return f(Narrow{});
+    }
+  }
+};
+
 // Pipelined backward v3 (bwd_pipelined_sm90.h): a producer warpgroup and two consumer warpgroups of 64 keys each
 // (kBlockN = 128 keys resident per CTA), query blocks of kBlockM streaming through kStages TMA stages. Shared memory:
 // K, V | stages of Q, dO (+ lse, delta) | dS^T double buffer | mbarriers; the staged bias tiles and the fp32 dBias

@@ -184,16 +184,7 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
 // Forward v3 (fwd_pipelined_sm90.h): picks the score-term mode and the tile, builds the Q / K / V (and bias) tensor
 // maps and launches one CTA per (batch, head, query tile of 128 rows, 192 for the 192-row tile).
 template <int D>
-struct FwdPipelinedSm90 {
-  using Narrow = typename sm90::FwdPipeTraitsSm90For<D>::narrow;
-  using Wide = typename sm90::FwdPipeTraitsSm90For<D>::wide;
-  using Keys80 = typename sm90::FwdPipeStreamTilesSm90<D>::keys80;
-  using Keys128 = typename sm90::FwdPipeStreamTilesSm90<D>::keys128;
-  using Keys208 = typename sm90::FwdPipeStreamTilesSm90<D>::keys208;
-  using Stream = typename sm90::FwdPipeStreamTilesSm90<D>::any;
-  using TwoCtas = typename sm90::FwdPipeTwoCtasTileSm90<D>::type;
-  using Rows192 = typename sm90::FwdPipeRows192TileSm90<D>::type;
-  using Ragged = typename sm90::FwdPipeRaggedTileSm90<D>::type;
+struct FwdPipelinedSm90 : sm90::FwdV3Tiles<D> {  // (the tiles by name: kernel_traits_sm90.h)
   using Fn = void (*)(sm90::FwdPipeParams);
   template <typename Tr, int kMode>
   static Fn pick_mode(int dtype) {
