@@ -905,14 +905,17 @@ std::string configure_bwd_v3(BwdV3Buffers& vb, const KParams& p, int dt, bool db
   // (the global-terms kernel checks p.term_hides itself: a branch per element is noise there)
   vb.hides = p.term_hides && (vb.terms == kBwdTermsStaged || vb.terms == kBwdTermsRow);
   // Pair mode when exactly two batches share each dbias element and no heads do, at head dim 64 (dK / dV of two
-  // batches fit the registers there only): H200, dense bias [1, 16, 4096, 4096] with B = 2: 2.06 vs 2.23 ms.
+  // batches fit the registers there only): H200, dense bias [1, 16, 4096, 4096] with B = 2: 2.06 vs 2.23 ms. The
+  // staged term only: the global-terms pair kernel spilled 80-89 bytes and ptxas serialized its 48 wgmma (one wait
+  // each: scripts/sass_check.py), and a call whose mask stays global (the fuzz reaches it) took it.
   vb.pair = false;
   vb.dbias_bufs = 1;
   // deferred dQ wherever no dbias tile is staged (not the split head-dim consumer: it has its own schedule)
   vb.defer = !Tr::kSplitD && (vb.dbias_mode == kDbiasNone || vb.dbias_mode == kDbiasAtomic);
   if (vb.dbias_mode == kDbiasStore || vb.dbias_mode == kDbiasReduce) {
     const bool shared = vb.dbias_mode == kDbiasReduce;
-    vb.pair = D == 64 && p.B == 2 * int64_t(vb.dbias_period) && vb.dbias_heads == p.H && !force.bwd_no_pair;
+    vb.pair = D == 64 && vb.terms == kBwdTermsStaged && p.B == 2 * int64_t(vb.dbias_period) &&
+              vb.dbias_heads == p.H && !force.bwd_no_pair;
     if (vb.pair || !shared) vb.dbias_mode = dbias16_ok ? kDbiasStore16 : kDbiasStore;
     if (vb.pair && bwd_v3_smem<Tr>(vb, 1) > dev.smem_optin) {
       vb.pair = false;

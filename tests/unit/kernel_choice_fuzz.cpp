@@ -733,7 +733,7 @@ int bwd_v3_smem_used(const BwdV3Buffers& v, int hgroup) {
   if (v.deep) return Deep::kSmemBytes + (Deep::kSplitD ? 0 : Deep::kDSBytes);
   const int read = bwd_terms_read(v.terms);
   const bool always_defer = read == kBwdTermsNone || read == kBwdTermsRow || read == kBwdTermsBits;
-  const bool pair_kernel = D == 64 && v.pair && read != kBwdTermsRow && read != kBwdTermsBits;
+  const bool pair_kernel = D == 64 && v.pair && read == kBwdTermsStaged;
   const bool defer = !Tr::kSplitD && !pair_kernel && (always_defer || v.defer);
   const int staged = v.terms == kBwdTermsStaged ? Tr::kStages * Tr::kBiasBytes : 0;
   int dbias = 0;
@@ -843,7 +843,7 @@ void check_bwd_v3(const Ctx& x, const BwdChoice& c) {
              !p.mbits || (c.mb_words % 4 == 0 && c.mb_words >= 2 * (v.sq_pad / kBwdV3BlockM) && !p.bias.ptr));
   check_bits(x, p, c.mb_words, true, bwd_workspace(c));
   x.s.expect("bwd_v3.comb_input_dtype", c.comb.bytes == 0 || c.comb.dtype == x.dt());
-  x.s.expect("bwd_v3.pair_instance", !v.pair || (bwd_terms_read(t) != kBwdTermsRow && t != kBwdTermsBits));
+  x.s.expect("bwd_v3.pair_instance", !v.pair || bwd_terms_read(t) == kBwdTermsStaged);
   check_bwd_v3_dbias(x, c);
   // <<<unsigned(ceil(Sk / BN) * Hkv * B)>>> (B / 2 in pair mode); dq_frag_convert <<<unsigned(B * H * sq_pad / 64)>>>
   if (x.runs(bwd_workspace(c)))

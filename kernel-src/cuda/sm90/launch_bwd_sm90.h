@@ -19,8 +19,8 @@ struct BwdPipelinedSm90 {
   template <typename T, typename Elem, int kTerms>
   static Fn pick_pair(bool pair, bool defer) {
     constexpr int kRead = bwd_terms_read(kTerms);
-    if constexpr (D == 64 && kRead != kBwdTermsRow && kRead != kBwdTermsBits)  // pair mode: dK / dV of two
-      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;  // batches fit at D = 64 (dbias)
+    if constexpr (D == 64 && kRead == kBwdTermsStaged)  // pair mode (the staged term): dK / dV of two batches fit
+      if (pair) return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, true, false>;  // at D = 64 (dbias)
     // (the split consumer has its own schedule; no dbias, so deferred dQ, without a term, with a row term or bits)
     if constexpr (T::kSplitD || kRead == kBwdTermsNone || kRead == kBwdTermsRow || kRead == kBwdTermsBits)
       return sm90::bwd_pipelined_kernel_sm90<T, Elem, kTerms, false, !T::kSplitD>;
