@@ -50,6 +50,8 @@
 // Key blocks whose keys are all padding (key padding) skip their work; causal / sliding-window bands visit only the
 // query blocks that see the key block (m_block_range).
 #pragma once
+#include <type_traits>
+
 #include "bwd_split_d_sm90.h"  // head dims past 128: the consumer that splits dK / dV / dQ by halves
 #include "bwd_v3_common_sm90.h"
 
@@ -111,6 +113,13 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   // queries over the whole head dim (DT n-tiles; Tr::kDqByQueryHalves)
   constexpr bool kQH = Tr::kDqByQueryHalves;
   constexpr int DQT = kQH ? DT : DTQ;
+  // lse read into registers before the S^T / dP^T GEMMs and delta before P (RowPairsInRegs), so that the softmax
+  // does not wait for shared memory (ncu, v4.9 D = 128: 10% of the samples stalled on those reads in it). H100
+  // backward kernel time, RESULTS v5.0: dense D = 128 16k -6%, causal -4%, Flux -6%, Wan cross -8%, DiT / PixArt
+  // (72 on the 96 instance) -5 to -8%. Only without a term and with 64 queries per step: with 128 per step and with
+  // the staged / global / row terms the 16-32 more live registers spilled (ptxas: 12-83 bytes), and with mask bits
+  // (no spill) the Llama-3 document-mask backward was 6% slower; those read them where used (RowPairsInSmem).
+  constexpr bool kStatsEarly = !kQH && kTerms == kBwdTermsNone;
   static_assert(!kQH || ((kDq == kBwdDqAccumulate || kDq == kBwdDqDirect) && KV == 1 && kTerms == kBwdTermsNone),
                 "128 queries: no term, dQ accumulated or stored directly");
   const KParams& p = P.p;
@@ -245,6 +254,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         uint2 key_bits[2] = {};
         if constexpr (kTerms == kBwdTermsBits) load_key_bits<BM>(key_bits, p, b, h, m, j0);
         mbar_wait(sm.full(s), uint32_t(it / ST) & 1u);
+        std::conditional_t<kStatsEarly, RowPairsInRegs<NTQ>, RowPairsInSmem> lse, delta;
+        lse.load(sm.lse(s), 0, qc);
 
         // S^T = K Q^T, then dP^T = V dO^T in a second group: P is computed while dP is on the tensor cores
         float acc_s[NTQ][4], acc_dp[NTQ][4];
@@ -265,11 +276,12 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         fence_acc(acc_s);
 
         // P^T (row = key j0 + 8 hf, column = query m * BM + nt * 8 + qc + e), then dS^T once dP^T is in
-        p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), sm.bias(s, P.bias_stage_bytes), bias_off,
-                                                 key_ok[bi], key_bits, b, h, m, t.n, j0, 0, qc);
+        delta.load(sm.delta(s), 0, qc);
+        p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, lse, sm.bias(s, P.bias_stage_bytes), bias_off, key_ok[bi],
+                                                 key_bits, b, h, m, t.n, j0, 0, qc);
         wgmma_wait<0>();
         fence_acc(acc_dp);
-        ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), 0, qc);
+        ds_from_dp<NTQ>(acc_dp, acc_s, delta);
         if constexpr (kTerms == kBwdTermsGlobal)
           if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane);
         if constexpr (kTerms == kBwdTermsRowKeyGrad)

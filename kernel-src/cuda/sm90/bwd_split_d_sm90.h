@@ -96,11 +96,14 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
       // P^T (row = key j0 + 8 hf, column = query m * BM + q0 + nt * 8 + qc + e), then dS^T once dP^T is in
       const int no_bias_off[2][2] = {};  // (no staged tile here, no mask bits)
       const uint2 no_bits[2] = {};
-      p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, sm.lse(s), 0, no_bias_off, key_ok, no_bits, b, h, m, t.n, j0,
-                                               q0, qc);
+      RowPairsInSmem lse, delta;
+      lse.load(sm.lse(s), q0, qc);
+      delta.load(sm.delta(s), q0, qc);
+      p_from_scores<Elem, kTerms, BM, BN, NTQ>(acc_s, p, lse, 0, no_bias_off, key_ok, no_bits, b, h, m, t.n, j0, q0,
+                                               qc);
       wgmma_wait<0>();
       fence_acc(acc_dp);
-      ds_from_dp<NTQ>(acc_dp, acc_s, sm.delta(s), q0, qc);
+      ds_from_dp<NTQ>(acc_dp, acc_s, delta);
       if constexpr (kTerms == kBwdTermsGlobal)
         if (P.dbias_mode == kDbiasAtomic) dbias_atomic_add<BM, NTQ>(P, acc_dp, b, h, m, j0, lane, q0);
 

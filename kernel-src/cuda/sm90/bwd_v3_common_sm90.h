@@ -196,18 +196,37 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
   return static_cast<float>(*reinterpret_cast<const Elem*>(&x));
 }
 
+// This thread's lse (or delta) entries of a stage, the queries q0 + nt * 8 + qc + (0, 1) (the columns of its
+// accumulator fragments), as p_from_scores / ds_from_dp read them ([nt]): from shared memory where used, or read
+// into registers by load() (the pipelined consumer's kStatsEarly: before its S^T GEMM, so that the softmax does not
+// wait for shared memory; ncu, v4.9 D = 128: 10% of the samples stalled on those reads there).
+struct RowPairsInSmem {
+  uint32_t a = 0;
+  __device__ __forceinline__ void load(uint32_t vec, int q0, int qc) { a = vec + (q0 + qc) * 4; }
+  __device__ __forceinline__ float2 operator[](int nt) const { return lds_f32x2(a + nt * 32); }
+};
+template <int NTQ>
+struct RowPairsInRegs {
+  float2 v[NTQ];
+  __device__ __forceinline__ void load(uint32_t vec, int q0, int qc) {
+#pragma unroll
+    for (int nt = 0; nt < NTQ; ++nt) v[nt] = lds_f32x2(vec + (q0 + nt * 8 + qc) * 4);
+  }
+  __device__ __forceinline__ float2 operator[](int nt) const { return v[nt]; }
+};
+
 // kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
 // broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
 // per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
 // The thread's P^T fragment, in place of its raw S^T (rows: keys j0 and j0 + 8; columns: queries
 // m * BM + q0 + nt * 8 + qc + e): the score terms (the staged 16-bit tile at sB + bias_off, or the additive term
 // and bool mask read from global memory), key visibility (key_ok), the band, and exp2 against lse (lse: this
-// stage's lse * log2(e) entries). Shared by both consumers.
+// thread's lse * log2(e) entries, RowPairsIn*). Shared by both consumers.
 // kBwdTermsBits: key_bits[hf], the query bits of key j0 + 8 hf in this query block (load_key_bits).
 // A -inf term folded from a bool mask hides its key (P = 0) whatever the score (score_mod.h add_term): the *Hiding
 // instances and the global-terms one check it (p.term_hides), the plain staged and row ones do not.
-template <typename Elem, int kTerms, int BM, int BN, int NTQ>
-__device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParams& p, uint32_t lse, uint32_t sB,
+template <typename Elem, int kTerms, int BM, int BN, int NTQ, typename Lse>
+__device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParams& p, const Lse& lse, uint32_t sB,
                                               const int (&bias_off)[2][2], const bool (&key_ok)[2],
                                               const uint2 (&key_bits)[2], int b, int h, int m, int n, int j0, int q0,
                                               int qc) {
@@ -236,7 +255,7 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
   const bool hides = p.term_hides;
 #pragma unroll
   for (int nt = 0; nt < NTQ; ++nt) {
-    const float2 l2 = lds_f32x2(lse + (q0 + nt * 8 + qc) * 4);
+    const float2 l2 = lse[nt];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
@@ -287,13 +306,12 @@ __device__ __forceinline__ void load_key_bits(uint2 (&bits)[2], const KParams& p
     bits[hf] = __ldg(reinterpret_cast<const uint2*>(plane + int64_t(min(j0 + 8 * hf, p.Sk - 1)) * p.mb_words + 2 * m));
 }
 
-// dS^T = P^T (dP^T - delta), in place of dP^T (delta: this stage's delta entries; q0, qc as above).
-template <int NTQ>
-__device__ __forceinline__ void ds_from_dp(float (&dp)[NTQ][4], const float (&pt)[NTQ][4], uint32_t delta, int q0,
-                                           int qc) {
+// dS^T = P^T (dP^T - delta), in place of dP^T (delta: this thread's delta entries, RowPairsIn*).
+template <int NTQ, typename Delta>
+__device__ __forceinline__ void ds_from_dp(float (&dp)[NTQ][4], const float (&pt)[NTQ][4], const Delta& delta) {
 #pragma unroll
   for (int nt = 0; nt < NTQ; ++nt) {
-    const float2 d2 = lds_f32x2(delta + (q0 + nt * 8 + qc) * 4);
+    const float2 d2 = delta[nt];
 #pragma unroll
     for (int x = 0; x < 4; ++x) dp[nt][x] = pt[nt][x] * (dp[nt][x] - ((x & 1) ? d2.y : d2.x));
   }
