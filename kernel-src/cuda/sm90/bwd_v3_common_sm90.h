@@ -198,8 +198,7 @@ __device__ __forceinline__ float half_to_float(uint16_t x) {
 
 // This thread's lse (or delta) entries of a stage, the queries q0 + nt * 8 + qc + (0, 1) (the columns of its
 // accumulator fragments), as p_from_scores / ds_from_dp read them ([nt]): from shared memory where used, or read
-// into registers by load() (the pipelined consumer's kStatsEarly: before its S^T GEMM, so that the softmax does not
-// wait for shared memory; ncu, v4.9 D = 128: 10% of the samples stalled on those reads there).
+// into registers by load() (the pipelined consumer's kStatsEarly says where and why).
 struct RowPairsInSmem {
   uint32_t a = 0;
   __device__ __forceinline__ void load(uint32_t vec, int q0, int qc) { a = vec + (q0 + qc) * 4; }
