@@ -12,7 +12,7 @@
 # Then, with the device tool (carry lists: .whl/.whlmin, .torchinc, .base, .ab, .abv): scripts/gpu_ab.sh, gpu_check.sh,
 # gpu_variants.sh (variants built here).
 # A build made here runs on the device as it is and spends no device time: `.venv/bin/python -m winattn build
-# --backend cuda --cuda-archs 9.0` (~22 minutes on 2 cores), `tar cJf .ab/new.tar.xz build/<variant>` (~2 MB), carried
+# --backend cuda --cuda-archs 9.0` (~6 minutes on 2 cores; scripts/build_variants.sh builds several), `tar cJf .ab/new.tar.xz build/<variant>` (~2 MB), carried
 # and unpacked there, WINATTN_VARIANT_DIR pointing at it (RESULTS v4.5: its last part was built so).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # One device call that times variants built on the development machine against each other, with no build on the
 # device (a device call's minutes are the scarce ones; scripts/gpu_ab.sh builds two there, ~2-4 minutes). Each
-# variant travels as .abv/<name>.tar.xz (`tar cJf .abv/<name>.tar.xz build/<variant dir>`, ~2.5 MB; one full local
-# build takes ~25 minutes on 2 cores, and an experiment built after it in the same tree only its changed units:
-# kernel units do not depend on --unique-id). On the device: each unpacked, a timed smoke run of each (a hanging
-# experiment ends the call in two minutes), the GPU suite and the sanitizers on those in VARIANTS_CHECK, then
+# variant travels as .abv/<name>.tar.xz, ~2.2 MB, made by scripts/build_variants.sh (which says what a build costs).
+# On the device: each unpacked, a timed smoke run of each (a hanging experiment ends the call in two minutes), the
+# GPU suite (~45 s) and the sanitizers on those in VARIANTS_CHECK (~2 minutes per variant in all), then
 # KT_ROUNDS rounds of kernel time (benchmarks/kernel_time.py, CUPTI) over all of them, each in its own process, in
 # the order given: what repeats across rounds is the variants', not the clocks'.
 #   VARIANTS        names of .abv/<name>.tar.xz, the baseline first (default: every tarball there, sorted)

@@ -41,15 +41,18 @@ class KernelSass:
         return self.wgmma > 4 and 4 * self.waits >= 3 * self.wgmma
 
 
+def functions(sass: str) -> list[tuple[str, str]]:
+    """(name, body) of each function of a `cuobjdump -sass` listing, in order (scripts/sass_diff.py and
+    scripts/sass_ctrl.py split listings with it too)."""
+    starts = list(_FUNCTION.finditer(sass))
+    return [(m.group(1), sass[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(sass)])
+            for i, m in enumerate(starts)]
+
+
 def kernels(sass: str) -> list[KernelSass]:
     """The kernels of a `cuobjdump -sass` listing, in order."""
-    starts = list(_FUNCTION.finditer(sass))
-    out = []
-    for i, m in enumerate(starts):
-        body = sass[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(sass)]
-        out.append(KernelSass(m.group(1), len(re.findall(r"\bHGMMA\.", body)),
-                              len(re.findall(r"\bWARPGROUP\.DEPBAR\b", body)), len(re.findall(r"\bSTL\b", body))))
-    return out
+    return [KernelSass(name, len(re.findall(r"\bHGMMA\.", body)), len(re.findall(r"\bWARPGROUP\.DEPBAR\b", body)),
+                       len(re.findall(r"\bSTL\b", body))) for name, body in functions(sass)]
 
 
 def sass_of(unit: str, arch: str, root: Path = ROOT) -> str:

@@ -21,7 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-_FUNCTION = re.compile(r"^\s*Function : (\S+)\s*$", re.M)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sass_check  # noqa: E402  (the listing's split into functions is its)
+
 _INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,6})\*/\s+(.*?)\s*;?\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
 _SECOND = re.compile(r"^\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
 NONE = 7  # (a 3-bit scoreboard field with no scoreboard)
@@ -58,11 +60,9 @@ def decode(addr: int, text: str, second: int) -> Instr:
 
 def kernel(listing: str, name_part: str) -> tuple[str, list[Instr]]:
     """The first function whose name contains name_part, decoded."""
-    starts = [(m.start(), m.group(1)) for m in _FUNCTION.finditer(listing)]
-    for i, (pos, name) in enumerate(starts):
+    for name, body in sass_check.functions(listing):
         if name_part in name:
-            end = starts[i + 1][0] if i + 1 < len(starts) else len(listing)
-            lines = listing[pos:end].splitlines()
+            lines = body.splitlines()
             out = []
             for j, line in enumerate(lines[:-1]):
                 m = _INSTR.match(line)

@@ -36,11 +36,8 @@ def instructions(sass: str, name_sub: tuple[str, str] | None = None) -> dict[str
     """Kernel name -> its instructions in order (the text between the address comment and the `;`). name_sub: a
     (regex, replacement) applied to the names, so that kernels renamed by a new template parameter pair up (v4.5's
     BwdPipeTraitsSm90<64, 3> -> <64, 3, 64>: `--name-sub 'ELi64EEE' 'EEE'`)."""
-    starts = list(sass_check._FUNCTION.finditer(sass))
     rename = (lambda n: re.sub(name_sub[0], name_sub[1], n)) if name_sub else (lambda n: n)
-    return {rename(m.group(1)): _INSTRUCTION.findall(sass[m.end():starts[i + 1].start() if i + 1 < len(starts)
-                                                          else len(sass)])
-            for i, m in enumerate(starts)}
+    return {rename(name): _INSTRUCTION.findall(body) for name, body in sass_check.functions(sass)}
 
 
 def moved(a: list[str], b: list[str]) -> int:
