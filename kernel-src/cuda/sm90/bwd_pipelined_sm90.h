@@ -347,13 +347,22 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         // stmatrix takes (thread t: row t / 4, columns 2 (t % 4) +0 / +1), and lane 8 k + r gives the address of row
         // r of block k; 4 instructions per step instead of 16 32-bit stores (EXPERIMENT: fewer LSU instructions
         // between the two GEMM phases and before the dQ adds)
+        // (not in pair mode: ptxas serialized that kernel's wgmma with it, 80 bytes of spills)
         const uint32_t sds = ds_tile(buf);
-        {
+        if constexpr (KV == 1) {
           const int blk = lane >> 3, ds_row = cw * 64 + wi * 16 + 8 * (blk & 1) + (lane & 7);
 #pragma unroll
           for (int ks = 0; ks < NTQ / 2; ++ks)
             stmatrix_x4(sds + tile_chunk_offset<BN>(ds_row, 2 * ks + (blk >> 1)), dsf[ks][0], dsf[ks][1], dsf[ks][2],
                         dsf[ks][3]);
+        } else {
+#pragma unroll
+          for (int ks = 0; ks < NTQ / 2; ++ks)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+              for (int u = 0; u < 2; ++u)  // afrag register (hf, u): rows + 8 hf, query chunk 2 ks + u
+                sts_u32(sds + tile_chunk_offset<BN>(key_row + 8 * hf, 2 * ks + u) + qc * 2, dsf[ks][2 * u + hf]);
         }
         fence_view_async_shared();
         if constexpr (defer) {
