@@ -64,18 +64,26 @@ __device__ __forceinline__ float to_log2(float x, Log2Units) { return x; }
 __device__ __forceinline__ float exp2_from(float s, float sc, float base) { return fast_exp2(fmaf(s, sc, -base)); }
 __device__ __forceinline__ float exp2_from(float s, Log2Units, float base) { return fast_exp2(s - base); }
 
+// Lazy rescaling (kLazy, the v3 forward; FA4's idea on Blackwell): a row keeps its exponent base, the old max, while
+// a block's max exceeds it by at most kLazySlackLog2, so that corr is exactly 1 and the caller skips rescaling O
+// where no row of the warp moved (rescale_o). Its probabilities then reach 2^8 = 256 at most: far from overflow in the
+// fp16 / bf16 P operand and the fp32 sums. Output and lse stay exact: row_max is then the base the sums were taken
+// against, which finalize_row uses (lse = base + log2(l)), not the true max.
+constexpr float kLazySlackLog2 = 8.f;
+
 // One online-softmax step: one key block, row half hf of an MMA accumulator fragment s (elements 2 hf, 2 hf + 1 of
 // each n-tile: row qr + 8 hf). It exists once because v1 / decode (OnlineSoftmax::update), v3 and the window forward
 // each wrote it, and the copies had drifted. Units: s * sc is log2 of the unnormalized probability (sc = scale *
 // log2(e) on raw Q K^T; Log2Units for scores already in log2 units); row_max is kept in log2 units. s becomes the
-// block's unnormalized probabilities 2^(s * sc - base), row_max the new max, row_sum (this thread's share) the
-// corrected running sum, corr the factor the caller multiplies the row's O accumulator by, 2^(old max - base).
+// block's unnormalized probabilities 2^(s * sc - base), row_max the new max (kLazy: the base), row_sum (this
+// thread's share) the corrected running sum, corr the factor the caller multiplies the row's O accumulator by,
+// 2^(old max - base).
 // kOnly: the row's only key block (the window forward): nothing carried in, corr = 1, and row_sum comes back whole
 // (reduced over the quad). Empty rows and NaN scores: the row policy above. The shape (one row half per call, corr
 // an out-parameter, kOnly's reduction here) is the one that left every caller's PTX as it was when the copies merged;
 // a returned corr swapped an FMA's operands in v3, and the reduction in the caller renumbered the window forward's
 // registers.
-template <bool kOnly = false, int NT, typename Scale>
+template <bool kOnly = false, bool kLazy = false, int NT, typename Scale>
 __device__ __forceinline__ void softmax_step(float (&s)[NT][4], int hf, Scale sc, float& row_max, float& row_sum,
                                              float& corr) {
   // in log2 units the old max joins the block's reduction; raw scores are reduced, scaled, then joined
@@ -84,9 +92,12 @@ __device__ __forceinline__ void softmax_step(float (&s)[NT][4], int hf, Scale sc
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
   mx = to_log2(quad_max(mx), sc);
-  const float m = kLog2 || kOnly ? mx : fmaxf(row_max, mx);
+  const float m_new = kLog2 || kOnly ? mx : fmaxf(row_max, mx);
+  // kLazy: the old base stays within the slack (false while row_max is -inf: the difference is +inf or NaN)
+  const bool keep = kLazy && !kOnly && m_new - row_max <= kLazySlackLog2;
+  const float m = keep ? row_max : m_new;
   const float base = softmax_base(m);
-  corr = kOnly ? 1.f : fast_exp2(row_max - base);
+  corr = kOnly || keep ? 1.f : fast_exp2(row_max - base);
   row_max = m;
   float sum = 0.f;
 #pragma unroll

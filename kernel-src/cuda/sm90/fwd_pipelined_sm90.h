@@ -245,10 +245,12 @@ __device__ __forceinline__ void produce_row_terms(const KParams& p, const PipeSm
   }
 }
 
-// O (one warpgroup's 64 x D accumulator fragment) to a new running max: corr[hf] scales rows qr + 8 hf
-// (softmax_step's correction factors)
-template <int DT>
+// O (one warpgroup's 64 x D accumulator fragment) to a new exponent base: corr[hf] scales rows qr + 8 hf
+// (softmax_step's correction factors). kLazy: skipped, warp by warp, where no row moved its base (lazy rescaling:
+// every corr is 1), which after a row's first blocks is most of them.
+template <bool kLazy, int DT>
 __device__ __forceinline__ void rescale_o(float (&acc_o)[1][DT][4], const float (&corr)[2]) {
+  if (kLazy && !__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) return;
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
     acc_o[0][dt][0] *= corr[0];
@@ -273,13 +275,19 @@ constexpr bool fwd_uniform_desc(int head_dim, int mode) {
   return (head_dim == 64 || head_dim == 256) && (mode == kTermsRaw || mode == kTermsRawBits);
 }
 
+// Lazy rescaling (softmax.h kLazySlackLog2) where it measured faster: head dim 256, whose O is the largest to
+// rescale (dense S = 16k forward 7.06 -> 6.58 ms, H200 kernel time, RESULTS v5.1), and the streamed tiles
+// (consume_stream: Wan 2.1 cross-attention 0.210 -> 0.200). Left out at 128 on the general path, where the same run
+// read +2 to +3% (dense S = 16k 7.11 -> 7.31 ms) and Llama-3 prefill +1%.
+constexpr bool fwd_lazy_rescale(int head_dim) { return head_dim == 256; }
+
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
                                         const unsigned char* smem_base, int cw, const PipeTile& tile, int kb, int t,
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
-  constexpr bool kBaseDesc = fwd_uniform_desc(DK, kMode);
+  constexpr bool kBaseDesc = fwd_uniform_desc(DK, kMode), kLazy = fwd_lazy_rescale(DK);
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
@@ -325,7 +333,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     if constexpr (kMode == kTermsRawBits)
       if (n > tile.n_lo) load_mask_bits<BN>(bits, p, b, h, i0, n - 1, wr, lane);
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) softmax_step(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
+    for (int hf = 0; hf < 2; ++hf) softmax_step<false, kLazy>(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
   };
   // P of this block as the A operand of its P V: in registers, or (Tr::kPInSmem) stored into the warpgroup's P tile,
   // visible to its wgmma once every warp of the warpgroup has stored (called after the P V that last read the tile
@@ -381,7 +389,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
           s_t, p, sm.template terms<kMode>(smem_base, stage(0), P.bias_stage_bytes), bits, b, h, m_block, n_hi - 1,
           wr, lane);
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) softmax_step(s_t, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
+      for (int hf = 0; hf < 2; ++hf) softmax_step<false, kLazy>(s_t, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
       release_k<kMode>(sm.k_empty(stage(0)), lane);
       float (&s3)[1][TNT][4] = reinterpret_cast<float (&)[1][TNT][4]>(acc_s);
       uint32_t (&pf3)[1][TNT / 2][4] = reinterpret_cast<uint32_t (&)[1][TNT / 2][4]>(pf);
@@ -442,7 +450,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
       terms(s, n);
       release_k<kMode>(sm.k_empty(s), lane);
     }
-    rescale_o(acc_o, corr);
+    rescale_o<kLazy>(acc_o, corr);
     to_pfrag();
   }
   release_warp(sm.q_empty(), lane);  // every Q K^T of this tile is done: the producer may load the next tile's Q
@@ -487,6 +495,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // warpgroup_index()'s, warp-uniform) at every head dim the streamed tiles take: H100 kernel time Wan 2.1
   // cross-attention -1 to -2%, DiT-XL/2 0 to -1% (RESULTS v4.9)
   constexpr bool kBaseDesc = true;
+  constexpr bool kLazy = true;  // lazy rescaling (fwd_lazy_rescale's note: Wan 2.1 cross-attention -5%)
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
   const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
@@ -547,7 +556,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) row_max[hf] = -INFINITY, row_sum[hf] = 0.f;
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) softmax_step(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
+    for (int hf = 0; hf < 2; ++hf) softmax_step<false, kLazy>(acc_s, hf, sc, row_max[hf], row_sum[hf], corr[hf]);
   };
   auto to_pfrag = [&]() {
     float (&s3)[1][NT][4] = reinterpret_cast<float (&)[1][NT][4]>(acc_s);
@@ -604,7 +613,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
     fence_frag(pf);
     release_warp(sm.v_empty(g % ST), lane);
     if (same) {  // rescale this tile's O to the new running max, then the next block's P
-      rescale_o(acc_o, corr);
+      rescale_o<kLazy>(acc_o, corr);
     } else {
       write_tile_out<Elem, DK, fwd_v3_o_via_smem<Tr>(kMode)>(&P.to, p, o_tile, cur.b, cur.h, cur.m_block * BM, wr,
                                                              acc_o, o_max, o_sum, qr, qc, warp, lane);
