@@ -343,13 +343,14 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         // dS^T -> shared (rows = keys, columns = queries): the M-major A operand of dQ = dS K
         if (defer && it > it0)  // the other's dS^T of it - 1
           named_sync(kBarBwdDsAnnounced + 2 * (1 - cw) + ((it - 1) & 1), 256);
-        // by stmatrix: afrag register 2 u + hf is the 8 x 8 block (keys + 8 hf, query chunk 2 ks + u), in the layout
-        // stmatrix takes (thread t: row t / 4, columns 2 (t % 4) +0 / +1), and lane 8 k + r gives the address of row
-        // r of block k; 4 instructions per step instead of 16 32-bit stores (EXPERIMENT: fewer LSU instructions
-        // between the two GEMM phases and before the dQ adds)
-        // (not in pair mode: ptxas serialized that kernel's wgmma with it, 80 bytes of spills)
+        // With mask bits, by stmatrix: afrag register 2 u + hf is the 8 x 8 block (keys + 8 hf, query chunk 2 ks + u),
+        // in the layout stmatrix takes (thread t: row t / 4, columns 2 (t % 4) +0 / +1), and lane 8 k + r gives the
+        // address of row r of block k; 4 instructions per step instead of 16 32-bit stores. Backward kernel time
+        // (RESULTS v5.1): Llama-3 document mask -3%, DiT-XL/2-512 with a mask -2.5% on both the H100 and the H200;
+        // without a term mixed (H100: dense D = 128 +1.7%, CogVideoX +2.6%), so those keep the stores. (Never in
+        // pair mode: ptxas serialized that kernel's wgmma with it, 80 bytes of spills.)
         const uint32_t sds = ds_tile(buf);
-        if constexpr (KV == 1) {
+        if constexpr (KV == 1 && kTerms == kBwdTermsBits) {
           const int blk = lane >> 3, ds_row = cw * 64 + wi * 16 + 8 * (blk & 1) + (lane & 7);
 #pragma unroll
           for (int ks = 0; ks < NTQ / 2; ++ks)
