@@ -480,9 +480,9 @@ inline bool stream_pays(const KParams& p) {
 }
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
-// 0.790 vs 0.778, where the last 176-key block is mostly padding); not with a causal / sliding-window band
-// (EXPERIMENT, twenty-eighth session: forced 128 x 128 on causal D = 128 16k 3.586 -> 3.508 ms, Llama-3 prefill 1.843
-// -> 1.808, one round of kernel time on an H100, RESULTS v5.0)
+// 0.790 vs 0.778, where the last 176-key block is mostly padding); not with a causal / sliding-window band, where
+// 128 x 128 measured faster (forward kernel time, RESULTS v5.1: Llama-3 prefill -7% and Mistral's window -6% on the
+// H200, Mistral -6% on the H100; causal D = 128 16k within the spread)
 template <int D>
 std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,
                            const Forced& force) {

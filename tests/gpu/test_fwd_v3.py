@@ -112,9 +112,10 @@ def test_many_tiles_per_cta(kernel, monkeypatch, case):
 # Lazy rescaling (kernel-src/cuda/softmax.h kLazySlackLog2; the kernels at head dim 256 and the streamed tiles take
 # it, fwd_pipelined_sm90.h fwd_lazy_rescale): a row keeps its exponent base while a key block raises its max by at
 # most 8 (log2 units), so P reaches 2^8 before O is rescaled, and O is rescaled only where a row of the warp moved its
-# base. The kernels without it run the same inputs as a control. The scores here rise block after block in the order v3 visits the blocks (the last one
-# first), at a different slope per query row (the rows of one warp decide differently): rises inside the slack, near
-# it, and a jump past it. The gradients check the lse the forward saved (its base is then not the row's max).
+# base. The kernels without it run the same inputs as a control. The scores here rise block after block in the order
+# v3 visits the blocks (the last one first), at a different slope per query row (the rows of one warp decide
+# differently): rises inside the slack, near it, and a jump past it. The saved lse is checked against float64's (its
+# base is then not the row's max).
 RISE_PER_32_KEYS = {"slow": 1.5, "near-slack": 3.9, "jump": None}
 
 
