@@ -72,22 +72,23 @@ __device__ __forceinline__ void store_dq_tile(const KParams& p, int b, int h, in
       p.Sq - r0, p.D - c0, lane);
 }
 
-// Head dims whose backward builds its wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
-// kFromBase, with the warp-uniform warpgroup_index): ptxas's D = 64 step ~20% fewer instructions, the kernel 10-12%
-// faster on the H100 (dense S = 16k, SDXL 4096 tokens), its 24 bytes of spills at 128 queries per step gone; the split
-// head dim at 256 3% faster (the uniform index alone: it builds its own descriptors). At 128 it was 5-13% slower
-// alone (both warpgroups then issued their wgmma bursts together, RESULTS v4.7's profile) and pays only with the
-// turns below, and so at 96 (each alone 0 to +3%, both -5%). RESULTS "Twenty-fourth session", v4.9, v5.0.
-constexpr bool bwd_uniform_desc(int head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256; }
 // Head dims whose two consumer warpgroups take turns issuing their GEMM phases (Turns, pipeline_sm90.h), as the
 // forward's do: WG0 S^T / dP^T, WG1 S^T / dP^T, WG0 dV / dK / dQ, WG1 dV / dK / dQ, ... so that one's P / dS work
 // runs while the other's wgmma do, instead of both bursting at once. Deferred dQ, one batch, dQ not resident (one
 // tile per CTA: the first hand-over and the skipped last one are the tile's); why it cannot deadlock:
 // docs/hopper-backward-vs-fa3-fa4.md section 3. H100 backward kernel time (RESULTS v4.9): at 128 with the uniform
-// descriptors causal 16k -10%, dense 16k -1 to -3%, Flux-shaped within noise; without them +6 to +11% (so both or
-// neither); at 64 -1 to -5% (SDXL 4096 tokens -5%); at 96 (DiT / PixArt, D = 72) 0 to +1.5% alone, -5% with the
-// uniform descriptors (RESULTS v5.0).
+// descriptors (below) causal 16k -10%, dense 16k -1 to -3%, Flux-shaped within noise; without them +6 to +11% (so
+// both or neither); at 64 -1 to -5% (SDXL 4096 tokens -5%); at 96 (DiT / PixArt, D = 72) 0 to +1.5% alone, -5% with
+// the uniform descriptors (RESULTS v5.0).
 constexpr bool bwd_turns(int head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
+// Head dims whose backward builds its wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
+// kFromBase, with the warp-uniform warpgroup_index): ptxas's D = 64 step ~20% fewer instructions, the kernel 10-12%
+// faster on the H100 (dense S = 16k, SDXL 4096 tokens), its 24 bytes of spills at 128 queries per step gone; the split
+// head dim at 256 3% faster (the uniform index alone: it builds its own descriptors). At 128 it was 5-13% slower
+// alone (both warpgroups then issued their wgmma bursts together, RESULTS v4.7's profile) and pays only with the
+// turns above, and so at 96 (each alone 0 to +3%, both -5%): wherever the turns are, and at 256. RESULTS
+// "Twenty-fourth session", v4.9, v5.0.
+constexpr bool bwd_uniform_desc(int head_dim) { return bwd_turns(head_dim) || head_dim == 256; }
 // The consumer warpgroup's index, 0 or 1 (wg - 1 from threadIdx.x, or read from lane 0 where bwd_uniform_desc).
 template <typename Tr>
 __device__ __forceinline__ int bwd_consumer_index(int wg) {
