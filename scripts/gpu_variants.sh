@@ -8,6 +8,7 @@
 # the order given: what repeats across rounds is the variants', not the clocks'.
 #   VARIANTS        names of .abv/<name>.tar.xz, the baseline first (default: every tarball there, sorted)
 #   VARIANTS_CHECK  names to run the GPU suite and memcheck / racecheck on (default: none)
+#   SANITIZE        0: the GPU suite only on those (a first screen of several variants in one call); default 1
 #   KT_ROWS         bench_shapes.py rows or classes (default: short dense); KT_ROUNDS (default 2)
 #   KT_PEERS        peers timed beside the first variant in the first round (default: cudnn)
 #   NCU             "name:row:kernel-regex ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of one
@@ -34,6 +35,7 @@ for n in ${VARIANTS_CHECK:-}; do
   WINATTN_VARIANT_DIR="${dir[$n]}" python3 -m pytest -q tests/gpu tests/test_attention.py tests/test_random_calls.py \
     -p no:cacheprovider > "$out/${n}_suite.log" 2>&1 || rc=1
   echo "$n: $(tail -1 "$out/${n}_suite.log")"
+  [ "${SANITIZE:-1}" = 0 ] && { lap "$n suite"; continue; }
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
       python3 tests/gpu/sanitize_case.py "${dir[$n]}" $tool > "/tmp/abv/$n.$tool.log" 2>&1 || rc=1
