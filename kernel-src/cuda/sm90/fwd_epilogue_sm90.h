@@ -2,8 +2,8 @@
 // written, and its lse.
 //
 // Through shared memory (fwd_v3_o_via_smem, kernel_traits_sm90.h): each consumer warp stores its 16 rows into its
-// slice of the warpgroup's output tile with stmatrix (the 64-byte-swizzled column blocks of tile_sm90.h, as Q
-// arrives) and its lane 0 hands them to one TMA store per 32-column block; the map (FwdPipeParams::to) clips rows
+// slice of the warpgroup's output tile with stmatrix (the 64-byte-swizzled 32-column blocks of tile_sm90.h,
+// whatever Q's blocks are) and its lane 0 hands them to one TMA store per 32-column block; the map (FwdPipeParams::to) clips rows
 // past Sq and columns past D. The warp goes on to its next tile at once: the store reads the slice asynchronously,
 // and lane 0 waits for that read (bulk_wait_read) only before the slice is written again or the CTA exits. Per warp,
 // not per warpgroup: a warp's slice needs no barrier but __syncwarp.

@@ -17,9 +17,10 @@
 //     where the tile has room for it (fwd_v3_o_via_smem), else each thread's fragment stores.
 //   * key blocks are visited from the last visible one down, so the tiles that need the sequence-end / causal
 //     mask come first; CTAs are ordered by (batch, head) and, within a head, longest query tile first (causal).
-// Tile layout: the 64-byte-swizzled [rows x 32] column blocks of tile_sm90.h, which TMA's SWIZZLE_64B writes
-// directly (one box per column block), or at head dims 48 and 80 the 32-byte-swizzled [rows x 16] ones (SWIZZLE_32B;
-// Tr::kRowBytes); rows past S and columns past D arrive as zeros.
+// Tile layout: the swizzled column blocks of tile_sm90.h, which TMA writes directly (one box per column block):
+// [rows x 64] with SWIZZLE_128B at head dims that are multiples of 64, [rows x 32] with SWIZZLE_64B at the other
+// multiples of 32, [rows x 16] with SWIZZLE_32B at 48 and 80 (Tr::kRowBytes); rows past S and columns past D arrive
+// as zeros.
 #pragma once
 #include <cuda.h>
 

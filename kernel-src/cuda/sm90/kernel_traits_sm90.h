@@ -46,9 +46,11 @@ struct FwdPipeShapeSm90 {
   // end only (FwdPipeRaggedTraitsSm90)
   static constexpr bool kRaggedFirst = false;
   static constexpr int kPBytes = kPInSmem ? kBlockM * kBlockN * 2 : 0;
-  // column blocks (tile_sm90.h): 32 columns (64-byte rows, the 64-byte swizzle) for head dims that are multiples of
-  // 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
-  static constexpr int kRowBytes = kHeadDim % 32 == 0 ? 64 : 32, kBlockCols = kRowBytes / 2;
+  // column blocks (tile_sm90.h): 64 columns (128-byte rows, the 128-byte swizzle: FA3 / FA4's, half the TMA boxes
+  // and whole 128-byte lines from L2) for head dims that are multiples of 64; 32 (64-byte rows, the 64-byte swizzle)
+  // for the other multiples of 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
+  static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 128 : kHeadDim % 32 == 0 ? 64 : 32;
+  static constexpr int kBlockCols = kRowBytes / 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOBytes = kQBytes;  // the output tile (a Q slot's shape), where it goes through shared memory
   // Q slots | K stages | V stages | P tiles, then (from a 1024-byte boundary: the staged bias tile's 128-byte
@@ -58,7 +60,7 @@ struct FwdPipeShapeSm90 {
   static_assert(kHeadDim % kBlockCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "whole column blocks, k16 steps");
   // every tile and column block starts on a swizzle atom (8 rows: 512 bytes at the 64-byte swizzle, 256 at the
   // 32-byte one); the 64-byte tiles keep the 1024-byte stages they were measured with
-  static_assert(kKVBytes % (kRowBytes == 64 ? 1024 : 256) == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
+  static_assert(kKVBytes % (kRowBytes >= 64 ? 1024 : 256) == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
 };
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int kMinBlocks_ = 1>
 struct FwdPipeTraitsSm90 : FwdPipeShapeSm90<kHeadDim_, kBlockN_, kStages_, kStream_, kMinBlocks_, 2> {};
@@ -90,7 +92,7 @@ constexpr int fwd_v3_term_slot_bound(int mode) {
 // 176-key tile at 128, the staged tile at 128, the 16-column instances 48 / 80) each thread stores its fragment.
 template <typename Tr>
 constexpr bool fwd_v3_o_via_smem(int mode) {
-  return Tr::kRowBytes == 64 &&
+  return Tr::kRowBytes >= 64 &&
          Tr::kSmemBytes + round_up_1024(Tr::kStages * fwd_v3_term_slot_bound<Tr>(mode)) + Tr::kOBytes <=
              kSm90SmemPerSm / Tr::kMinBlocks - 1024;
 }

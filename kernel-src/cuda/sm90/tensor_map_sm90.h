@@ -56,14 +56,16 @@ inline CUtensorMap encode_4d(const void* base, const cuuint64_t (&dims)[4], cons
 }
 
 // Map of a 16-bit [B, S, H, D] operand (strides in elements, each a multiple of 8: checked by the planner) read in
-// boxes of box_cols columns x box_rows rows: 32 columns with the 64-byte swizzle, or 16 with the 32-byte one
-// (tile_sm90.h: forward v3's head dims 48 and 80).
+// boxes of box_cols columns x box_rows rows: 64 columns with the 128-byte swizzle (forward v3 at head dims that are
+// multiples of 64), 32 with the 64-byte swizzle, or 16 with the 32-byte one (tile_sm90.h: forward v3's 48 and 80).
 inline CUtensorMap make_rows_map(const void* base, int B, int S, int H, int D, int64_t s_b, int64_t s_s, int64_t s_h,
                                  int box_rows, int box_cols = 32) {
   const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(S), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(s_s) * 2, cuuint64_t(s_h) * 2, cuuint64_t(s_b) * 2};  // bytes
   return encode_4d(base, dims, strides, box_cols, box_rows,
-                   box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B,
+                   box_cols == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+                   : box_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                    : CU_TENSOR_MAP_SWIZZLE_32B,
                    "a [" + std::to_string(B) + ", " + std::to_string(S) + ", " + std::to_string(H) + ", " +
                        std::to_string(D) + "] operand");
 }

@@ -14,6 +14,10 @@
 // SD 1.5's 40, DiT's and PixArt's 72) use column blocks of 16 instead: 32-byte rows, the PTX "32B swizzle" (bit 4 of
 // the address XOR bit 7, atoms of 8 rows = 256 bytes), the same descriptors with SBO = 256 and, for V, LBO = ROWS * 32
 // (FwdPipeShapeSm90::kRowBytes, make_rows_map's box_cols).
+// Forward v3 at head dims that are multiples of 64 uses column blocks of 64: 128-byte rows, the PTX "128B swizzle"
+// (bits [4,7) XOR bits [7,10), atoms of 8 rows = 1024 bytes), SBO = 1024 and, for V, LBO = ROWS * 128: FA3 / FA4's
+// layout, half the TMA boxes of the 32-column blocks and whole 128-byte lines from L2 (dense S = 16k forward
+// -2 to -6% at 64 / 128 / 256, H100 kernel time, RESULTS v5.2). The step descriptors below take any of the three.
 #pragma once
 #include "../utils.h"
 
@@ -35,7 +39,7 @@ __device__ __forceinline__ int tile_chunk_offset(int r, int c) {
 }
 
 // Matrix descriptor (PTX "matrix-descriptor-format"): start address, leading / stride byte offsets (16-byte units),
-// layout type 2 = 64-byte swizzle, 3 = 32-byte swizzle (swizzle_of(row bytes)).
+// layout type 1 = 128-byte swizzle, 2 = 64-byte swizzle, 3 = 32-byte swizzle (swizzle_of(row bytes)).
 __host__ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_bytes,
                                                        uint32_t sbo_bytes, uint32_t layout_type = 2) {
   uint64_t d = 0;
@@ -51,8 +55,8 @@ __host__ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint3
 __host__ __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t off) {
   return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (off >> 4));
 }
-// The descriptor layout type of a tile with `row_bytes`-byte rows (64: the 64-byte swizzle, 32: the 32-byte one).
-constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 64 ? 2u : 3u; }
+// The descriptor layout type of a tile with `row_bytes`-byte rows (128, 64, 32: the swizzle of that many bytes).
+constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 128 ? 1u : row_bytes == 64 ? 2u : 3u; }
 
 // The descriptors of k16 step ks over a [rows x D] tile of column blocks with kRowBytes-byte rows.
 // K-major (D is the GEMM's K: Q and K in S = Q K^T; the backward's K, V, Q, dO in S^T and dP^T): each row's 32 bytes
