@@ -17,7 +17,8 @@
 // Forward v3 at head dims that are multiples of 64 uses column blocks of 64: 128-byte rows, the PTX "128B swizzle"
 // (bits [4,7) XOR bits [7,10), atoms of 8 rows = 1024 bytes), SBO = 1024 and, for V, LBO = ROWS * 128: FA3 / FA4's
 // layout, half the TMA boxes of the 32-column blocks and whole 128-byte lines from L2 (dense S = 16k forward
-// -2 to -6% at 64 / 128 / 256, H100 kernel time, RESULTS v5.2). The step descriptors below take any of the three.
+// -2 to -3% at 64 / 128 / 256, Flux -2%, no row slower: H100 kernel time, RESULTS v5.2). The step descriptors below
+// take any of the three.
 #pragma once
 #include "../utils.h"
 
