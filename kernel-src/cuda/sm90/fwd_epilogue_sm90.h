@@ -3,10 +3,10 @@
 //
 // Through shared memory (fwd_v3_o_via_smem, kernel_traits_sm90.h): each consumer warp stores its 16 rows into its
 // slice of the warpgroup's output tile with stmatrix (the 64-byte-swizzled 32-column blocks of tile_sm90.h,
-// whatever Q's blocks are) and its lane 0 hands them to one TMA store per 32-column block; the map (FwdPipeParams::to) clips rows
-// past Sq and columns past D. The warp goes on to its next tile at once: the store reads the slice asynchronously,
-// and lane 0 waits for that read (bulk_wait_read) only before the slice is written again or the CTA exits. Per warp,
-// not per warpgroup: a warp's slice needs no barrier but __syncwarp.
+// whatever Q's blocks are) and its lane 0 hands them to one TMA store per 32-column block; the map
+// (FwdPipeParams::to) clips rows past Sq and columns past D. The warp goes on to its next tile at once: the store
+// reads the slice asynchronously, and lane 0 waits for that read (bulk_wait_read) only before the slice is written
+// again or the CTA exits. Per warp, not per warpgroup: a warp's slice needs no barrier but __syncwarp.
 // Why: the fragment stores of write_out_rows (tile_io.h) are 32 four-byte stores per thread per tile at D = 128,
 // each writing 16 of a row's bytes; in ncu of Wan 2.1's cross-attention forward (RESULTS v4.7) 18% of the stall
 // samples sat on them and on what waited behind them (FA3 and FA4 store O through shared memory and TMA too).

@@ -58,8 +58,8 @@ struct FwdPipeShapeSm90 {
   static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + kPBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = 1024 + kTilesBytes + 1024;  // slack, .., mbarriers
   static_assert(kHeadDim % kBlockCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "whole column blocks, k16 steps");
-  // every tile and column block starts on a swizzle atom (8 rows: 512 bytes at the 64-byte swizzle, 256 at the
-  // 32-byte one); the 64-byte tiles keep the 1024-byte stages they were measured with
+  // every tile and column block starts on a swizzle atom (8 rows: 1024 bytes at the 128-byte swizzle, 512 at the
+  // 64-byte one, 256 at the 32-byte one); the 64-byte tiles keep the 1024-byte stages they were measured with
   static_assert(kKVBytes % (kRowBytes >= 64 ? 1024 : 256) == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
 };
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kStream_ = false, int kMinBlocks_ = 1>

@@ -8,7 +8,8 @@
 //   * Q and K as K-major operands of S = Q K^T (K dimension = head dim, contiguous): SBO = 512 (next 8 rows);
 //   * V as the N-major operand of O += P V (N = head dim contiguous, K = keys): SBO = 512 (next 8 keys),
 //     LBO = ROWS * 64 (next 32-column block).
-// Column blocks of 32 keep every head dim that is a multiple of 32 in one layout (64-byte rows instead of 128).
+// Column blocks of 32 keep every head dim that is a multiple of 32 in one layout (the backward's, and the forward's
+// where 64 does not divide the head dim; the forward's 128-byte rows below).
 // Tiles are 1024-byte aligned (the swizzle is a function of address bits).
 // Forward v3's instances for head dims 48 and 80 (33-48 and 65-80, which the 32-column blocks pad to 64 and 96:
 // SD 1.5's 40, DiT's and PixArt's 72) use column blocks of 16 instead: 32-byte rows, the PTX "32B swizzle" (bit 4 of
