@@ -44,7 +44,9 @@ training step pays for the call (dBias included where the implementation returns
 of each implementation runs untimed; its wall time is setup_s (Flex's compile, FA4's JIT). Inputs: random normal
 q/k/v [B, S, H, D] (ours, FA4) and their transposed views [B, H, S, D] (SDPA, Flex), made once per row, fresh per
 row (seeded by the row's name). Check: every output is compared with ours; a row's line shows max |ours - best
-forward peer| and marks it `!` above 0.05 (bf16) / 0.02 (fp16).
+forward peer| and marks it `!` above 0.05 (bf16) / 0.02 (fp16). The JSON also keeps each timing's host ms per call
+(fwd_host_ms, fb_host_ms: the wall time of the queued loop over its calls); where it is close to the event time, the
+row reads the host's pace, not the kernels' (benchmarks/kernel_time.py splits the two).
 
 With --variant-b the two builds are timed A, B, B, A in each row and each reads the mean of its two medians (the
 build timed first in a row read up to 10% faster on the H200, whichever it was: timing_order). --b-force NAMES makes
@@ -742,8 +744,12 @@ def measure(call, leaves, reps, device):
         sync()
         rec["setup_s"] = time.perf_counter() - t0
         rec["fwd_ms"] = timer(fwd, reps)
+        if device == "cuda":  # the host's pace in the same loop: a row whose events read it is host-paced
+            rec["fwd_host_ms"] = bc.HOST_MS[-1]
         if leaves:
             rec["fb_ms"] = timer(lambda: torch.autograd.grad(fwd(), leaves, dout), reps)
+            if device == "cuda":
+                rec["fb_host_ms"] = bc.HOST_MS[-1]
     return rec, out.detach()
 
 
@@ -809,10 +815,11 @@ def merge_runs(recs: list) -> dict:
     if errors or len(recs) == 1:
         return errors[0] if errors else recs[0]
     rec = dict(recs[0])
-    for key in ("fwd_ms", "fb_ms"):
+    keys = ("fwd_ms", "fb_ms", "fwd_host_ms", "fb_host_ms")
+    for key in keys:
         if key in rec:
             rec[key] = statistics.mean(r[key] for r in recs)
-    rec["runs"] = [{k: r[k] for k in ("fwd_ms", "fb_ms") if k in r} for r in recs]
+    rec["runs"] = [{k: r[k] for k in keys if k in r} for r in recs]
     return rec
 
 

@@ -141,6 +141,9 @@ def test_two_builds_are_timed_in_both_positions(bs):
     assert rec["fwd_ms"] == 1.5 and rec["fb_ms"] == 4.0 and rec["setup_s"] == 1.0
     assert rec["runs"] == [{"fwd_ms": 1.0, "fb_ms": 3.0}, {"fwd_ms": 2.0, "fb_ms": 5.0}]
     assert "error" in bs.merge_runs([{"fwd_ms": 1.0}, {"error": "RuntimeError: boom"}])
+    # the host's pace per call (CUDA runs) is averaged and kept per run the same way
+    rec = bs.merge_runs([{"fwd_ms": 1.0, "fwd_host_ms": 0.5}, {"fwd_ms": 2.0, "fwd_host_ms": 1.5}])
+    assert rec["fwd_host_ms"] == 1.0 and rec["runs"][1] == {"fwd_ms": 2.0, "fwd_host_ms": 1.5}
 
 
 def test_b_force_sets_the_knob_while_b_alone_runs(bs, kernel, monkeypatch):
