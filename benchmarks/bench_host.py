@@ -38,13 +38,9 @@ import torch.nn.functional as F
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def kern_args(kern):
-    """The build's argument checks (_args.py): the short case calls the op on arguments checked once."""
-    return importlib.import_module(kern.__name__ + "._args")
-
-
-def kern_autograd(kern):
-    return importlib.import_module(kern.__name__ + "._autograd")
+def kern_module(kern, name):
+    """A module of the loaded build: the short case calls the op (_autograd) on arguments checked once (_args)."""
+    return importlib.import_module(f"{kern.__name__}.{name}")
 
 
 def load_kernel(variant):
@@ -187,8 +183,8 @@ def run_cuda(kern, args):
         # costs: allocations, planning, the launch), and SDPA's default backend on the same tensors.
         qs, ks, vs = (torch.randn(8, 256, 8, 160, device="cuda", dtype=bf16).requires_grad_(grad) for _ in range(3))
         qst, kst, vst = (x.transpose(1, 2) for x in (qs, ks, vs))
-        op_args = kern_args(kern).attention_op_args(qs, ks, vs, None, None, None, False, None, None, False)
-        op = kern_autograd(kern)._fwd
+        op_args = kern_module(kern, "_args").attention_op_args(qs, ks, vs, None, None, None, False, None, None, False)
+        op = kern_module(kern, "_autograd")._fwd
         cases["short plain fwd"] = {
             "ours": lambda: kern.attention(qs, ks, vs),
             "sdpa": lambda: F.scaled_dot_product_attention(qst, kst, vst),

@@ -280,7 +280,10 @@ constexpr bool fwd_uniform_desc(int head_dim, int mode) {
 // rescale (dense S = 16k forward 7.06 -> 6.58 ms, H200 kernel time, RESULTS v5.1), and the streamed tiles
 // (consume_stream: Wan 2.1 cross-attention 0.210 -> 0.200). Left out at 128 on the general path, where the same run
 // read +2 to +3% (dense S = 16k 7.11 -> 7.31 ms) and Llama-3 prefill +1%.
-constexpr bool fwd_lazy_rescale(int head_dim) { return head_dim == 256; }
+template <typename Tr>
+constexpr bool fwd_lazy_rescale() {
+  return Tr::kStream || Tr::kHeadDim == 256;
+}
 
 template <typename Tr, typename Elem, int kMode>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
@@ -288,7 +291,7 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
                                         bool last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
-  constexpr bool kBaseDesc = fwd_uniform_desc(DK, kMode), kLazy = fwd_lazy_rescale(DK);
+  constexpr bool kBaseDesc = fwd_uniform_desc(DK, kMode), kLazy = fwd_lazy_rescale<Tr>();
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, m_block = tile.m_block, n_hi = tile.n_hi, nblk = tile.n_hi - tile.n_lo;
   const int wr = cw * 64 + (warp & 3) * 16;  // the warp's first row in the tile
@@ -496,7 +499,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // warpgroup_index()'s, warp-uniform) at every head dim the streamed tiles take: H100 kernel time Wan 2.1
   // cross-attention -1 to -2%, DiT-XL/2 0 to -1% (RESULTS v4.9)
   constexpr bool kBaseDesc = true;
-  constexpr bool kLazy = true;  // lazy rescaling (fwd_lazy_rescale's note: Wan 2.1 cross-attention -5%)
+  constexpr bool kLazy = fwd_lazy_rescale<Tr>();
   const KParams& p = P.p;
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
   const int wr = cw * 64 + (warp & 3) * 16, qr = lane >> 2, qc = (lane & 3) * 2;
