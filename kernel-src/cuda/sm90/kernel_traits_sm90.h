@@ -88,8 +88,9 @@ constexpr int fwd_v3_term_slot_bound(int mode) {
 }
 // The epilogue writes O through shared memory and one TMA store per warp and 32-column block (fwd_epilogue_sm90.h)
 // where the output tile fits beside everything else at the tile's CTAs per SM with the largest term it stages, at
-// head dims that are multiples of 32 (the 64- or 128-byte-swizzled column blocks); elsewhere (head dims 192 and 256, the wide
-// 176-key tile at 128, the staged tile at 128, the 16-column instances 48 / 80) each thread stores its fragment.
+// head dims that are multiples of 32 (the 64- or 128-byte-swizzled column blocks); elsewhere (head dims 192 and 256,
+// the wide 176-key tile at 128, the staged tile at 128, the 16-column instances 48 / 80) each thread stores its
+// fragment.
 template <typename Tr>
 constexpr bool fwd_v3_o_via_smem(int mode) {
   return Tr::kRowBytes >= 64 &&
