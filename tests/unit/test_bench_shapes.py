@@ -79,9 +79,30 @@ def test_ratios_best_peers_and_summary_line(bs):
     assert a["best_peer"] == {"fwd": "cudnn", "fb": "cudnn"} and a["best_peer_dbias"] == "efficient"
     assert a["vs_best"]["ours"] == {"fwd": 0.5, "fb": 4.0 / 3.0, "fb_dbias": 2.0}
     assert results[2]["vs_best"]["ours"] == {"fwd": 0.0, "fb": 0.0}
-    assert bs.summary_line(results, "ours") == "rows below 1.0x best peer: 2 of 3 (fwd), 2 of 3 (fwd+bwd)"
+    assert bs.summary_line(results, "ours") == ("rows below 1.0x best peer: 2 of 3 (fwd), 2 of 3 (fwd+bwd); "
+                                                "host-paced among them: 0 (fwd), 0 (fwd+bwd)")
     line = bs.format_row(a, ["ours"], ["cudnn", "efficient", "fa4"])
     assert "fwd 0.50x cudnn" in line and "dB 2.00x efficient" in line
+
+
+def test_host_paced_ratios_are_marked_and_counted(bs):
+    """A ratio reads the host's pace when ours or its best peer took about as long to issue a call (host ms) as the
+    events measured; such rows are marked and counted apart, the ratio itself unchanged."""
+    paced = _fake(bs, "short", [(0.08, 0.4)], {"cudnn": (0.04, 0.3, False)})
+    paced["impls"]["ours"].update(fwd_host_ms=0.078, fb_host_ms=0.2)  # forward host-paced, f+b not
+    paced["peers"]["cudnn"].update(fwd_host_ms=0.01, fb_host_ms=0.1)
+    bs.compare(paced, ["ours"], False, 0.05)
+    by_peer = _fake(bs, "peer", [(0.1, 0.4)], {"cudnn": (0.05, 0.2, False)})
+    by_peer["impls"]["ours"].update(fwd_host_ms=0.01, fb_host_ms=0.01)
+    by_peer["peers"]["cudnn"].update(fwd_host_ms=0.01, fb_host_ms=0.19)  # the peer's f+b read its host
+    bs.compare(by_peer, ["ours"], False, 0.05)
+    kernel = _fake(bs, "kernel", [(1.0, 4.0)], {"cudnn": (0.5, 3.0, False)})  # no host ms (CPU dry run): not paced
+    assert paced["host_paced"]["ours"] == ["fwd"] and by_peer["host_paced"]["ours"] == ["fb"]
+    assert kernel["host_paced"]["ours"] == [] and paced["vs_best"]["ours"]["fwd"] == 0.5
+    line = bs.format_row(paced, ["ours"], ["cudnn"])
+    assert "fwd 0.50x cudnn (host)" in line and "f+b 0.75x cudnn  " in line
+    assert bs.summary_line([paced, by_peer, kernel], "ours") == (
+        "rows below 1.0x best peer: 3 of 3 (fwd), 3 of 3 (fwd+bwd); host-paced among them: 1 (fwd), 1 (fwd+bwd)")
 
 
 def test_variant_b_adds_its_column_and_the_last_summary_line(bs):
@@ -90,8 +111,10 @@ def test_variant_b_adds_its_column_and_the_last_summary_line(bs):
                _fake(bs, "b", [(1.0, 4.0), (1.0, 2.0)], {"cudnn": (2.0, 5.0, False)}, labels=labels)]
     assert results[0]["b_over_a"] == {"fwd": 2.0, "fb": 1.0}
     lines = bs.summaries(results, list(labels))
-    assert lines == ["rows below 1.0x best peer: 1 of 2 (fwd), 1 of 2 (fwd+bwd)",
-                     "variant B: rows below 1.0x best peer: 0 of 2 (fwd), 1 of 2 (fwd+bwd)"]
+    assert lines == ["rows below 1.0x best peer: 1 of 2 (fwd), 1 of 2 (fwd+bwd); host-paced among them: 0 (fwd), 0 "
+                     "(fwd+bwd)",
+                     "variant B: rows below 1.0x best peer: 0 of 2 (fwd), 1 of 2 (fwd+bwd); host-paced among them: 0 "
+                     "(fwd), 0 (fwd+bwd)"]
     assert "B/A" in bs.header(list(labels), ["cudnn"])
     assert "2.00" in bs.format_row(results[0], list(labels), ["cudnn"])
 
