@@ -11,11 +11,16 @@
 #   SANITIZE        0: the GPU suite only on those (a first screen of several variants in one call); default 1
 #   KT_ROWS         bench_shapes.py rows or classes (default: short dense); KT_ROUNDS (default 2)
 #   KT_PEERS        peers timed beside the first variant in the first round (default: cudnn)
+#   KT_FORCE        "rows:names ..." (e.g. "dit_xl2_256,dit_xl2_512:fwd_v3_fine_dims,fwd_v3_stream"): after the
+#                   rounds, kernel time of those rows with the table's kernels and with WINATTN_FORCE_KERNEL=names, on
+#                   the first variant, one process each (kernel_time.py --force): a forced-kernel sweep with no build;
+#                   each entry gets at most 90 s, and none starts after KT_FORCE_S seconds of the call (default 400)
 #   NCU             "name:row:kernel-regex ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of one
 #                   launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last
 # On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Writes kernel_time.txt and, per checked
-# variant, <name>_suite.log and <name>_sanitize.log, per NCU entry <name>_<row>.txt (details) and .csv.xz (the
-# SASS source page with its stall samples) to $OUT: a call returns 8 files at most, so keep the lists short.
+# variant, <name>_suite.log and <name>_sanitize.log, forced.txt with KT_FORCE, per NCU entry <name>_<row>.txt
+# (details) and .csv.xz (the SASS source page with its stall samples) to $OUT: a call returns 8 files at most, so
+# keep the lists short.
 set -uo pipefail
 WHL=${WHL:-.whlmin} source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
 out=${OUT:-$results/variants}; mkdir -p "$out"
@@ -53,6 +58,17 @@ for round in $(seq "${KT_ROUNDS:-2}"); do
   done
 done > "$out/kernel_time.txt" 2>&1 || rc=1
 lap "kernel time"; grep -v -i "warn\|dirty" "$out/kernel_time.txt" | cut -c1-120
+first=${names%% *}
+for spec in ${KT_FORCE:-}; do
+  IFS=: read -r rows force <<< "$spec"
+  if [ $(( $(date +%s) - t0 )) -ge "${KT_FORCE_S:-400}" ]; then
+    echo "#### $force on $rows: not run (KT_FORCE_S)"; continue
+  fi
+  echo "#### $first forced $force on $rows"
+  timeout 90 python3 benchmarks/kernel_time.py --variant "${dir[$first]}" --peers "" --force "$force" \
+    --only ${rows//,/ } || rc=1
+done > "$out/forced.txt" 2>&1
+[ -n "${KT_FORCE:-}" ] && { lap "forced"; grep -v -i "warn\|dirty" "$out/forced.txt" | cut -c1-120; }
 export PATH=$PATH:/usr/local/cuda/bin
 for spec in ${NCU:-}; do
   IFS=: read -r n row kre <<< "$spec"
