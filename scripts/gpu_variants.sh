@@ -58,7 +58,7 @@ for round in $(seq "${KT_ROUNDS:-2}"); do
   done
 done > "$out/kernel_time.txt" 2>&1 || rc=1
 lap "kernel time"; grep -v -i "warn\|dirty" "$out/kernel_time.txt" | cut -c1-120
-first=${names%% *}
+first=$(printf '%s\n' $names | head -1)  # (names: the default list is one per line)
 for spec in ${KT_FORCE:-}; do
   IFS=: read -r rows force <<< "$spec"
   if [ $(( $(date +%s) - t0 )) -ge "${KT_FORCE_S:-400}" ]; then
