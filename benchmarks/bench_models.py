@@ -35,6 +35,10 @@ Workloads:
     by `DispatchAttnProcessor` (the same computation through `dispatch_attention_fn`) and selects the backend with
     `set_attention_backend`; `native_dispatch` (the same processor on diffusers' `native` backend) separates the
     dispatcher's own cost. Forward only; the output vs native and the count of modules on the backend are recorded.
+    The three take turns, SDXL_ROUNDS rounds of --reps steps each, and each reads the median of its rounds' medians
+    (`rounds_ms` keeps them): the step is host-paced on the H100 / H200 hosts, whose pace drifts by tens of percent
+    within a process, so timing the three one after the other compared different hosts (RESULTS v4.9, "Thirty-first
+    session").
   * wan_step: diffusers `WanTransformer3DModel` with Wan 2.1 T2V 1.3B's config (1.42 B random weights, bf16 except
     what diffusers keeps in fp32), one transformer call of a denoising step at 480 x 832 px and 81 frames (32760
     tokens; 512 text tokens), `native` vs `window_attn_hub` (set_attention_backend: Wan's processor calls the
@@ -539,10 +543,14 @@ def modules_on_backend(model, backend: str) -> int:
                and str(getattr(getattr(m.processor, "_attention_backend", None), "value", None)) == backend)
 
 
-def bench_sdxl(reps, *, device="cuda", batch=2, size=1024, text_len=77, **config):
+SDXL_ROUNDS = 3
+
+
+def bench_sdxl(reps, *, device="cuda", batch=2, size=1024, text_len=77, rounds=SDXL_ROUNDS, **config):
     """One SDXL UNet denoising step: the model as built (AttnProcessor2_0) vs `DispatchAttnProcessor` on
-    window_attn_hub (and on diffusers' native backend)."""
+    window_attn_hub (and on diffusers' native backend), taking turns for `rounds` rounds."""
     import torch
+    from diffusers.models.attention_processor import AttnProcessor2_0
 
     import winattn.integrations.diffusers as wd
 
@@ -554,19 +562,32 @@ def bench_sdxl(reps, *, device="cuda", batch=2, size=1024, text_len=77, **config
     res = {"params_b": sum(p.numel() for p in model.parameters()) / 1e9, "batch": batch, "size": size,
            "latent": list(kw["sample"].shape[-2:]), "text_len": text_len,
            "native_processors": attention_processors(model)}
-    outs = {}
+    outs, runs = {}, {}
 
-    def run(label):
-        with torch.no_grad():
-            outs[label] = model(**kw)[0].float()
-            res[label] = timed(lambda: model(**kw), reps, device)
-
-    run("native")
-    model.set_attn_processor(DispatchAttnProcessor())
-    for backend, label in (("window_attn_hub", "window_attn_hub"), ("native", "native_dispatch")):
+    def dispatch(backend):
+        model.set_attn_processor(DispatchAttnProcessor())
         model.set_attention_backend(backend)
-        res[f"{label}_modules"] = modules_on_backend(model, backend)
-        run(label)
+
+    setups = {"native": lambda: model.set_attn_processor(AttnProcessor2_0()),
+              "window_attn_hub": lambda: dispatch("window_attn_hub"),
+              "native_dispatch": lambda: dispatch("native")}
+    for _ in range(rounds):
+        for label, setup in setups.items():
+            setup()
+            if label == "native" and attention_processors(model) != res["native_processors"]:
+                raise RuntimeError(f"the model as built was not restored: {attention_processors(model)}")
+            with torch.no_grad():
+                if label not in outs:  # the first round: the output to compare, the modules on the backend
+                    outs[label] = model(**kw)[0].float()
+                    if label != "native":
+                        backend = "native" if label == "native_dispatch" else label
+                        res[f"{label}_modules"] = modules_on_backend(model, backend)
+                runs.setdefault(label, []).append(timed(lambda: model(**kw), reps, device))
+    for label, timings in runs.items():
+        res[label] = {"step_ms": statistics.median(t["step_ms"] for t in timings),
+                      "rounds_ms": [t["step_ms"] for t in timings]}
+        if "peak_gib" in timings[0]:
+            res[label]["peak_gib"] = max(t["peak_gib"] for t in timings)
     versus_native(res, outs)
     res["native_dispatch_max_abs_diff"] = (outs["native_dispatch"] - outs["native"]).abs().max().item()
     del model, outs
