@@ -67,6 +67,25 @@ def cuda_time(fn, reps, warmup=3):
     return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
+def device_ms(step, reps):
+    """(kernel ms per call, [(kernel name, ms per call)] longest first) of `reps` calls of step(): the device time of
+    every kernel (and memset / memcpy) the calls launched, from torch.profiler (CUPTI), whatever the host's pace."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+    per_kernel = {}
+    for e in prof.key_averages():
+        us = e.self_device_time_total
+        if us > 0:
+            per_kernel[e.key] = per_kernel.get(e.key, 0.0) + us / 1e3 / reps
+    return sum(per_kernel.values()), sorted(per_kernel.items(), key=lambda kv: -kv[1])
+
+
 # FlashAttention-4 (flash-attn-4's CuTe DSL kernels, sm90 path on the H200): the best peer for plain attention (issue
 # 30). The H200 has no network: ../shared/device/fa4_wheels.sh stages its wheels into FA4_SITE over two calls.
 FA4_SITE = "/tmp/fa4/site"

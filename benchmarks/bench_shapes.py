@@ -4,7 +4,7 @@ of real models, all measured in one process.
     python benchmarks/bench_shapes.py --variant build/torch-stable-abi210-cu130-x86_64-linux [--variant-b DIR_B]
         [--b-force NAMES]
         [--out results/bench_shapes.json] [--only SUBSTR ...] [--peers cudnn,fa2,efficient,flex,fa4] [--reps 20]
-        [--budget-s 300] [--no-bwd] [--list] [--device cpu]
+        [--budget-s 300] [--no-bwd] [--list] [--device cpu] [--kernel-time]
 
 Rows (ROWS; `--list` prints them without touching a GPU): one attention call of a real model each, named by it
 (timm ViT / DeiT / EVA-02 / BEiT / MaxViT / Swin, DiT, PixArt-α, SD 1.5, SDXL, SD3, Flux, QwenImage, LTX-Video,
@@ -50,7 +50,10 @@ row reads the host's pace, not the kernels' (benchmarks/kernel_time.py splits th
 peer is host-paced (host ms >= HOST_PACED x event ms) is marked `(host)`, and the summary counts those among the rows
 below 1.0x: it is not the kernels' ratio. Both sides paced: it compares two Python + launch paths, which on rows of
 ~0.05-0.1 ms the H100 / H200 hosts set (30-100 us per call, bimodal run to run; RESULTS "Thirty-first session"); the
-peer alone: its kernels are faster still than the ratio says; ours alone: ours are.
+peer alone: its kernels are faster still than the ratio says; ours alone: ours are. With --kernel-time each such
+ratio is also measured in kernel time (bench_cuda.device_ms, CUPTI: the device time of every kernel one call
+launches), ours and that direction's best peer, shown as `(host; kernels R)`, and the summary adds how many of the
+host-paced rows below 1.0x are below it in kernel time too.
 
 With --variant-b the two builds are timed A, B, B, A in each row and each reads the mean of its two medians (the
 build timed first in a row read up to 10% faster on the H200, whichever it was: timing_order). --b-force NAMES makes
@@ -799,6 +802,7 @@ class Options:
     budget: Optional[FlexBudget] = None  # None: Flex always runs (CPU dry run)
     fwd_only: tuple = ()  # peers timed forward only (the CPU dry run's eager Flex)
     env: dict = field(default_factory=dict)  # label -> knobs set while that build is timed (--b-force)
+    kernel_time: bool = False  # --kernel-time: host-paced ratios also in kernel time (kernel_ratios)
     log: Callable = lambda msg: None
 
 
@@ -875,6 +879,18 @@ def run_row(row: Row, kerns: dict, peers: list, opt: Options, later=()) -> dict:
         if out is not None and ref is not None and name != "ours":
             rec["max_abs_diff"] = (out.float() - ref.float()).abs().max().item()
     compare(res, list(kerns), row.learns and opt.bwd, CHECK_TOL[x["q"].dtype])
+    if opt.kernel_time and opt.device == "cuda":
+        by_name = {p.name: p for p in peers}
+
+        def make_call(name):  # (call maker, leaves) as the row's event timing had them
+            if name in kerns:
+                return (partial(ours_call, kerns[name], row, x, learn, opt.device, opt.env.get(name)),
+                        qkv + ([learn] if learn is not None and opt.bwd else []))
+            dbias = by_name[name].dbias and learn is not None and opt.bwd
+            return (partial(by_name[name].call, row, x, learn if dbias else None, opt.device),
+                    qkv + ([learn] if dbias else []))
+
+        kernel_ratios(res, list(kerns), lambda name, d: kernel_ms(*make_call(name), d, opt.reps))
     del x, outs, ref
     if opt.device == "cuda":
         torch.cuda.empty_cache()
@@ -899,6 +915,37 @@ def host_paced(rec: dict, key: str) -> bool:
     up as the event time). Records without host ms (the CPU dry run) are not."""
     ms, host = rec.get(key), rec.get(key.replace("_ms", "_host_ms"))
     return bool(ms) and host is not None and host >= HOST_PACED * ms
+
+
+def kernel_ms(make_call, leaves, d: str, reps: int) -> float:
+    """The summed device time of the kernels one call launches (bench_cuda.device_ms, CUPTI): the forward (d = "fwd")
+    or forward + autograd.grad (d = "fb"), as measure() times them."""
+    fwd, ctx, _ = make_call()
+    with ctx():
+        if d == "fwd":
+            return bc.device_ms(fwd, reps)[0]
+        out = fwd()
+        dout = torch.randn_like(out)
+        return bc.device_ms(lambda: torch.autograd.grad(fwd(), leaves, dout), reps)[0]
+
+
+def kernel_ratios(res: dict, labels: list, measure: Callable[[str, str], float]) -> None:
+    """For each host-paced forward / f+b ratio of res (compare's host_paced), the same ratio in kernel time:
+    measure(name, d) -> ms for ours (a label) and for that direction's best peer; into res["kernel_ms"] (name ->
+    d -> ms) and res["vs_best_kernels"] (label -> d -> peer's / ours). A failure is recorded, not raised."""
+    res["kernel_ms"], res["vs_best_kernels"] = {}, {}
+    for label in labels:
+        ratios = {}
+        for d in (d for d in res.get("host_paced", {}).get(label, []) if d in ("fwd", "fb")):
+            try:
+                times = {}
+                for name in (label, res["best_peer"][d]):
+                    times[name] = res["kernel_ms"].setdefault(name, {}).get(d) or measure(name, d)
+                    res["kernel_ms"][name][d] = times[name]
+                ratios[d] = times[res["best_peer"][d]] / times[label]
+            except Exception as e:  # a kernel-time failure leaves the event ratio as the row's only one
+                res.setdefault("kernel_errors", []).append(f"{label} {d}: {one_line(e)}")
+        res["vs_best_kernels"][label] = ratios
 
 
 def compare(res: dict, labels: list, learns: bool, tol: float):
@@ -961,7 +1008,9 @@ def format_row(res: dict, labels: list, peer_names: list) -> str:
     paced = res.get("host_paced", {}).get(labels[0], [])
     for d, tag in (("fwd", "fwd"), ("fb", "f+b"), ("fb_dbias", "dB")):
         if d in vs:
-            line += f"  {tag} {vs[d]:.2f}x {best[d]}" + (" (host)" if d in paced else "")
+            kern = res.get("vs_best_kernels", {}).get(labels[0], {}).get(d)
+            line += f"  {tag} {vs[d]:.2f}x {best[d]}" + (
+                "" if d not in paced else " (host)" if kern is None else f" (host; kernels {kern:.2f}x)")
     chk = res["check"]
     if chk["max_abs_diff"] is not None:
         line += f"  diff {chk['max_abs_diff']:.3g}{'' if chk['ok'] else ' !'}"
@@ -974,15 +1023,21 @@ def format_row(res: dict, labels: list, peer_names: list) -> str:
 def summary_line(results: list, label: str, prefix: str = "") -> str:
     """`rows below 1.0x best peer: N of M (fwd), N of M (fwd+bwd); host-paced among them: H (fwd), H (fwd+bwd)`;
     M = rows where a peer ran in that direction, H = rows below whose ratio read a host's pace (host_paced)."""
-    counts = []
+    counts, kernels = [], []
     for d in ("fwd", "fb"):
         below = [r for r in results if d in r["vs_best"].get(label, {}) and r["vs_best"][label][d] < 1.0]
         ran = sum(d in r["vs_best"].get(label, {}) for r in results)
-        paced = sum(d in r.get("host_paced", {}).get(label, []) for r in below)
-        counts.append((len(below), ran, paced))
+        paced = [r for r in below if d in r.get("host_paced", {}).get(label, [])]
+        counts.append((len(below), ran, len(paced)))
+        timed = [r["vs_best_kernels"][label][d] for r in paced if d in r.get("vs_best_kernels", {}).get(label, {})]
+        kernels.append((sum(k < 1.0 for k in timed), len(timed)))
     (nf, mf, hf), (nb, mb, hb) = counts
-    return (f"{prefix}rows below 1.0x best peer: {nf} of {mf} (fwd), {nb} of {mb} (fwd+bwd); "
+    line = (f"{prefix}rows below 1.0x best peer: {nf} of {mf} (fwd), {nb} of {mb} (fwd+bwd); "
             f"host-paced among them: {hf} (fwd), {hb} (fwd+bwd)")
+    if kernels[0][1] or kernels[1][1]:  # (--kernel-time)
+        (kf, tf), (kb, tb) = kernels
+        line += f"; of those, below 1.0x in kernel time: {kf} of {tf} (fwd), {kb} of {tb} (fwd+bwd)"
+    return line
 
 
 def summaries(results: list, labels: list) -> list:
@@ -1050,6 +1105,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the rows and exit (no GPU)")
     ap.add_argument("--no-bwd", action="store_true", help="forward only")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: dry run with the CPU build")
+    ap.add_argument("--kernel-time", action="store_true", help="host-paced ratios also in kernel time (CUPTI), ours "
+                    "and that direction's best peer")
     args = ap.parse_args(argv)
     rows = select(ROWS, args.only)
     if args.list:
@@ -1077,11 +1134,13 @@ def main(argv=None) -> int:
         bc.warm_up_gpu()
     opt = Options(reps=args.reps, device=args.device, bwd=not args.no_bwd, log=log,
                   budget=FlexBudget(args.budget_s) if cuda else None, fwd_only=() if cuda else ("flex",),
-                  env={"ours_b": {"WINATTN_FORCE_KERNEL": args.b_force}} if args.b_force else {})
+                  env={"ours_b": {"WINATTN_FORCE_KERNEL": args.b_force}} if args.b_force else {},
+                  kernel_time=args.kernel_time)
     meta = {"gpu": torch.cuda.get_device_name() if cuda else "cpu (dry run)", "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version() if cuda else None, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "variant": args.variant, "variant_b": args.variant_b, "b_force": args.b_force, "modules": {k: m.__name__ for k, m in kerns.items()},
             "reps": args.reps, "budget_s": args.budget_s, "peers": names, "fa4": fa4, "bwd": not args.no_bwd,
+            "kernel_time": args.kernel_time,
             "timing": "fwd alone; f+b = one region: forward + autograd.grad (no retain_graph)"}
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)

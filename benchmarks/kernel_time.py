@@ -30,22 +30,6 @@ import bench_cuda as bc  # noqa: E402
 import bench_shapes as bs  # noqa: E402
 
 
-def device_ms(step, reps):
-    """(kernel ms per call, [(kernel name, ms per call)] longest first) of `reps` calls of step()."""
-    step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            step()
-        torch.cuda.synchronize()
-    per_kernel = {}
-    for e in prof.key_averages():
-        us = e.self_device_time_total
-        if us > 0:
-            per_kernel[e.key] = per_kernel.get(e.key, 0.0) + us / 1e3 / reps
-    return sum(per_kernel.values()), sorted(per_kernel.items(), key=lambda kv: -kv[1])
-
-
 def host_ms(step, reps):
     """Wall ms to issue one call while a sleep kernel keeps the GPU busy (the host never waits on it)."""
     step()
@@ -126,8 +110,8 @@ def main(argv=None) -> int:
                         passes.append(("f+b", lambda: torch.autograd.grad(fwd(), leaves, dout)))
                     for pname, step in passes:
                         if i == 0:  # a discarded burst first: a row's first timed run reads fast (bench_shapes.py
-                            device_ms(step, args.reps)  # timing_order), which would favour whatever runs first
-                        dev, kernels = device_ms(step, args.reps)
+                            bc.device_ms(step, args.reps)  # timing_order), which would favour whatever runs first
+                        dev, kernels = bc.device_ms(step, args.reps)
                         host = host_ms(step, args.reps)
                         top = ", ".join(f"{short_name(k)} {ms:.3f}" for k, ms in kernels[:3])
                         print(f"{row.name:26s} {label:10s} {pname:4s} {dev:10.3f} {host:8.3f}  {top}", flush=True)

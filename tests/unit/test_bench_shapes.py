@@ -105,6 +105,36 @@ def test_host_paced_ratios_are_marked_and_counted(bs):
         "rows below 1.0x best peer: 3 of 3 (fwd), 3 of 3 (fwd+bwd); host-paced among them: 1 (fwd), 1 (fwd+bwd)")
 
 
+def test_kernel_time_of_host_paced_ratios(bs):
+    """--kernel-time: each host-paced forward / f+b ratio measured again in kernel time, ours and that direction's
+    best peer (each name and direction once), shown beside the event ratio and counted in the summary."""
+    row = _fake(bs, "short", [(0.08, 0.4)], {"cudnn": (0.04, 0.3, False)})
+    row["impls"]["ours"].update(fwd_host_ms=0.078, fb_host_ms=0.39)  # both directions host-paced
+    row["peers"]["cudnn"].update(fwd_host_ms=0.01, fb_host_ms=0.1)
+    bs.compare(row, ["ours"], False, 0.05)
+    calls = []
+    kernel = {("ours", "fwd"): 0.010, ("cudnn", "fwd"): 0.011, ("ours", "fb"): 0.084, ("cudnn", "fb"): 0.069}
+
+    def measure(name, d):
+        calls.append((name, d))
+        return kernel[(name, d)]
+
+    bs.kernel_ratios(row, ["ours"], measure)
+    assert sorted(calls) == sorted(kernel)
+    assert row["vs_best_kernels"]["ours"] == {"fwd": 0.011 / 0.010, "fb": 0.069 / 0.084}
+    line = bs.format_row(row, ["ours"], ["cudnn"])
+    assert "fwd 0.50x cudnn (host; kernels 1.10x)" in line and "f+b 0.75x cudnn (host; kernels 0.82x)" in line
+    assert bs.summary_line([row], "ours").endswith(
+        "host-paced among them: 1 (fwd), 1 (fwd+bwd); of those, below 1.0x in kernel time: 0 of 1 (fwd), 1 of 1 "
+        "(fwd+bwd)")
+    failing = _fake(bs, "fails", [(0.08, 0.4)], {"cudnn": (0.04, 0.3, False)})
+    failing["impls"]["ours"].update(fwd_host_ms=0.078, fb_host_ms=0.1)
+    bs.compare(failing, ["ours"], False, 0.05)
+    bs.kernel_ratios(failing, ["ours"], lambda name, d: 1 / 0)  # recorded, not raised
+    assert failing["vs_best_kernels"]["ours"] == {} and "ZeroDivisionError" in failing["kernel_errors"][0]
+    assert "fwd 0.50x cudnn (host)" in bs.format_row(failing, ["ours"], ["cudnn"])
+
+
 def test_variant_b_adds_its_column_and_the_last_summary_line(bs):
     labels = ("ours", "ours_b")
     results = [_fake(bs, "a", [(1.0, 4.0), (0.5, 4.0)], {"cudnn": (0.8, 3.0, False)}, labels=labels),
