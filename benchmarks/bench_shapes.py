@@ -1008,9 +1008,10 @@ def format_row(res: dict, labels: list, peer_names: list) -> str:
     paced = res.get("host_paced", {}).get(labels[0], [])
     for d, tag in (("fwd", "fwd"), ("fb", "f+b"), ("fb_dbias", "dB")):
         if d in vs:
-            kern = res.get("vs_best_kernels", {}).get(labels[0], {}).get(d)
-            line += f"  {tag} {vs[d]:.2f}x {best[d]}" + (
-                "" if d not in paced else " (host)" if kern is None else f" (host; kernels {kern:.2f}x)")
+            line += f"  {tag} {vs[d]:.2f}x {best[d]}"
+            if d in paced:
+                kern = res.get("vs_best_kernels", {}).get(labels[0], {}).get(d)
+                line += " (host)" if kern is None else f" (host; kernels {kern:.2f}x)"
     chk = res["check"]
     if chk["max_abs_diff"] is not None:
         line += f"  diff {chk['max_abs_diff']:.3g}{'' if chk['ok'] else ' !'}"
@@ -1022,7 +1023,8 @@ def format_row(res: dict, labels: list, peer_names: list) -> str:
 
 def summary_line(results: list, label: str, prefix: str = "") -> str:
     """`rows below 1.0x best peer: N of M (fwd), N of M (fwd+bwd); host-paced among them: H (fwd), H (fwd+bwd)`;
-    M = rows where a peer ran in that direction, H = rows below whose ratio read a host's pace (host_paced)."""
+    M = rows where a peer ran in that direction, H = rows below whose ratio read a host's pace (host_paced). With
+    kernel ratios (--kernel-time) it adds `; of those, below 1.0x in kernel time: K of T (fwd), K of T (fwd+bwd)`."""
     counts, kernels = [], []
     for d in ("fwd", "fb"):
         below = [r for r in results if d in r["vs_best"].get(label, {}) and r["vs_best"][label][d] < 1.0]
