@@ -917,16 +917,19 @@ def host_paced(rec: dict, key: str) -> bool:
     return bool(ms) and host is not None and host >= HOST_PACED * ms
 
 
+def fb_step(fwd, leaves):
+    """The f+b region measure() times, for the kernel-time tools: forward + torch.autograd.grad(out, leaves, dout),
+    dout random and fixed (made from one forward here)."""
+    dout = torch.randn_like(fwd())
+    return lambda: torch.autograd.grad(fwd(), leaves, dout)
+
+
 def kernel_ms(make_call, leaves, d: str, reps: int) -> float:
     """The summed device time of the kernels one call launches (bench_cuda.device_ms, CUPTI): the forward (d = "fwd")
-    or forward + autograd.grad (d = "fb"), as measure() times them."""
+    or forward + autograd.grad (d = "fb", fb_step), as measure() times them."""
     fwd, ctx, _ = make_call()
     with ctx():
-        if d == "fwd":
-            return bc.device_ms(fwd, reps)[0]
-        out = fwd()
-        dout = torch.randn_like(out)
-        return bc.device_ms(lambda: torch.autograd.grad(fwd(), leaves, dout), reps)[0]
+        return bc.device_ms(fwd if d == "fwd" else fb_step(fwd, leaves), reps)[0]
 
 
 def kernel_ratios(res: dict, labels: list, measure: Callable[[str, str], float]) -> None:

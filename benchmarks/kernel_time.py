@@ -101,13 +101,8 @@ def main(argv=None) -> int:
         for i, (label, make) in enumerate(impls):
             try:
                 fwd, ctx, _ = make()
-                dout = None
                 with ctx():
-                    out = fwd()
-                    dout = torch.randn_like(out)
-                    passes = [("fwd", fwd)]
-                    if leaves:
-                        passes.append(("f+b", lambda: torch.autograd.grad(fwd(), leaves, dout)))
+                    passes = [("fwd", fwd)] + ([("f+b", bs.fb_step(fwd, leaves))] if leaves else [])
                     for pname, step in passes:
                         if i == 0:  # a discarded burst first: a row's first timed run reads fast (bench_shapes.py
                             bc.device_ms(step, args.reps)  # timing_order), which would favour whatever runs first
