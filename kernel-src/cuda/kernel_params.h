@@ -72,6 +72,9 @@ struct KParams {
   // band: key j visible to query i iff band_lo <= j - i <= band_hi (offsets already include Sk - Sq)
   int64_t band_lo = -(int64_t(1) << 40), band_hi = int64_t(1) << 40;
   bool has_band = false;
+  // v3 tile order on band calls: the (batch, head) pairs whose query tiles interleave in the forward (sm90
+  // decode_tile), the (batch, KV head) pairs whose key tiles interleave in the backward (decode_bwd_tile); 1 elsewhere
+  int band_pairs = 1, bwd_band_pairs = 1;
 
   // work decomposition: CTA linear id = ((blk * Hx + hx) * NR + rc), rc = c * Pg + r, items b = r + Pg * (c * G + t)
   // (forward: blk = m-block, Hx = H; backward: blk = n-block, Hx = Hkv)

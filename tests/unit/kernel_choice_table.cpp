@@ -113,6 +113,7 @@ std::string describe_fwd(const FwdChoice& c) {
     s += buf;
     if (c.dk != kernel_head_dim(c.p.D)) s += " d" + std::to_string(c.dk);  // (the 16-column instances)
     if (c.v3_o_tma) s += " o-tma";  // (O through shared memory and TMA stores: fwd_epilogue_sm90.h)
+    if (c.p.band_pairs > 1) s += " pairs=" + std::to_string(c.p.band_pairs);  // (interleaved tile order)
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
     s += buf;
@@ -137,6 +138,7 @@ std::string describe_bwd(const BwdChoice& c) {
                   v.hides ? "+hides" : "", dbias[v.dbias_mode], v.pair ? " pair" : "", v.deep ? " deep" : "",
                   v.defer ? " defer" : "", dq[v.dq_mode], v.block_m == 128 ? " q128" : "", v.dbias_bufs, v.smem);
     s += buf;
+    if (c.p.bwd_band_pairs > 1) s += " pairs=" + std::to_string(c.p.bwd_band_pairs);  // (interleaved tile order)
   } else if (c.kernel == BwdKernel::kWideWindows) {
     std::snprintf(buf, sizeof buf, " N%d%s", c.wide, c.mb_words ? " mask-bits" : "");
     s += buf;

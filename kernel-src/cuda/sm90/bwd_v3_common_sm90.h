@@ -81,6 +81,11 @@ struct BwdTile {
 // innermost, so their bias reads and dbias adds meet in L2. Pair mode: batches r and r + db_period (r < db_period).
 // Without a band and without determinism, each key block starts at a different query block (m_start), so the 128
 // CTAs of a head do not add their dQ into the same tile at the same time.
+// Band calls interleave the key blocks of p.bwd_band_pairs (batch, KV head) pairs, longest first across them: pair
+// by pair, the last pair's longest tiles started near the end (Llama-3 prefill's backward, 16 pairs of 64 key
+// blocks: ~11% past the balanced end by a list-scheduling model of the in-order block dispatch, ~0.05% interleaved
+// by two). A pair's key blocks still rise with the CTA index, so the deterministic mode's tickets (lower key blocks
+// first) only wait on CTAs dispatched before them.
 template <typename Tr, bool kPair>
 __device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool deterministic) {
   const KParams& p = P.p;
@@ -98,6 +103,12 @@ __device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool 
     idx /= p.B;
     t.n = idx % nblocks;
     t.hkv = idx / nblocks;
+  } else if (p.bwd_band_pairs > 1) {
+    const int sec = p.bwd_band_pairs, first = idx / (nblocks * sec) * sec;
+    const int in_sec = min(sec, p.B * p.Hkv - first), r = idx - first * nblocks, pair = first + r % in_sec;
+    t.n = r / in_sec;
+    t.hkv = pair % p.Hkv;
+    t.b = pair / p.Hkv;
   } else {
     t.n = idx % nblocks;
     idx /= nblocks;

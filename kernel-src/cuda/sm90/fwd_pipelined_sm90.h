@@ -143,6 +143,12 @@ struct PipeTile {
 // Tile order: the tiles that share K / V run together (L2), longest query tile first (causal); with an additive
 // term broadcast over the batch, the items sharing a term tile run side by side too, so it is read from HBM once
 // (dense bias [1, H, S, S], B = 2: 0.497 ms with (batch, head)-major order).
+// Band calls (causal, windows) interleave the tiles of p.band_pairs (batch, head) pairs, longest first across them:
+// pair by pair, a pair's longest tile started about when the pair before it was done, so the last pair's longest tile
+// set the end of the call (~5% past the balanced end with 64 tiles per pair, Llama-3 prefill, by a list-scheduling
+// model of the hardware's in-order block dispatch; ~0.5% at 128 tiles per pair). Measured (H100 kernel time, two
+// calls, RESULTS "Thirty-second session"): Mistral's window and Llama-3 prefill ~-3%, inside the spread; causal 16k
+// unchanged.
 template <int BM, int BN>
 __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
   const int mblocks = ceil_div(p.Sq, BM);
@@ -153,6 +159,12 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
     idx /= p.B;
     mi = idx % mblocks;
     t.h = idx / mblocks;
+  } else if (p.band_pairs > 1) {
+    const int sec = p.band_pairs, first = idx / (mblocks * sec) * sec;
+    const int in_sec = min(sec, p.B * p.H - first), r = idx - first * mblocks, pair = first + r % in_sec;
+    mi = r / in_sec;
+    t.h = pair % p.H;
+    t.b = pair / p.H;
   } else {
     mi = idx % mblocks;
     idx /= mblocks;
@@ -272,8 +284,14 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][DT][4], const float 
 // session"); at 128 it measured +4% (Wan cross-attention, twenty-fourth session) and -1 to -3% (v4.7's session): no
 // clear gain. The general path was not measured with it. The streamed tiles take it at every head dim (v4.9,
 // consume_stream).
+// Head dim 128 (thirty-second session), no-term path only: ncu of the causal S = 16k forward (128 x 128 tile) found
+// each of its 16 wgmma per block behind a descriptor built whole (R2UR of hoisted Q descriptors, mask / shift / or for
+// V's): 36 M R2UR, 84 M ULOP3, 48 M USHF against FA4's 0.1, 11 and 3 M on the same call, with the math equal. With
+// one base per tile those fell to 0.7, 25 and 16 M and the kernel's cycles did not move (H100 kernel time within the
+// spread); the mask-bit path read +2 to +4% with it (Llama-3 document mask), so it stays off there.
 constexpr bool fwd_uniform_desc(int head_dim, int mode) {
-  return (head_dim == 64 || head_dim == 256) && (mode == kTermsRaw || mode == kTermsRawBits);
+  return ((head_dim == 64 || head_dim == 256) && (mode == kTermsRaw || mode == kTermsRawBits)) ||
+         (head_dim == 128 && mode == kTermsRaw);
 }
 
 // Lazy rescaling (softmax.h kLazySlackLog2) where it measured faster: head dim 256, whose O is the largest to
