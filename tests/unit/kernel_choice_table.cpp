@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
   add(make("cogvideox S17776 D64", 1, 17776, 17776, 48, 48, 64));
   add(make("S16k D256", 1, 16384, 16384, 8, 8, 256));
   { Call c = make("llm causal GQA 32/8 S8192 D128", 1, 8192, 8192, 32, 8, 128); c.p.causal = true; add(c); }
+  { Call c = make("causal S16384 D128 (bwd order as v5.2)", 2, 16384, 16384, 16, 16, 128); c.p.causal = true; add(c); }
   { Call c = make("mistral window (4096,0) S8192", 1, 8192, 8192, 32, 8, 128); c.p.window_left = 4096, c.p.window_right = 0; add(c); }
   add(make("decode Sq1 Sk8192 GQA", 8, 1, 8192, 32, 8, 128));
   add(make("decode Sq1 Sk8192 GQA B32", 32, 1, 8192, 32, 8, 128));
