@@ -99,7 +99,7 @@ inline void fill_common(const FwdParams& fp, KParams& p) {
   };
   p.band_pairs = p.has_band ? pairs_within_l2(int64_t(p.Sk) * p.D * 4) : 1;
   // The backward's only up to 8192 keys (64 key blocks of 128 per pair): Llama-3 prefill's backward -4% in two calls
-  // (H100 kernel time, RESULTS "Thirty-second session"); at 16k keys (128 blocks per pair, already balanced by the
+  // (H100 kernel time, RESULTS v5.3); at 16k keys (128 blocks per pair, already balanced by the
   // model: ~0.1% past the end) the causal D = 128 backward read +0.6% and +2% interleaved, so it keeps v5.2's order.
   p.bwd_band_pairs = p.has_band && p.Sk <= 8192 ? pairs_within_l2(int64_t(p.hgroup) * p.Sq * p.D * 4) : 1;
 }
