@@ -13,6 +13,7 @@
 //
 // Output, one line each: "check NAME PASSED FAILED" per invariant, "fail NAME | CALL" (its first failing call),
 // "cover PATH N" (how often each kernel / path was chosen), "calls N choices M".
+#include <array>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -408,6 +409,27 @@ void check_problem(const Ctx& x, const KParams& p) {
   // key padding is read by every kernel (score_mod.h, score_terms_sm90.h, window_terms.h): never dropped or moved
   x.s.expect("view.key_padding_kept",
              p.kp == u.kp && p.kp_sb == u.kp_sb && p.kp_sk == u.kp_sk && p.kp_vec4 == u.kp_vec4);
+  // the band calls' tile order (sm90 interleaved_tile, read by decode_tile / decode_bwd_tile): 1, 2 or 4 pairs, 1
+  // without a band; over the call's (pair, 128-row block) grid a permutation, each pair's blocks rising with the CTA
+  // index (the deterministic backward's tickets wait only on CTAs dispatched before them)
+  const auto pairs_ok = [](int n) { return n == 1 || n == 2 || n == 4; };
+  x.s.expect("view.band_pairs", pairs_ok(p.band_pairs) && pairs_ok(p.bwd_band_pairs) &&
+                                     (p.has_band || (p.band_pairs == 1 && p.bwd_band_pairs == 1)));
+  using Grid = std::array<int64_t, 3>;  // blocks per pair, pairs, pairs per section
+  for (const Grid& g : {Grid{(p.Sq + 127) / 128, int64_t(p.B) * p.H, p.band_pairs},
+                        Grid{(p.Sk + 127) / 128, int64_t(p.B) * p.Hkv, p.bwd_band_pairs}}) {
+    const int64_t blocks = g[0], pairs = g[1];
+    if (g[2] == 1 || blocks * pairs > (1 << 16)) continue;
+    std::vector<int> seen(blocks * pairs, 0), last(pairs, -1);
+    bool ok = true;
+    for (int idx = 0; idx < blocks * pairs && ok; ++idx) {
+      const sm90::PairBlock t = sm90::interleaved_tile(idx, int(blocks), int(pairs), int(g[2]));
+      ok = t.pair >= 0 && t.pair < pairs && t.block >= 0 && t.block < blocks &&
+           !seen[t.pair * blocks + t.block]++ && t.block > last[t.pair];
+      if (ok) last[t.pair] = t.block;
+    }
+    x.s.expect("view.band_order_is_a_rising_permutation", ok);
+  }
 }
 
 // The comb plan (CombPlan): combine_terms_kernel (aux_kernels.h) writes comb[P, heads, rows, Skp] reading the

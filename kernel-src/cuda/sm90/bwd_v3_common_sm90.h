@@ -104,11 +104,10 @@ __device__ __forceinline__ BwdTile decode_bwd_tile(const BwdPipeParams& P, bool 
     t.n = idx % nblocks;
     t.hkv = idx / nblocks;
   } else if (p.bwd_band_pairs > 1) {
-    const int sec = p.bwd_band_pairs, first = idx / (nblocks * sec) * sec;
-    const int in_sec = min(sec, p.B * p.Hkv - first), r = idx - first * nblocks, pair = first + r % in_sec;
-    t.n = r / in_sec;
-    t.hkv = pair % p.Hkv;
-    t.b = pair / p.Hkv;
+    const PairBlock pb = interleaved_tile(idx, nblocks, p.B * p.Hkv, p.bwd_band_pairs);
+    t.n = pb.block;
+    t.hkv = pb.pair % p.Hkv;
+    t.b = pb.pair / p.Hkv;
   } else {
     t.n = idx % nblocks;
     idx /= nblocks;

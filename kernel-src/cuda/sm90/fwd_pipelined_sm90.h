@@ -160,11 +160,10 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
     mi = idx % mblocks;
     t.h = idx / mblocks;
   } else if (p.band_pairs > 1) {
-    const int sec = p.band_pairs, first = idx / (mblocks * sec) * sec;
-    const int in_sec = min(sec, p.B * p.H - first), r = idx - first * mblocks, pair = first + r % in_sec;
-    mi = r / in_sec;
-    t.h = pair % p.H;
-    t.b = pair / p.H;
+    const PairBlock pb = interleaved_tile(idx, mblocks, p.B * p.H, p.band_pairs);
+    mi = pb.block;
+    t.h = pb.pair % p.H;
+    t.b = pb.pair / p.H;
   } else {
     mi = idx % mblocks;
     idx /= mblocks;

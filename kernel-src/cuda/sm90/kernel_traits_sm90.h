@@ -465,6 +465,20 @@ __host__ __device__ inline int fwd_windows_bits_offset(const KParams& p) {
   return (Tr::kSmemBytes - 1024 + tile + 127) / 128 * 128;
 }
 
+// The tile order of band calls (forward: query blocks of (batch, head) pairs; backward: key blocks of (batch, KV
+// head) pairs): CTA index idx -> (pair, block) with the blocks of `sec` consecutive pairs interleaved, block-major
+// within each section of pairs (the last section may hold fewer), so block 0 (the longest) of every pair in a section
+// comes first. A permutation of [0, pairs) x [0, blocks), and a pair's blocks rise with idx (the deterministic
+// backward's tickets rely on it); tests/unit/kernel_choice_fuzz.cpp checks both.
+struct PairBlock {
+  int pair, block;
+};
+__host__ __device__ inline PairBlock interleaved_tile(int idx, int blocks, int pairs, int sec) {
+  const int first = idx / (blocks * sec) * sec, in_sec = pairs - first < sec ? pairs - first : sec;
+  const int r = idx - first * blocks;
+  return {first + r % in_sec, r / in_sec};
+}
+
 }  // namespace sm90
 }  // namespace cuda
 }  // namespace winattn
