@@ -269,43 +269,68 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
 }
 
 // Merges the splits of each (b, h, i) row: out = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse_s - max). One CTA per
-// row: every warp finds max and sum over all splits (a lane per split), then takes every fourth split's partial
-// output (4 dims per lane), and the warps' sums meet in shared memory. (A warp per row walking the splits one by one
-// took 94 us for Llama-3-8B decode at batch 1, 64 splits, against 23 us for the split kernel.)
+// row, 4 warps; warp w takes splits w, w + 4, ... in passes of kBatch splits whose lse and partial rows it loads at
+// once (4 dims per lane), keeping its own running max, and the warps' parts meet in shared memory. The loads of a
+// pass do not depend on each other, so a pass costs one memory round trip: the step is a chain of round trips, not
+// of work. (v5.3 made three: the lse for the max, again for the sum, then the partial rows 4 splits per trip; 4-6 us
+// for Llama-3-8B decode at batch 1 against 11-18 us for the split kernel, RESULTS v5.4. Before that a warp per row
+// walking the splits one by one took 94 us.)
 template <typename Elem>
 __global__ void __launch_bounds__(128) decode_combine_kernel(const __grid_constant__ DecodeParams P) {
+  constexpr int kWarps = 4, kBatch = 8;  // 32 splits per pass of the CTA (batch 1 on the H100 / H200: one pass)
   const KParams& p = P.p;
-  __shared__ float4 part[3][64];  // warps 1-3's sums, D / 4 <= 64 float4 each
+  __shared__ float4 part[kWarps][64];  // the warps' weighted sums, D / 4 <= 64 float4 each
+  __shared__ float part_m[kWarps], part_l[kWarps];
   const int64_t row = blockIdx.x, stride = int64_t(p.B) * p.H * p.Sq;  // between splits
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float M = -INFINITY;
-  for (int s = lane; s < P.splits; s += 32) M = fmaxf(M, P.lse_part[s * stride + row]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-  const float base = softmax_base(M);
-  float L = 0.f;
-  for (int s = lane; s < P.splits; s += 32) L += fast_exp2(P.lse_part[s * stride + row] - base);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
   const int d4s = p.D / 4;  // (D is a multiple of 8)
+  // this warp's running max m (-inf until a split saw a key), sum l and weighted sum acc, all relative to 2^m
+  float m = -INFINITY, l = 0.f;
   float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
-#pragma unroll 4
-  for (int s = warp; s < P.splits; s += 4) {
-    const float w = fast_exp2(P.lse_part[s * stride + row] - base);
-    const float4* o = reinterpret_cast<const float4*>(P.o_part + (s * stride + row) * p.D);
+  for (int s0 = warp; s0 < P.splits; s0 += kWarps * kBatch) {
+    float lse[kBatch];
+    float4 x[kBatch][2];
 #pragma unroll
-    for (int c = 0; c < 2; ++c)
-      if (lane + 32 * c < d4s) {
-        const float4 x = o[lane + 32 * c];
-        acc[c] = make_float4(fmaf(w, x.x, acc[c].x), fmaf(w, x.y, acc[c].y), fmaf(w, x.z, acc[c].z),
-                             fmaf(w, x.w, acc[c].w));
-      }
+    for (int k = 0; k < kBatch; ++k) {
+      const int s = s0 + k * kWarps;
+      const bool in = s < P.splits;
+      lse[k] = in ? P.lse_part[s * stride + row] : -INFINITY;
+      const float4* o = reinterpret_cast<const float4*>(P.o_part + (s * stride + row) * p.D);
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        x[k][c] = in && lane + 32 * c < d4s ? o[lane + 32 * c] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m_new = m;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) m_new = fmaxf(m_new, lse[k]);  // (fmaxf passes a NaN lse by: the sum keeps it)
+    const float base = softmax_base(m_new), r = fast_exp2(m - base);  // (m = -inf: r = 0 and l, acc are 0)
+    l *= r;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) acc[c] = make_float4(acc[c].x * r, acc[c].y * r, acc[c].z * r, acc[c].w * r);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const float w = fast_exp2(lse[k] - base);  // (a split past the end or without keys: 0)
+      l += w;
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        acc[c] = make_float4(fmaf(w, x[k][c].x, acc[c].x), fmaf(w, x[k][c].y, acc[c].y),
+                             fmaf(w, x[k][c].z, acc[c].z), fmaf(w, x[k][c].w, acc[c].w));
+    }
+    m = m_new;
   }
-  if (warp > 0)
 #pragma unroll
-    for (int c = 0; c < 2; ++c) part[warp - 1][lane + 32 * c] = acc[c];
+  for (int c = 0; c < 2; ++c)
+    if (lane + 32 * c < d4s) part[warp][lane + 32 * c] = acc[c];
+  if (lane == 0) part_m[warp] = m, part_l[warp] = l;
   __syncthreads();
   if (warp > 0) return;
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, part_m[w]);
+  const float base = softmax_base(M);
+  float f[kWarps], L = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) f[w] = fast_exp2(part_m[w] - base), L = fmaf(part_l[w], f[w], L);
   const int i = int(row % p.Sq), h = int((row / p.Sq) % p.H), b = int(row / (int64_t(p.Sq) * p.H));
   Elem* orow = static_cast<Elem*>(p.o) + int64_t(b) * p.o_sb + int64_t(i) * p.o_ss + int64_t(h) * p.o_sh;
   const RowFinal fin = finalize_row(M, L);  // the row policy (softmax.h): empty rows 0 / -inf, NaN rows NaN
@@ -314,11 +339,11 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const __grid_consta
   for (int c = 0; c < 2; ++c) {
     const int d4 = lane + 32 * c;
     if (d4 >= d4s) continue;
-    float4 x = acc[c];
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 0; w < 3; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float4 y = part[w][d4];
-      x = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+      x = make_float4(fmaf(f[w], y.x, x.x), fmaf(f[w], y.y, x.y), fmaf(f[w], y.z, x.z), fmaf(f[w], y.w, x.w));
     }
     orow[4 * d4] = Elem(x.x * inv);
     orow[4 * d4 + 1] = Elem(x.y * inv);

@@ -114,7 +114,7 @@ struct Forced {
   int bwd_dq = -1;  // bwd_v3_dq_accumulate / _direct / _resident: BwdV3Buffers::dq_mode (-1: the table decides)
   int bwd_mask_bits = -1;  // 1: bwd_v3_bits, 0: bwd_v3_fold (-1: the table decides)
   int bwd_q128 = -1;  // 1: bwd_v3_q128, 0: bwd_v3_q64 (queries per backward step; -1: the table decides)
-  bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (Hopper; forced only)
+  bool decode_tma = false;  // fwd_decode_tma: the decode forward with K / V by TMA (the table's on Hopper)
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
@@ -340,7 +340,7 @@ struct FwdChoice {
   // decode: the keys' split and the partial rows' workspace
   int decode_splits = 1, decode_chunk = 0;
   int64_t decode_part_bytes = 0;
-  bool decode_tma = false;       // sm90/fwd_decode_sm90.h (fwd_decode_tma) instead of fwd_decode.h
+  bool decode_tma = false;       // sm90/fwd_decode_sm90.h (Hopper) instead of fwd_decode.h
   int block_m = 0, block_n = 0;  // the sm90 kernels' tile (0: v1's per-head-dim tile, kernel_traits.h)
   std::string why;
 };
@@ -669,13 +669,13 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 // about kDecodeCtasPerSm CTAs per SM are launched (B x Hkv x splits, a 1-D grid: a few waves of the 1-3 CTAs an SM
 // holds, 104 KB of stages each at D = 128), in chunks of whole kDecodeStep keys; the partial rows cost 4 (D + 1)
 // bytes per split and row, next to 4 D bytes per key and KV head read.
-// tma (WINATTN_FORCE_KERNEL=fwd_decode_tma, forced only): the same call on Hopper with K / V by TMA
-// (sm90/fwd_decode_sm90.h, head dims 64 / 128 / 256 as fwd_decode.h), its splits sized to one wave of the CTAs it
-// keeps resident (decode_tma_ctas_per_sm: its stage ring fills two CTAs' shared memory, one at head dim 256), rounded
-// down: each CTA keeps ~96-192 KB of K / V in flight, so one per SM already covers the memory latency, and one wave of
-// equal CTAs needs no tail. H200 kernel time (RESULTS v4.3): Llama-3-8B decode batch 32 0.277 -> 0.260 ms (cuDNN
-// 0.242), batch 1 0.023 -> 0.014; not the table's because racecheck reports shared-memory hazards in it that are not
-// explained yet (memcheck clean, outputs right).
+// tma (the table's on Hopper; WINATTN_FORCE_KERNEL=fwd_decode_tma / fwd_decode pick one): the same call with K / V
+// by TMA (sm90/fwd_decode_sm90.h, head dims 64 / 128 / 256 as fwd_decode.h), its splits sized to one wave of the CTAs
+// it keeps resident (decode_tma_ctas_per_sm: its stage ring fills two CTAs' shared memory, one at head dim 256),
+// rounded down: each CTA keeps ~96-192 KB of K / V in flight, so one per SM already covers the memory latency, and one
+// wave of equal CTAs needs no tail. Kernel time (RESULTS v4.3, H200; v5.4, H100): Llama-3-8B decode batch 32 0.277 ->
+// 0.260 ms (cuDNN 0.242), batch 1 0.023 -> 0.014; H100 0.384 -> 0.350 (cuDNN 0.349), 0.024 -> 0.016. It was forced
+// only until v5.4, for racecheck hazards in its merge (the producer warp now leaves before it).
 constexpr int kDecodeMaxRows = 16, kDecodeStep = 128, kDecodeCtasPerSm = 8;
 constexpr int decode_tma_ctas_per_sm(int dk) { return dk > 128 ? 1 : 2; }
 inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,
@@ -731,7 +731,7 @@ inline FwdChoice choose_fwd(const FwdParams& fp, const KParams& call, const Devi
   }
   // 1. A few query rows per KV head (decode), every architecture: the keys split over CTAs. Before the window
   // kernels, which would give each such row a 64-row query tile of its own.
-  if (try_fwd_decode(c, fp, user, dev).empty()) {
+  if (try_fwd_decode(c, fp, user, dev, dev.sm90a).empty()) {  // (K / V by TMA on Hopper)
     c.why = "decode";
     return c;
   }

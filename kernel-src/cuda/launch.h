@@ -55,7 +55,7 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
 // kernel_choice.h's FwdChoice says how large) and a combine step.
 void run_fwd_decode(const KParams& p, int dtype, int dk, int splits, int chunk, float* o_part,
                     float* lse_part, cudaStream_t stream);
-// The same call on Hopper with K / V loaded by TMA (sm90/fwd_decode_sm90.h; forced only: fwd_decode_tma): the same
+// The same call on Hopper with K / V loaded by TMA (sm90/fwd_decode_sm90.h; the table's there): the same
 // split contract (chunk a multiple of 64 keys) and workspace, sm_90a only. run_decode_combine: the combine step of
 // both (splits > 1), in fwd_decode.cu.
 void run_fwd_decode_tma(const KParams& p, int dtype, int dk, int splits, int chunk, float* o_part,

@@ -561,7 +561,7 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
     case FwdKernel::kDecode: {
       float* o_part = pl.off_decode >= 0 ? reinterpret_cast<float*>(ws + pl.off_decode) : nullptr;
       float* lse_part = o_part ? o_part + int64_t(pl.c.decode_splits) * p.B * p.H * p.Sq * p.D : nullptr;
-      if (pl.c.decode_tma)  // (forced only: Hopper, K / V by TMA)
+      if (pl.c.decode_tma)  // (Hopper: K / V by TMA)
         run_fwd_decode_tma(p, dt, pl.c.dk, pl.c.decode_splits, pl.c.decode_chunk, o_part, lse_part, stream);
       else
         run_fwd_decode(p, dt, pl.c.dk, pl.c.decode_splits, pl.c.decode_chunk, o_part, lse_part, stream);

@@ -1,6 +1,6 @@
 """Small fwd+bwd cases covering every kernel path, run under compute-sanitizer (memcheck, racecheck) by
 scripts/gpu_check.sh. Not a pytest module: `python tests/gpu/sanitize_case.py <variant dir> [memcheck|racecheck]`
-(the tool it runs under: racecheck leaves out one forced-only kernel, see section 10)."""
+(the tool's name is informational: every case runs under both)."""
 
 import os
 import sys
@@ -112,8 +112,10 @@ def main():
         kern.attention(q, k, v, bias=row_bias).sum().backward()
         for bias, det in ((r(2, 2, 300, 424), False), (r(1, 2, 300, 424), True)):
             kern.attention(q, k, v, bias=bias, deterministic=det).sum().backward()
-    # 8. split-KV decode (fwd_decode.h, <= 16 query rows per KV head): one split and several (the combine step),
-    #    keys past the last tile, no terms / key padding alone / every term, D = 64 / 128 / 256, 16 rows
+    # 8. split-KV decode (fwd_decode.h, <= 16 query rows per KV head; forced: on Hopper the table takes the TMA
+    #    kernel of section 10): one split and several (the combine step), keys past the last tile, no terms / key
+    #    padding alone / every term, D = 64 / 128 / 256, 16 rows
+    os.environ["WINATTN_FORCE_KERNEL"] = "fwd_decode"
     for D, Sk in ((64, 100), (128, 3000), (256, 777)):
         q, k, v = r(3, 1, 8, D, grad=False), r(3, Sk, 2, D, grad=False), r(3, Sk, 2, D, grad=False)
         kern.attention(q, k, v)
@@ -122,6 +124,7 @@ def main():
         kern.attention(q, k, v, key_padding_mask=kp, bias=r(3, 8, 1, Sk, grad=False), causal=True)
     q, k, v = r(2, 4, 32, 128, grad=False), r(2, 2000, 8, 128, grad=False), r(2, 2000, 8, 128, grad=False)
     kern.attention(q, k, v, causal=True)
+    os.environ.pop("WINATTN_FORCE_KERNEL")
     # 9. streamed tiles (WINATTN_FORCE_KERNEL): forward v3's key blocks sized to short key sets (80 / 128 keys at
     #    D = 64 / 96, the table's choice; 208 at D = 64, forced only; more tiles than SMs: the cross-tile pipeline;
     #    key padding, causal, a row term, mask bits), and the backward's mask bits (a bool mask per score as
@@ -253,17 +256,12 @@ def main():
     q, k, v = r(2, 333, 4, 64), r(2, 77, 2, 64), r(2, 77, 2, 64)  # (one key block: dQ stored directly)
     kern.attention(q, k, v).sum().backward()
     os.environ.pop("WINATTN_FORCE_KERNEL")
-    # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, forced: fwd_decode_tma, Hopper only): the stage
-    #     ring wrapping (one split of many tiles), several splits (the combine), the last tile past Sk, D below the
-    #     instance (column blocks never loaded, zeroed), key padding alone and every term, 16 rows
-    #     Under racecheck it is left out: racecheck reported shared-memory hazards in it on the H200 (RESULTS v4.3, not
-    #     yet explained; memcheck is clean), and it is forced only, so they say nothing of the table's kernels.
-    #     SANITIZE_DECODE_TMA=1 keeps it in (the producer-warp experiment of the nineteenth session left the hazards
-    #     as they were: RESULTS v4.4).
-    tool = sys.argv[2] if len(sys.argv) > 2 else ""
-    if tool == "racecheck" and os.environ.get("SANITIZE_DECODE_TMA") != "1":
-        print("fwd_decode_tma left out under racecheck (forced only; its open hazards: RESULTS v4.3)")
-    elif torch.cuda.get_device_capability()[0] == 9:
+    # 10. split-KV decode with K / V by TMA (sm90/fwd_decode_sm90.h, the table's decode on Hopper; forced here so
+    #     that every case below takes it): the stage ring wrapping (one split of many tiles), several splits (the
+    #     combine), the last tile past Sk, D below the instance (column blocks never loaded, zeroed), key padding
+    #     alone and every term, 16 rows. (Through v5.3 racecheck reported 17 hazards in its merge and it stayed forced
+    #     only; RESULTS v5.4 says what changed.)
+    if torch.cuda.get_device_capability()[0] == 9:
         os.environ["WINATTN_FORCE_KERNEL"] = "fwd_decode_tma"
         with torch.no_grad():
             for D, Sk in ((64, 1000), (128, 3000), (256, 777), (96, 500)):

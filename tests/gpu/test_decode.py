@@ -1,7 +1,9 @@
-"""The split-KV decode forward (kernel-src/cuda/fwd_decode.h), marked `gpu`: calls with at most 16 query rows per KV
-head (H / Hkv x Sq) run it on every architecture. Each case runs the FlashAttention accuracy rule against the
-float64 reference (the backward, on v3 / v1, takes the decode forward's lse, so its gradients check lse too) and
-checks which kernels ran: one split writes the output itself, several go through the combine step.
+"""The split-KV decode forwards, marked `gpu`: calls with at most 16 query rows per KV head (H / Hkv x Sq) run
+kernel-src/cuda/fwd_decode.h (cp.async) on every architecture but Hopper, where the table takes
+sm90/fwd_decode_sm90.h (K / V by TMA). The first section forces fwd_decode.h (WINATTN_FORCE_KERNEL=fwd_decode), the
+second the TMA kernel. Each case runs the FlashAttention accuracy rule against the float64 reference (the backward,
+on v3 / v1, takes the decode forward's lse, so its gradients check lse too) and checks which kernels ran: one split
+writes the output itself, several go through the combine step.
 """
 
 import pytest
@@ -23,9 +25,26 @@ def ran(names, part):
     return any(part in n for n in names)
 
 
+def hopper():
+    return torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture
+def force_cp_async(monkeypatch):
+    """fwd_decode.h on every architecture (on Hopper the table would take the TMA kernel)."""
+    monkeypatch.setenv("WINATTN_FORCE_KERNEL", "fwd_decode")
+
+
+def test_the_table_takes_tma_on_hopper_and_cp_async_elsewhere(kernel):
+    inp = qkv(2, 1, 3000, 8, 128, Hkv=2, grad=False)
+    names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"]))
+    want, other = ("fwd_decode_tma_kernel", "fwd_decode_kernel") if hopper() else ("fwd_decode_kernel", "tma")
+    assert ran(names, want) and not ran(names, other) and ran(names, "decode_combine_kernel"), sorted(names)
+
+
 @pytest.mark.parametrize("Sk", [1, 77, 1000, 4097])
 @pytest.mark.parametrize("D,dtype", [(128, BF16), (64, FP16), (40, BF16), (96, FP16), (256, BF16)])
-def test_decode_gqa_matches_the_reference(kernel, Sk, D, dtype):
+def test_decode_gqa_matches_the_reference(kernel, force_cp_async, Sk, D, dtype):
     # Llama-shaped: one query per sequence, 4 query heads per KV head (4 rows per CTA)
     inp = qkv(3, 1, Sk, 8, D, dtype, Hkv=2)
     run_case(kernel, inp, {})
@@ -36,7 +55,7 @@ def test_decode_gqa_matches_the_reference(kernel, Sk, D, dtype):
 
 
 @pytest.mark.parametrize("Sq,H,Hkv", [(1, 4, 4), (2, 8, 2), (8, 3, 3), (3, 6, 3), (4, 32, 8), (16, 2, 2)])
-def test_decode_row_counts(kernel, Sq, H, Hkv):
+def test_decode_row_counts(kernel, force_cp_async, Sq, H, Hkv):
     # rows per CTA (one 16-row tile): 1 (MHA decode), 8 (two queries x 4 heads), 8 (MHA, 8 queries), 6 (three
     # queries x 2 heads), 16 (speculative: four queries x 4 heads), 16 (MHA, 16 queries)
     inp = qkv(2, Sq, 700, H, 64, Hkv=Hkv)
@@ -49,10 +68,10 @@ def test_decode_row_counts(kernel, Sq, H, Hkv):
 def test_more_rows_than_sixteen_take_the_tiled_kernels(kernel):
     inp = qkv(2, 5, 500, 8, 64, Hkv=2, grad=False)  # 20 rows per KV head
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"]))
-    assert not ran(names, "fwd_decode_kernel"), sorted(names)
+    assert not ran(names, "fwd_decode"), sorted(names)  # (neither decode kernel)
 
 
-def test_decode_with_every_score_term(kernel):
+def test_decode_with_every_score_term(kernel, force_cp_async):
     B, Sq, Sk, H, Hkv = 3, 2, 900, 4, 2
     inp = qkv(B, Sq, Sk, H, 64, Hkv=Hkv)
     kpm = torch.rand(B, Sk, device="cuda") > 0.3
@@ -70,7 +89,7 @@ def test_decode_with_every_score_term(kernel):
     assert torch.isfinite(lse[:2]).all()
 
 
-def test_decode_float_key_mask_and_strided_inputs(kernel):
+def test_decode_float_key_mask_and_strided_inputs(kernel, force_cp_async):
     # what a generation loop passes: q sliced out of a fused projection, an additive [B, 1, 1, Sk] mask with -inf
     B, Sk, H, D = 2, 1500, 8, 128
     fused = rand(B, 1, 3 * H, D, dtype=BF16)
@@ -93,7 +112,7 @@ def nan_in_q_reaches_only_its_row(kernel):
     assert torch.isfinite(lse[keep]).all() and torch.isfinite(out[0]).all() and torch.isfinite(out[1, 0, :5]).all()
 
 
-def test_nan_in_q_reaches_only_its_row(kernel):
+def test_nan_in_q_reaches_only_its_row(kernel, force_cp_async):
     nan_in_q_reaches_only_its_row(kernel)
 
 
@@ -104,15 +123,11 @@ def test_forcing_decode_on_a_long_query_is_refused(kernel, monkeypatch):
         kernel.attention(inp["q"], inp["k"], inp["v"])
 
 
-# ---- fwd_decode_tma (sm90/fwd_decode_sm90.h): the same calls on Hopper with K / V loaded by TMA, forced only ----
+# ---- fwd_decode_tma (sm90/fwd_decode_sm90.h): the same calls on Hopper with K / V loaded by TMA (the table's) ----
 # (WINATTN_FORCE_KERNEL is read on every call, so monkeypatch switches it per test.) Each case checks in the profiler's
 # trace that the TMA kernel ran, not fwd_decode_kernel, and that the combine step ran exactly when the planner split
 # the keys (tma_splits: kernel_choice.h try_fwd_decode's rule for it, one wave of its resident CTAs).
 TMA = "fwd_decode_tma"
-
-
-def hopper():
-    return torch.cuda.get_device_capability()[0] == 9
 
 
 @pytest.fixture

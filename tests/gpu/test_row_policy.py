@@ -90,7 +90,7 @@ KERNELS = [
     Fwd("fwd_windows", r"FwdWindowTraitsSm90<32,\s*256\b", D=32, S=256, H=2, B=64, bias=(BF16,), table_W=16),
     # decode: <= 16 query rows per KV head (here 4), the keys split over CTAs and merged by the combine kernel
     Fwd("fwd_decode", r"fwd_decode_kernel", D=64, S=3000, Sq=1, H=8, Hkv=2, table_W=None),
-    # the same with K / V by TMA (Hopper, forced only: sm90/fwd_decode_sm90.h)
+    # the same with K / V by TMA (sm90/fwd_decode_sm90.h: the table's decode on Hopper)
     Fwd("fwd_decode_tma", r"fwd_decode_tma_kernel", D=128, S=3000, Sq=1, H=8, Hkv=2, table_W=None),
 ]
 

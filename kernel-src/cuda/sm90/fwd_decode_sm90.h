@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     fwd_decode_tma_kernel(const __grid_constant__ DecodeTmaParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int DK = Tr::kHeadDim, R = Tr::kRows, W = Tr::kConsumerWarps, BN = Tr::kBlockN, ST = Tr::kStages;
-  constexpr int LD = Tr::kQPitch, DT = DK / 8, KS = DK / 16, NTH = Tr::kThreads;
+  constexpr int LD = Tr::kQPitch, DT = DK / 8, KS = DK / 16, CT = 32 * W;  // CT: the consumer threads
   const DecodeParams& DP = P.d;
   const KParams& p = DP.p;
   extern __shared__ unsigned char smem_raw[];
@@ -159,11 +159,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   zero_acc(acc_o);
 
   if (warp == W) {
-    // ---- producer: one lane issues every load of this CTA's key range ----
-    // The whole warp walks the ring and waits on each empty barrier; lane 0 alone issues. (Lane 0 alone in the
-    // loop, the others parked at a __syncwarp, is what v4.3's build did: racecheck then reported the merge's shared
-    // stores and loads below as hazards across the __syncthreads between them. This keeps the warp converged up to
-    // that barrier, the first of the two experiments RESULTS v4.3 names.)
+    // ---- producer: one lane issues every load of this CTA's key range, then the warp leaves ----
+    // The whole warp walks the ring and waits on each empty barrier; lane 0 alone issues. It takes no part in the
+    // merge: the consumers have waited on every tile's full barrier before they merge, so nothing it issued is still
+    // in flight for them. (Through v5.3 it joined the merge at two __syncthreads, reached by the producer and the
+    // consumers from different branches, and racecheck reported the merge's stores and loads as 17 hazards across
+    // them: RESULTS v4.3, v4.6. The merge now syncs the consumers alone, on a named barrier.)
     if (lane == 0) {
       tma_prefetch_desc(&P.tk);
       tma_prefetch_desc(&P.tv);
@@ -186,9 +187,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
       __syncwarp();
       if (++s == ST) s = 0, use_parity ^= 1u;
     }
-  } else {
+    return;
+  }
+  {
     // ---- consumers: Q once (cp.async, as fwd_decode.h), then every tile's 16 keys of this warp ----
-    constexpr int CT = 32 * W;
     for (int x = tid; x < R * (DK / 8); x += CT) {  // q rows: head hkv * G + r / Sq, query r % Sq
       const int r = x / (DK / 8), c = x % (DK / 8);
       const bool pred = r < rows && c * 8 < p.D;
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
       }
     }
     cp_async_wait_all();
-    named_sync(1, CT);  // (id 1: this kernel's only named barrier) every consumer's Q chunks and zeros landed
+    named_sync(1, CT);  // (id 1: this kernel's only named barrier, the consumers') Q chunks and zeros landed
 
     uint32_t qf[Tr::kQInRegs ? KS : 1][4];  // Q's A fragments for the whole key range
     if constexpr (Tr::kQInRegs) {
@@ -274,14 +276,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   }
 
   // ---- merge the consumer warps (each with its own max) through shared memory, in the stages' space ----
-  // (every TMA write has landed: each consumer waited on every tile's full barrier; the barrier below also keeps a
-  // warp still reading its last tile from the writes)
-  __syncthreads();
+  // (every TMA write has landed: each consumer waited on every tile's full barrier; the first barrier keeps a warp
+  // still reading its last tile from the others' writes)
+  named_sync(1, CT);
   float* sO = reinterpret_cast<float*>(smem);  // [W][16][DK]
   float* sM = sO + W * R * DK;                 // [W][16] maxima, then [W][16] sums
-  if (warp < W) decode_park_warp<W, DK>(sO, sM, softmax, acc_o, warp, lane);
-  __syncthreads();
-  decode_write_rows<Elem, W, DK>(DP, dr, sO, sM, tid, NTH);
+  decode_park_warp<W, DK>(sO, sM, softmax, acc_o, warp, lane);
+  named_sync(1, CT);
+  decode_write_rows<Elem, W, DK>(DP, dr, sO, sM, tid, CT);
 #else
   __trap();  // built without sm_90a code: the planner never launches this kernel (DeviceCaps::sm90a)
 #endif
