@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     // merge: the consumers have waited on every tile's full barrier before they merge, so nothing it issued is still
     // in flight for them. (Through v5.3 it joined the merge at two __syncthreads, reached by the producer and the
     // consumers from different branches, and racecheck reported the merge's stores and loads as 17 hazards across
-    // them: RESULTS v4.3, v4.6. The merge now syncs the consumers alone, on a named barrier.)
+    // them: RESULTS v4.3, v4.4. The merge now syncs the consumers alone, on a named barrier.)
     if (lane == 0) {
       tma_prefetch_desc(&P.tk);
       tma_prefetch_desc(&P.tv);
