@@ -277,10 +277,9 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
 
 
 def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
-    """fwd_decode_tma (forced only: racecheck hazards open, RESULTS v4.3): the decode calls (<= 16 query rows per KV
-    head) on Hopper, with the splits sized to one wave of its resident CTAs (two per SM at head dims <= 128: 264 on 132
-    SMs, rounded down); a call with more rows per KV head, or a device without sm_90a code, is refused with the
-    reason."""
+    """fwd_decode_tma (the table's decode on Hopper since v5.4): the decode calls (<= 16 query rows per KV head), with
+    the splits sized to one wave of its resident CTAs (two per SM at head dims <= 128: 264 on 132 SMs, rounded down);
+    a call with more rows per KV head, or a device without sm_90a code, is refused with the reason."""
     check_forced(table_exe, "fwd_decode_tma",
                  takes=["decode Sq1 Sk8192 GQA", "decode Sq1 Sk4096 B1 MHA kp", "decode Sq2 Sk1000 GQA 8/2 D64",
                         "speculative Sq4 GQA 32/8 (16 rows)"],
@@ -295,7 +294,11 @@ def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
         r = run_table(table_exe, "--force", "fwd_decode_tma", shape)
         line = next(x for x in r.stdout.splitlines() if x.startswith(shape + " |"))  # (NAME matches substrings)
         assert want in line, (shape, r.stdout)
-    # the default stays fwd_decode.h (measured), and forcing it prints no tma
+    # the table takes it unforced on Hopper, fwd_decode.h (cp.async) elsewhere; forcing fwd_decode prints no tma
+    sections = run_table(table_exe).stdout.split("## ")
+    lines = [next(x for x in sec.splitlines() if x.startswith("decode Sq1 Sk8192 GQA B32 ")) for sec in sections[1:]]
+    assert "fwd_decode d128 rows=4 splits=1 chunk=8192 tma" in lines[0], lines
+    assert all("fwd_decode d128" in x and " tma" not in x for x in lines[1:]) and len(lines) > 1, lines
     r = run_table(table_exe, "--force", "fwd_decode", "decode Sq1 Sk8192 GQA B32")
     assert "fwd_decode d128 rows=4" in r.stdout and " tma" not in r.stdout, r.stdout
     r = run_table(table_exe, "--force-a100", "fwd_decode_tma", "decode Sq1 Sk8192 GQA B32")
