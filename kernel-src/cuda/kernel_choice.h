@@ -673,9 +673,9 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 // by TMA (sm90/fwd_decode_sm90.h, head dims 64 / 128 / 256 as fwd_decode.h), its splits sized to one wave of the CTAs
 // it keeps resident (decode_tma_ctas_per_sm: its stage ring fills two CTAs' shared memory, one at head dim 256),
 // rounded down: each CTA keeps ~96-192 KB of K / V in flight, so one per SM already covers the memory latency, and one
-// wave of equal CTAs needs no tail. Kernel time (RESULTS v4.3, H200; v5.4, H100): Llama-3-8B decode batch 32 0.277 ->
-// 0.260 ms (cuDNN 0.242), batch 1 0.023 -> 0.014; H100 0.384 -> 0.350 (cuDNN 0.349), 0.024 -> 0.016. It was forced
-// only until v5.4, for racecheck hazards in its merge (the producer warp now leaves before it).
+// wave of equal CTAs needs no tail. H200 kernel time (RESULTS v5.4, with v5.4's combine): Llama-3-8B decode batch 32
+// 0.273 -> 0.258 ms (cuDNN 0.237), batch 1 0.023 -> 0.013 (cuDNN 0.011). It was forced only until v5.4, for
+// racecheck hazards in its merge (the producer warp now leaves before it).
 constexpr int kDecodeMaxRows = 16, kDecodeStep = 128, kDecodeCtasPerSm = 8;
 constexpr int decode_tma_ctas_per_sm(int dk) { return dk > 128 ? 1 : 2; }
 inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,

@@ -153,11 +153,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   }
   __syncthreads();
 
-  OnlineSoftmax<1> softmax;
-  softmax.reset();
-  float acc_o[1][DT][4];
-  zero_acc(acc_o);
-
   if (warp == W) {
     // ---- producer: one lane issues every load of this CTA's key range, then the warp leaves ----
     // The whole warp walks the ring and waits on each empty barrier; lane 0 alone issues. It takes no part in the
@@ -189,90 +184,93 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     }
     return;
   }
-  {
-    // ---- consumers: Q once (cp.async, as fwd_decode.h), then every tile's 16 keys of this warp ----
-    for (int x = tid; x < R * (DK / 8); x += CT) {  // q rows: head hkv * G + r / Sq, query r % Sq
-      const int r = x / (DK / 8), c = x % (DK / 8);
-      const bool pred = r < rows && c * 8 < p.D;
-      const Elem* src = static_cast<const Elem*>(p.q);
-      if (pred)
-        src += int64_t(b) * p.q_sb + int64_t(r % p.Sq) * p.q_ss + int64_t(hkv * G + r / p.Sq) * p.q_sh + c * 8;
-      cp_async16(sQ + r * LD + c * 8, src, pred);
-    }
-    cp_async_commit();
-    if (nblocks < Tr::kColBlocks) {
-      // the column blocks no TMA writes, zeroed once in every stage: K's meet Q's zero columns in S = Q K^T (0 x a
-      // stale NaN would be NaN); V's only reach output columns past D, never written, zeroed alike
-      constexpr int kChunksPerTile = Tr::kTileBytes / 16;
-      const int from = nblocks * Tr::kBlockBytes / 16;
-      for (int x = tid; x < 2 * ST * kChunksPerTile; x += CT) {
-        const int tile = x / kChunksPerTile, chunk = x % kChunksPerTile;  // (tile: K / V of stage tile / 2)
-        if (chunk >= from)
-          *reinterpret_cast<uint4*>(smem + tile * Tr::kTileBytes + chunk * 16) = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-    cp_async_wait_all();
-    named_sync(1, CT);  // (id 1: this kernel's only named barrier, the consumers') Q chunks and zeros landed
 
-    uint32_t qf[Tr::kQInRegs ? KS : 1][4];  // Q's A fragments for the whole key range
-    if constexpr (Tr::kQInRegs) {
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) load_a_frag<false>(qf[ks], sQ, LD, 0, ks * 16, lane);
+  // ---- consumers: Q once (cp.async, as fwd_decode.h), then every tile's 16 keys of this warp ----
+  OnlineSoftmax<1> softmax;
+  softmax.reset();
+  float acc_o[1][DT][4];
+  zero_acc(acc_o);
+  for (int x = tid; x < R * (DK / 8); x += CT) {  // q rows: head hkv * G + r / Sq, query r % Sq
+    const int r = x / (DK / 8), c = x % (DK / 8);
+    const bool pred = r < rows && c * 8 < p.D;
+    const Elem* src = static_cast<const Elem*>(p.q);
+    if (pred)
+      src += int64_t(b) * p.q_sb + int64_t(r % p.Sq) * p.q_ss + int64_t(hkv * G + r / p.Sq) * p.q_sh + c * 8;
+    cp_async16(sQ + r * LD + c * 8, src, pred);
+  }
+  cp_async_commit();
+  if (nblocks < Tr::kColBlocks) {
+    // the column blocks no TMA writes, zeroed once in every stage: K's meet Q's zero columns in S = Q K^T (0 x a
+    // stale NaN would be NaN); V's only reach output columns past D, never written, zeroed alike
+    constexpr int kChunksPerTile = Tr::kTileBytes / 16;
+    const int from = nblocks * Tr::kBlockBytes / 16;
+    for (int x = tid; x < 2 * ST * kChunksPerTile; x += CT) {
+      const int tile = x / kChunksPerTile, chunk = x % kChunksPerTile;  // (tile: K / V of stage tile / 2)
+      if (chunk >= from)
+        *reinterpret_cast<uint4*>(smem + tile * Tr::kTileBytes + chunk * 16) = make_uint4(0u, 0u, 0u, 0u);
     }
-    const int kw = warp * Tr::kKeysPerWarp;
-    const DecodeLaneOffsets ko = decode_lane_offsets<BN>(kw + (lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
-    const DecodeLaneOffsets vo = decode_lane_offsets<BN>(kw + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  }
+  cp_async_wait_all();
+  named_sync(1, CT);  // (id 1: this kernel's only named barrier, the consumers') Q chunks and zeros landed
 
-    int s = 0;
-    uint32_t use_parity = 0;
-    for (int t = 0; t < tiles; ++t) {
-      mbar_wait(full(s), use_parity);  // tile t's K and V landed
-      const uint32_t kt = k_tile(s), vt = v_tile(s);
-      float sc[1][2][4];
-      zero_acc(sc);
+  uint32_t qf[Tr::kQInRegs ? KS : 1][4];  // Q's A fragments for the whole key range
+  if constexpr (Tr::kQInRegs) {
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        uint32_t af[4], bf[4];
-        if constexpr (Tr::kQInRegs) {
+    for (int ks = 0; ks < KS; ++ks) load_a_frag<false>(qf[ks], sQ, LD, 0, ks * 16, lane);
+  }
+  const int kw = warp * Tr::kKeysPerWarp;
+  const DecodeLaneOffsets ko = decode_lane_offsets<BN>(kw + (lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+  const DecodeLaneOffsets vo = decode_lane_offsets<BN>(kw + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+
+  int s = 0;
+  uint32_t use_parity = 0;
+  for (int t = 0; t < tiles; ++t) {
+    mbar_wait(full(s), use_parity);  // tile t's K and V landed
+    const uint32_t kt = k_tile(s), vt = v_tile(s);
+    float sc[1][2][4];
+    zero_acc(sc);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) af[e] = qf[ks][e];
-        } else {
-          load_a_frag<false>(af, sQ, LD, 0, ks * 16, lane);
-        }
-        ldsm_x4_at(bf, decode_lane_addr<BN>(kt, ko, ks));
-        mma16816<Elem>(sc[0][0], af, bf[0], bf[1]);
-        mma16816<Elem>(sc[0][1], af, bf[2], bf[3]);
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t af[4], bf[4];
+      if constexpr (Tr::kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) af[e] = qf[ks][e];
+      } else {
+        load_a_frag<false>(af, sQ, LD, 0, ks * 16, lane);
       }
-      decode_scores(sc, p, dr, key_lo + t * BN + kw + (lane & 3) * 2, key_hi, lane);  // (fwd_decode.h's terms)
-      // online softmax (softmax.h softmax_step, as OnlineSoftmax::update), O rescaled only when a row's max moved:
-      // otherwise the factor is 2^(m - m) = 1, or the row has seen no key and O is 0 (either way a no-op)
-      float corr[2];
-      bool moved = false;
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const float m_old = softmax.row_max[0][hf];
-        softmax_step(sc[0], hf, Log2Units(), softmax.row_max[0][hf], softmax.row_sum[0][hf], corr[hf]);
-        moved |= softmax.row_max[0][hf] != m_old;
-      }
-      if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_o[0][dt][e] *= corr[e >> 1];
-      }
-      uint32_t pa[1][1][4];
-      acc_to_afrag<Elem, 1, 2>(pa, sc);
-#pragma unroll
-      for (int np = 0; np < DK / 16; ++np) {
-        uint32_t bf[4];
-        ldsm_x4_t_at(bf, decode_lane_addr<BN>(vt, vo, np));
-        mma16816<Elem>(acc_o[0][2 * np], pa[0][0], bf[0], bf[1]);
-        mma16816<Elem>(acc_o[0][2 * np + 1], pa[0][0], bf[2], bf[3]);
-      }
-      __syncwarp();  // every lane's ldmatrix of the stage is done before the warp's arrival frees it
-      if (lane == 0) mbar_arrive(empty(s));
-      if (++s == ST) s = 0, use_parity ^= 1u;
+      ldsm_x4_at(bf, decode_lane_addr<BN>(kt, ko, ks));
+      mma16816<Elem>(sc[0][0], af, bf[0], bf[1]);
+      mma16816<Elem>(sc[0][1], af, bf[2], bf[3]);
     }
+    decode_scores(sc, p, dr, key_lo + t * BN + kw + (lane & 3) * 2, key_hi, lane);  // (fwd_decode.h's terms)
+    // online softmax (softmax.h softmax_step, as OnlineSoftmax::update), O rescaled only when a row's max moved:
+    // otherwise the factor is 2^(m - m) = 1, or the row has seen no key and O is 0 (either way a no-op)
+    float corr[2];
+    bool moved = false;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const float m_old = softmax.row_max[0][hf];
+      softmax_step(sc[0], hf, Log2Units(), softmax.row_max[0][hf], softmax.row_sum[0][hf], corr[hf]);
+      moved |= softmax.row_max[0][hf] != m_old;
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][dt][e] *= corr[e >> 1];
+    }
+    uint32_t pa[1][1][4];
+    acc_to_afrag<Elem, 1, 2>(pa, sc);
+#pragma unroll
+    for (int np = 0; np < DK / 16; ++np) {
+      uint32_t bf[4];
+      ldsm_x4_t_at(bf, decode_lane_addr<BN>(vt, vo, np));
+      mma16816<Elem>(acc_o[0][2 * np], pa[0][0], bf[0], bf[1]);
+      mma16816<Elem>(acc_o[0][2 * np + 1], pa[0][0], bf[2], bf[3]);
+    }
+    __syncwarp();  // every lane's ldmatrix of the stage is done before the warp's arrival frees it
+    if (lane == 0) mbar_arrive(empty(s));
+    if (++s == ST) s = 0, use_parity ^= 1u;
   }
 
   // ---- merge the consumer warps (each with its own max) through shared memory, in the stages' space ----

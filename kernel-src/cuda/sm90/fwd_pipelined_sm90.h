@@ -147,8 +147,7 @@ struct PipeTile {
 // pair by pair, a pair's longest tile started about when the pair before it was done, so the last pair's longest tile
 // set the end of the call (~5% past the balanced end with 64 tiles per pair, Llama-3 prefill, by a list-scheduling
 // model of the hardware's in-order block dispatch; ~0.5% at 128 tiles per pair). Measured (H100 kernel time, two
-// calls, RESULTS v5.3): Mistral's window and Llama-3 prefill ~-3%, inside the spread; causal 16k
-// unchanged.
+// calls, RESULTS v5.3): Mistral's window and Llama-3 prefill ~-3%, inside the spread; causal 16k unchanged.
 template <int BM, int BN>
 __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
   const int mblocks = ceil_div(p.Sq, BM);
