@@ -121,6 +121,22 @@ __device__ __forceinline__ void decode_scores(float (&s)[1][2][4], const KParams
   }
 }
 
+// The 16 query rows of a KV head's group into a padded shared tile [16][LD] (cp.async, the caller commits): row r is
+// head hkv * G + r / Sq, query r % Sq; rows past the group and dims past D are zero-filled. Both decode kernels.
+template <typename Elem, int DK, int LD>
+__device__ __forceinline__ void decode_load_q(Elem* sQ, const KParams& p, int b, int hkv, int tid, int nthreads) {
+  constexpr int R = 16;
+  const int G = p.hgroup, rows = G * p.Sq;
+  for (int x = tid; x < R * (DK / 8); x += nthreads) {
+    const int r = x / (DK / 8), c = x % (DK / 8);
+    const bool pred = r < rows && c * 8 < p.D;
+    const Elem* src = static_cast<const Elem*>(p.q);
+    if (pred)
+      src += int64_t(b) * p.q_sb + int64_t(r % p.Sq) * p.q_ss + int64_t(hkv * G + r / p.Sq) * p.q_sh + c * 8;
+    cp_async16(sQ + r * LD + c * 8, src, pred);
+  }
+}
+
 // A warp's running max / sum and O rows into the merge buffers (the stages' space, after a barrier): sO [W][16][DK],
 // sM [W][16] maxima, then [W][16] sums.
 template <int W, int DK>
@@ -192,18 +208,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   const int hkv = int(blockIdx.x % p.Hkv), split = int(blockIdx.x / p.Hkv % P.splits);
   const int b = int(blockIdx.x / p.Hkv / P.splits);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int G = p.hgroup, rows = G * p.Sq;
   const int key_lo = split * P.chunk, key_hi = min(p.Sk, key_lo + P.chunk);
   const int tiles = (key_hi - key_lo + BN - 1) / BN;
 
-  for (int x = tid; x < R * (DK / 8); x += NTH) {  // q rows: head hkv * G + r / Sq, query r % Sq
-    const int r = x / (DK / 8), c = x % (DK / 8);
-    const bool pred = r < rows && c * 8 < p.D;
-    const Elem* src = static_cast<const Elem*>(p.q);
-    if (pred)
-      src += int64_t(b) * p.q_sb + int64_t(r % p.Sq) * p.q_ss + int64_t(hkv * G + r / p.Sq) * p.q_sh + c * 8;
-    cp_async16(sQ + r * LD + c * 8, src, pred);
-  }
+  decode_load_q<Elem, DK, LD>(sQ, p, b, hkv, tid, NTH);
   const Elem* kbase = static_cast<const Elem*>(p.k) + int64_t(b) * p.k_sb + int64_t(hkv) * p.k_sh;
   const Elem* vbase = static_cast<const Elem*>(p.v) + int64_t(b) * p.v_sb + int64_t(hkv) * p.v_sh;
   // this thread's 16-byte chunks of a tile: column chunk tid % CPR (fixed), rows tid / CPR + k * RSTEP; keys past

@@ -136,7 +136,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   const int hkv = int(blockIdx.x % p.Hkv), split = int(blockIdx.x / p.Hkv % DP.splits);
   const int b = int(blockIdx.x / p.Hkv / DP.splits);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int G = p.hgroup, rows = G * p.Sq;
   const DecodeRows dr = decode_rows(DP, b, hkv, split);
   const int key_lo = split * DP.chunk, key_hi = min(p.Sk, key_lo + DP.chunk);
   const int tiles = (key_hi - key_lo + BN - 1) / BN;  // >= 1: every split has a key (planner)
@@ -190,14 +189,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   softmax.reset();
   float acc_o[1][DT][4];
   zero_acc(acc_o);
-  for (int x = tid; x < R * (DK / 8); x += CT) {  // q rows: head hkv * G + r / Sq, query r % Sq
-    const int r = x / (DK / 8), c = x % (DK / 8);
-    const bool pred = r < rows && c * 8 < p.D;
-    const Elem* src = static_cast<const Elem*>(p.q);
-    if (pred)
-      src += int64_t(b) * p.q_sb + int64_t(r % p.Sq) * p.q_ss + int64_t(hkv * G + r / p.Sq) * p.q_sh + c * 8;
-    cp_async16(sQ + r * LD + c * 8, src, pred);
-  }
+  decode_load_q<Elem, DK, LD>(sQ, p, b, hkv, tid, CT);
   cp_async_commit();
   if (nblocks < Tr::kColBlocks) {
     // the column blocks no TMA writes, zeroed once in every stage: K's meet Q's zero columns in S = Q K^T (0 x a
