@@ -679,7 +679,7 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
 constexpr int kDecodeMaxRows = 16, kDecodeStep = 128, kDecodeCtasPerSm = 8;
 constexpr int decode_tma_ctas_per_sm(int dk) { return dk > 128 ? 1 : 2; }
 inline std::string try_fwd_decode(FwdChoice& c, const FwdParams& fp, const KParams& user, const DeviceCaps& dev,
-                                  bool tma = false) {
+                                  bool tma) {
   const std::string who = tma ? "fwd_decode_tma: " : "";
   if (tma && !dev.sm90a) return who + "not Hopper / no sm_90a code";
   const int64_t rows = int64_t(user.hgroup) * user.Sq;  // (int64: H / Hkv x Sq can pass 2^31)
