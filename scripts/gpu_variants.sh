@@ -2,10 +2,11 @@
 # One device call that times variants built on the development machine against each other, with no build on the
 # device (a device call's minutes are the scarce ones; scripts/gpu_ab.sh builds two there, ~2-4 minutes). Each
 # variant travels as .abv/<name>.tar.xz, ~2.2 MB, made by scripts/build_variants.sh (which says what a build costs).
-# On the device: each unpacked, a timed smoke run of each (a hanging experiment ends the call in two minutes), the
-# GPU suite (~45 s) and the sanitizers on those in VARIANTS_CHECK (~2 minutes per variant in all), then
+# On the device: each unpacked, a timed smoke run of each (a hanging experiment ends the call in two minutes),
 # KT_ROUNDS rounds of kernel time (benchmarks/kernel_time.py, CUPTI) over all of them, each in its own process, in
-# the order given: what repeats across rounds is the variants', not the clocks'.
+# the order given (what repeats across rounds is the variants', not the clocks'), then the GPU suite (~45 s) and the
+# sanitizers on those in VARIANTS_CHECK (~2 minutes per variant in all). Kernel time comes first because it decides
+# whether the checks matter at all, and what a call left under $OUT comes back when it runs past its limit.
 #   VARIANTS        names of .abv/<name>.tar.xz, the baseline first (default: every tarball there, sorted)
 #   VARIANTS_CHECK  names to run the GPU suite and memcheck / racecheck on (default: none)
 #   SANITIZE        0: the GPU suite only on those (a first screen of several variants in one call); default 1
@@ -36,19 +37,6 @@ for n in $names; do
 done
 lap "unpacked, smoke runs"
 rc=0
-for n in ${VARIANTS_CHECK:-}; do
-  WINATTN_VARIANT_DIR="${dir[$n]}" python3 -m pytest -q tests/gpu tests/test_attention.py tests/test_random_calls.py \
-    -p no:cacheprovider > "$out/${n}_suite.log" 2>&1 || rc=1
-  echo "$n: $(tail -1 "$out/${n}_suite.log")"
-  [ "${SANITIZE:-1}" = 0 ] && { lap "$n suite"; continue; }
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
-      python3 tests/gpu/sanitize_case.py "${dir[$n]}" $tool > "/tmp/abv/$n.$tool.log" 2>&1 || rc=1
-    tail -n 3 "/tmp/abv/$n.$tool.log"
-  done > "$out/${n}_sanitize.log"
-  grep -h "SUMMARY" "$out/${n}_sanitize.log"
-  lap "$n checked"
-done
 peers=${KT_PEERS-cudnn}
 for round in $(seq "${KT_ROUNDS:-2}"); do
   for n in $names; do
@@ -69,6 +57,19 @@ for spec in ${KT_FORCE:-}; do
     --only ${rows//,/ } || rc=1
 done > "$out/forced.txt" 2>&1
 [ -n "${KT_FORCE:-}" ] && { lap "forced"; grep -v -i "warn\|dirty" "$out/forced.txt" | cut -c1-120; }
+for n in ${VARIANTS_CHECK:-}; do
+  WINATTN_VARIANT_DIR="${dir[$n]}" python3 -m pytest -q tests/gpu tests/test_attention.py tests/test_random_calls.py \
+    -p no:cacheprovider > "$out/${n}_suite.log" 2>&1 || rc=1
+  echo "$n: $(tail -1 "$out/${n}_suite.log")"
+  [ "${SANITIZE:-1}" = 0 ] && { lap "$n suite"; continue; }
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
+      python3 tests/gpu/sanitize_case.py "${dir[$n]}" $tool > "/tmp/abv/$n.$tool.log" 2>&1 || rc=1
+    tail -n 3 "/tmp/abv/$n.$tool.log"
+  done > "$out/${n}_sanitize.log"
+  grep -h "SUMMARY" "$out/${n}_sanitize.log"
+  lap "$n checked"
+done
 export PATH=$PATH:/usr/local/cuda/bin
 for spec in ${NCU:-}; do
   IFS=: read -r n row kre <<< "$spec"
