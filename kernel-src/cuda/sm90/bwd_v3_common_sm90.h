@@ -224,9 +224,6 @@ struct RowPairsInRegs {
   __device__ __forceinline__ float2 operator[](int nt) const { return v[nt]; }
 };
 
-// kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
-// broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
-// per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
 // The thread's P^T fragment, in place of its raw S^T (rows: keys j0 and j0 + 8; columns: queries
 // m * BM + q0 + nt * 8 + qc + e): the score terms (the staged 16-bit tile at sB + bias_off, or the additive term
 // and bool mask read from global memory), key visibility (key_ok), the band, and exp2 against lse (lse: this
@@ -341,6 +338,9 @@ __device__ __forceinline__ void stage_dbias16(uint32_t st, const uint32_t (&afra
   }
 }
 
+// kDbiasAtomic: this warp's dS^T tile (keys = rows key_row, key_row + 8; queries = columns) summed over dbias's
+// broadcast dims in registers and shuffles, then fp32 atomics: one per key ([.., 1, Sk]), per query ([.., Sq, 1]),
+// per warp ([.., 1, 1]), or per element (full rows and columns that TMA cannot address).
 // q_off: the tile's first query column within the query block (split head-dim consumer: 32 per warpgroup).
 template <int BM, int NTQ>
 __device__ __forceinline__ void dbias_atomic_add(const BwdPipeParams& P, const float (&ds)[NTQ][4], int b, int h,
