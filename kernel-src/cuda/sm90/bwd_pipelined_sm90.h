@@ -111,6 +111,9 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
   // blocks are queries, always 32 (kSwizzleRowBytes)
   constexpr int NTQ = BM / 8, DT = DK / 8, DTQ = DK / 16, RB = kSwizzleRowBytes, W = Tr::kRowBytes;
   constexpr bool kBaseDesc = bwd_uniform_desc(DK);
+  // the steps' descriptors by 64-bit adds (tile_sm90.h desc_plus), but in the head-dim-96 resident-dQ instance, which
+  // spilled with them (ptxas: 8 registers, 4 reloads per step) and does not with the low-word adds
+  constexpr bool kAdd64 = !(DK == 96 && kDq == kBwdDqResident);
   // dQ per warpgroup: a head-dim half over all BM queries (DTQ n-tiles), or with 128 queries per step its own 64
   // queries over the whole head dim (DT n-tiles; Tr::kDqByQueryHalves)
   constexpr bool kQH = Tr::kDqByQueryHalves;
@@ -176,8 +179,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
     const uint32_t a0 = kQH ? dsa + cw * 2 * (BN * RB) : dsa;
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks)
-      wgmma_ss<1, 1>(Int<DQT * 8>(), Elem(), acc_dq, make_desc(a0 + ks * 16 * RB, BN * RB, 512),
-                     nmajor_step_desc<W, kBaseDesc>(kb, ks, BN), ks > 0);
+      wgmma_ss<1, 1>(Int<DQT * 8>(), Elem(), acc_dq, nmajor_step_desc<RB, kBaseDesc, kAdd64>(a0, ks, BN),
+                     nmajor_step_desc<W, kBaseDesc, kAdd64>(kb, ks, BN), ks > 0);
     wgmma_commit();
   };
   auto add_dq = [&](int b, int h, int m, const float (&acc_dq)[DQT][4]) {
@@ -265,13 +268,13 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks)
-          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, kmajor_step_desc<W, kBaseDesc>(ka, ks, BN),
-                         kmajor_step_desc<W, kBaseDesc>(sm.q(s), ks, BM), ks > 0);
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_s, kmajor_step_desc<W, kBaseDesc, kAdd64>(ka, ks, BN),
+                         kmajor_step_desc<W, kBaseDesc, kAdd64>(sm.q(s), ks, BM), ks > 0);
         wgmma_commit();
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks)
-          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, kmajor_step_desc<W, kBaseDesc>(va, ks, BN),
-                         kmajor_step_desc<W, kBaseDesc>(sm.dout(s), ks, BM), ks > 0);
+          wgmma_ss<0, 0>(Int<BM>(), Elem(), acc_dp, kmajor_step_desc<W, kBaseDesc, kAdd64>(va, ks, BN),
+                         kmajor_step_desc<W, kBaseDesc, kAdd64>(sm.dout(s), ks, BM), ks > 0);
         wgmma_commit();
         if constexpr (turns) turn.pass();
         wgmma_wait<1>();
@@ -394,8 +397,10 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < NTQ / 2; ++ks) {
-          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks], nmajor_step_desc<W, kBaseDesc>(sm.dout(s), ks, BM), 1);
-          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], nmajor_step_desc<W, kBaseDesc>(sm.q(s), ks, BM), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dv[bi], pf[ks],
+                      nmajor_step_desc<W, kBaseDesc, kAdd64>(sm.dout(s), ks, BM), 1);
+          wgmma_rs<1>(Int<DK>(), Elem(), acc_dk[bi], dsf[ks], nmajor_step_desc<W, kBaseDesc, kAdd64>(sm.q(s), ks, BM),
+                      1);
         }
         wgmma_commit();
         float acc_dq[DQT][4];

@@ -52,9 +52,19 @@ __host__ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint3
   return d;
 }
 // The descriptor of the address `off` bytes (a multiple of 16) past d's: the start address field is the low 14 bits
-// (address / 16) and a shared-window address stays below 2^18 (228 KB), so adding off / 16 to the low word never
-// carries into the leading byte offset above it.
+// (address / 16) and a shared-window address stays below 2^18 (228 KB), so adding off / 16 never carries into the
+// leading byte offset above it. Two forms of the same value:
+//   * kAdd64: one 64-bit add, which ptxas makes one UIADD3.64 into the wgmma's descriptor registers. The backward's
+//     (bwd_pipelined_sm90.h bwd_consume): its D = 128 step loop 992 -> 923 SASS instructions; H100 backward kernel
+//     time against the element loop alone (RESULTS v5.5): Llama-3 document mask -3.6%, causal -2.7%, sliding window
+//     -1.4%, the dense and joint rows within the spread (-0.3% to +2.3%);
+//   * otherwise the low word alone, which ptxas makes a UIADD3 plus a UMOV of the constant high word per descriptor
+//     (4 instructions per HGMMA instead of 2) but one uniform register per tile base instead of two. The forward keeps
+//     it (its loop differs by 5 instructions in 1464 and was not measured apart) and so does the one backward
+//     instance that spilled with the 64-bit form.
+template <bool kAdd64>
 __host__ __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t off) {
+  if constexpr (kAdd64) return d + (off >> 4);
   return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (off >> 4));
 }
 // The descriptor layout type of a tile with `row_bytes`-byte rows (128, 64, 32: the swizzle of that many bytes).
@@ -70,19 +80,21 @@ constexpr uint32_t swizzle_of(int row_bytes) { return row_bytes == 128 ? 1u : ro
 // registers. Otherwise each step's descriptor is built whole (mask, shift, or) in each thread's registers and moved
 // by 4 R2UR before its wgmma: ~20% of the backward step's instructions at head dims 64 / 128. Taken where it was
 // measured faster (bwd_pipelined_sm90.h bwd_uniform_desc); the D = 128 backward was slower with it and the forward
-// mixed (RESULTS "Twenty-fourth session").
-template <int kRowBytes, bool kFromBase>
+// mixed (RESULTS "Twenty-fourth session"). kAdd64: desc_plus's form.
+template <int kRowBytes, bool kFromBase, bool kAdd64 = false>
 __host__ __device__ __forceinline__ uint64_t step_desc(uint32_t tile, uint32_t off, uint32_t lbo_bytes) {
-  if constexpr (kFromBase) return desc_plus(make_desc(tile, lbo_bytes, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
+  if constexpr (kFromBase)
+    return desc_plus<kAdd64>(make_desc(tile, lbo_bytes, 8 * kRowBytes, swizzle_of(kRowBytes)), off);
   return make_desc(tile + off, lbo_bytes, 8 * kRowBytes, swizzle_of(kRowBytes));
 }
-template <int kRowBytes, bool kFromBase = false>
+template <int kRowBytes, bool kFromBase = false, bool kAdd64 = false>
 __host__ __device__ __forceinline__ uint64_t kmajor_step_desc(uint32_t tile, int ks, int rows) {
-  return step_desc<kRowBytes, kFromBase>(tile, (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes, 16);
+  return step_desc<kRowBytes, kFromBase, kAdd64>(tile, (ks * 32 / kRowBytes) * (rows * kRowBytes) + ks * 32 % kRowBytes,
+                                                 16);
 }
-template <int kRowBytes, bool kFromBase = false>
+template <int kRowBytes, bool kFromBase = false, bool kAdd64 = false>
 __host__ __device__ __forceinline__ uint64_t nmajor_step_desc(uint32_t tile, int ks, int rows) {
-  return step_desc<kRowBytes, kFromBase>(tile, ks * 16 * kRowBytes, rows * kRowBytes);
+  return step_desc<kRowBytes, kFromBase, kAdd64>(tile, ks * 16 * kRowBytes, rows * kRowBytes);
 }
 
 // Copy rows [0, ROWS) of a [rows_valid, d_valid] strided matrix into a swizzled tile, zero-filling rows past
