@@ -1,9 +1,10 @@
 """tile_sm90.h builds a wgmma k-step's descriptor two ways: whole from the step's address, or as the tile's
 descriptor plus the step's offset (`kFromBase`, `desc_plus`: the backward at head dims 64 and 256 since v4.6, the
 forward there without a term or with mask bits since v4.7, which lets ptxas keep descriptors in uniform registers).
-The second relies on the start-address field never carrying into the field above it; wgmma_desc_check.cu compares
-both forms on the host for every 16-byte tile address below the 227 KB a CTA can have and every k-step the kernels
-build (~7 million pairs, nvcc's host compiler, no GPU)."""
+The second (added to the low word, or as one 64-bit add: `kAdd64`, the backward's since v5.5) relies on the
+start-address field never carrying into the field above it; wgmma_desc_check.cu compares the three forms on the host
+for every 16-byte tile address below the 227 KB a CTA can have and every k-step the kernels build (128-, 64- and
+32-byte rows; ~10 million comparisons, nvcc's host compiler, no GPU)."""
 
 import subprocess
 from pathlib import Path
