@@ -224,6 +224,12 @@ struct RowPairsInRegs {
   __device__ __forceinline__ float2 operator[](int nt) const { return v[nt]; }
 };
 
+// kBwdTermsBits: whether query column nt * 8 + qc + e of the block (word nt / 4 of the pair) sees key j0 + 8 hf.
+__device__ __forceinline__ bool key_bit(const uint2 (&key_bits)[2], int hf, int nt, int qc, int e) {
+  const uint32_t w = nt < 4 ? key_bits[hf].x : key_bits[hf].y;
+  return (w >> ((nt % 4) * 8 + qc + e)) & 1u;
+}
+
 // The thread's P^T fragment, in place of its raw S^T (rows: keys j0 and j0 + 8; columns: queries
 // m * BM + q0 + nt * 8 + qc + e): the score terms (the staged 16-bit tile at sB + bias_off, or the additive term
 // and bool mask read from global memory), key visibility (key_ok), the band, and exp2 against lse (lse: this
@@ -257,8 +263,7 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
             const int x = 2 * hf + e;
             const float s = fast_exp2(fmaf(acc[nt][x], p.scale_log2, -(e ? l2.y : l2.x)));
             if constexpr (kTerms == kBwdTermsBits) {
-              const uint32_t w = nt < 4 ? key_bits[hf].x : key_bits[hf].y;
-              acc[nt][x] = ((w >> ((nt % 4) * 8 + qc + e)) & 1u) ? s : 0.f;
+              acc[nt][x] = key_bit(key_bits, hf, nt, qc, e) ? s : 0.f;
             } else {
               acc[nt][x] = s;
             }
@@ -314,10 +319,7 @@ __device__ __forceinline__ void p_from_scores(float (&acc)[NTQ][4], const KParam
           if (p.mask.ptr != nullptr)
             vis = vis && __ldg(static_cast<const unsigned char*>(p.mask.ptr) + gm + i * p.mask.sq + j * p.mask.sk) != 0;
         }
-        if constexpr (kTerms == kBwdTermsBits) {  // (query column nt * 8 + qc + e of the block: word nt / 4)
-          const uint32_t w = nt < 4 ? key_bits[hf].x : key_bits[hf].y;
-          vis = vis && ((w >> ((nt % 4) * 8 + qc + e)) & 1u);
-        }
+        if constexpr (kTerms == kBwdTermsBits) vis = vis && key_bit(key_bits, hf, nt, qc, e);
         // (the hiding instances check at run time too: so their code is what every staged / row instance had
         // before; with a compile-time check, ptxas spilled 36 bytes in the D = 128 lock-step staged instance)
         if constexpr (kHides || kRead == kBwdTermsGlobal) vis = vis && !(hides && t == -INFINITY);
