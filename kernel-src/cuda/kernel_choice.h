@@ -107,7 +107,7 @@ struct Forced {
   BwdKernel bwd = BwdKernel::kAuto;
   int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas,
                     // 6: fwd_v3_rows192, 7: fwd_v3_ragged
-  int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent
+  int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent (strided), 2: fwd_v3_dynamic
   bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
   bool bwd_two_stages = false, bwd_no_pair = false;
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
@@ -118,7 +118,8 @@ struct Forced {
 };
 constexpr const char* kForceNames =
     "v1, fwd_v1, fwd_v3, fwd_v3_narrow, fwd_v3_wide, fwd_v3_short, fwd_v3_stream, fwd_v3_two_ctas, fwd_v3_rows192, "
-    "fwd_v3_ragged, fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_per_tile, fwd_windows, fwd_decode, fwd_decode_tma, "
+    "fwd_v3_ragged, fwd_v3_fine_dims, fwd_v3_persistent, fwd_v3_dynamic, fwd_v3_per_tile, "
+    "fwd_windows, fwd_decode, fwd_decode_tma, "
     "bwd_v1, bwd_v3, bwd_v3_two_stages, bwd_v3_no_pair, bwd_v3_fine_dims, bwd_v3_dq_accumulate, bwd_v3_dq_direct, "
     "bwd_v3_dq_resident, bwd_v3_q128, bwd_v3_q64, "
     "bwd_v3_bits, bwd_v3_fold, bwd_windows, bwd_windows_wide";
@@ -148,6 +149,7 @@ inline Forced parse_forced(const std::string& spec) {
     else if (n == "fwd_v3_ragged") f.fwd = FwdKernel::kV3, f.v3_tile = 7;
     else if (n == "fwd_v3_fine_dims") f.fwd = FwdKernel::kV3, f.v3_fine_dims = true;
     else if (n == "fwd_v3_persistent") f.fwd = FwdKernel::kV3, f.v3_persistent = 1;
+    else if (n == "fwd_v3_dynamic") f.fwd = FwdKernel::kV3, f.v3_persistent = 2;
     else if (n == "fwd_v3_per_tile") f.fwd = FwdKernel::kV3, f.v3_persistent = 0;
     else if (n == "fwd_windows") f.fwd = FwdKernel::kWindows;
     else if (n == "fwd_decode") f.fwd = FwdKernel::kDecode;
@@ -335,6 +337,7 @@ struct FwdChoice {
   int v3_terms = sm90::kTermsRaw;
   int v3_tile = sm90::kV3Narrow;  // the raw path's tile (sm90::V3Tile)
   bool v3_persistent = false;
+  bool v3_dynamic = false;       // ... and its CTAs take their tiles from a counter (fwd_pipelined_sm90.h)
   int v3_stage_bytes = 0;        // the staged additive tile (kTermsRawBias)
   bool v3_o_tma = false;         // the epilogue stores O through shared memory and TMA (fwd_v3_o_via_smem)
   // decode: the keys' split and the partial rows' workspace
@@ -478,6 +481,14 @@ constexpr int kStreamMaxKeys = 512;
 inline bool stream_pays(const KParams& p) {
   return p.D > 64 && p.D <= 128 && p.Sk > kShortMaxKeys && p.Sk <= kStreamMaxKeys && !p.has_band && p.kp == nullptr;
 }
+// Whether every query tile of bm rows sees a key (block_info.h n_block_range non-empty). Row i sees keys
+// [i + band_lo, i + band_hi] within [0, Sk); the rows that see one form one run, so checking the first tile's last
+// row and the last tile's first row covers the tiles between.
+inline bool no_empty_tiles(const KParams& p, int bm) {
+  if (!p.has_band) return true;
+  const int64_t first_last_row = std::min<int64_t>(bm, p.Sq) - 1, last_first_row = int64_t(div_up(p.Sq, bm) - 1) * bm;
+  return p.band_lo <= p.band_hi && first_last_row + p.band_hi >= 0 && last_first_row + p.band_lo <= p.Sk - 1;
+}
 constexpr int kWideMinKeys = 8192;  // wide key blocks pay off on long key sequences only (H200 bf16: D=128 S=16k
 // 3.48 vs 3.61 ms, D=64 2.44 vs 2.53, Wan S=32760 10.76 vs 10.90; but Flux S=4608 0.429 vs 0.414 and Qwen S=4352
 // 0.790 vs 0.778, where the last 176-key block is mostly padding); not with a causal / sliding-window band, where
@@ -620,11 +631,23 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   if (force.v3_tile == 3 && tile != sm90::kV3Keys80 && tile != sm90::kV3Keys128 && tile != sm90::kV3Keys208)
     return "fwd_v3_short: short key blocks take no term, a row term or mask bits (Sk <= 128; no term: Sk <= 208) at "
            "head dim 64, and Sk <= 128 at 96";
-  // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads) where every tile
-  // has the same work: H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms. With a causal /
-  // sliding-window band the static strided assignment is unbalanced (causal D=128 S=16k 2.50 vs 1.65 ms): one CTA
-  // per tile, longest first, scheduled by the hardware.
-  c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent == 1 : !p.has_band;
+  // Persistent (one CTA per SM walks the tiles, its epilogue overlapping the next tile's loads): strided where every
+  // tile has the same work (H200 bf16 Qwen key padding 0.790 vs 0.852 ms, D=128 S=16k 3.48 vs 3.55 ms, against one
+  // CTA per tile). With a causal / sliding-window band the strided assignment is unbalanced (causal D=128 S=16k 2.50
+  // vs 1.65 ms), and one CTA per tile, longest first, dispatched by the hardware, pays each CTA's start and its
+  // epilogue once per tile (~2% of a 128-block tile: the dense row's gain above; band tiles are shorter): so band
+  // calls take the dynamic schedule, each CTA's producer taking the next tile from a counter as its loads run out
+  // (H100 forward kernel time, three rounds, RESULTS v5.6: Llama-3 prefill 1.893 -> 1.823 ms, Mistral's window
+  // 1.653 -> 1.634, causal D = 128 16k 3.540 -> 3.534; the strided grid read 1-5% slower than one CTA per tile).
+  // It has its own instances, of the no-term path's narrow tile (launch_sm90.h has_dynamic), and needs every tile
+  // to see a key (the next index tells the consumers whether a later tile follows: no_empty_tiles).
+  const bool dynamic_runs = c.v3_terms == sm90::kTermsRaw && tile == sm90::kV3Narrow &&
+                            no_empty_tiles(p, Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockM; }));
+  if (force.v3_persistent == 2 && !dynamic_runs)
+    return "fwd_v3_dynamic: the dynamic schedule takes the no-term path's narrow tile (no bias, mask or key "
+           "padding), where every query tile sees a key";
+  c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent >= 1 : !p.has_band || dynamic_runs;
+  c.v3_dynamic = force.v3_persistent >= 0 ? force.v3_persistent == 2 : p.has_band && dynamic_runs;
   c.v3_tile = tile;
   c.v3_stage_bytes = stage;
   // what the launch will run (launch_sm90.h run_fwd_pipelined_sm90 takes the tile's traits from the same list)

@@ -228,6 +228,7 @@ struct FwdPlan {
   int64_t grid = 0;
   int smem = 0;
   int64_t ws_bytes = 0, off_comb = -1, off_mbits = -1, off_decode = -1;
+  int64_t off_tile_counter = -1;  // the v3 dynamic schedule's counter (zeroed by the run)
 };
 
 FwdPlan plan_fwd(const FwdParams& fp) {
@@ -242,6 +243,7 @@ FwdPlan plan_fwd(const FwdParams& fp) {
   if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
   if (pl.c.mb_words > 0) pl.off_mbits = cv.take(mask_bits_bytes(p));
   if (pl.c.decode_part_bytes > 0) pl.off_decode = cv.take(pl.c.decode_part_bytes);
+  if (pl.c.kernel == FwdKernel::kV3 && pl.c.v3_dynamic) pl.off_tile_counter = cv.take(sizeof(int));
   pl.ws_bytes = cv.size;
   switch (pl.c.kernel) {
     case FwdKernel::kV3:      // (its launcher sizes the grid: one CTA per tile, or per SM when persistent)
@@ -547,12 +549,18 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
   const int dt = dtype_code(params.dtype);
   const DeviceCaps& dev = device_caps();
   switch (pl.c.kernel) {
-    case FwdKernel::kV3:
+    case FwdKernel::kV3: {
+      int* counter = nullptr;
+      if (pl.off_tile_counter >= 0) {
+        counter = reinterpret_cast<int*>(ws + pl.off_tile_counter);
+        check_cuda(cudaMemsetAsync(counter, 0, sizeof(int), stream), "tile counter memset");
+      }
       dispatch_v3_hdim(pl.c.dk, [&](auto d) {
-        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_tile, pl.c.v3_persistent,
+        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_tile, pl.c.v3_persistent, counter,
                                                    pl.c.v3_stage_bytes, dev.sms, stream);
       });
       break;
+    }
     case FwdKernel::kWindows:
       dispatch_window_tiles(pl.c.dk, pl.c.window_bn, [&](auto d, auto n) {
         run_fwd_windows_sm90<decltype(d)::value, decltype(n)::value>(p, dt, pl.grid, pl.smem, stream);

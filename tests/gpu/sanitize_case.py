@@ -25,6 +25,10 @@ def main():
         b = r(1, 2, 100, 150)
         out = kern.attention(q, k, v, bias=b, causal=True, deterministic=det)
         out.sum().backward()
+    # 1b. the v3 forward's dynamic schedule (band calls on Hopper): 144 causal tiles of 1-3 key blocks, so some CTAs
+    #     take a second tile from the counter through the mailbox (fwd_pipelined_sm90.h post_tile / take_tile)
+    q, k, v = r(2, 300, 24, 64, grad=False), r(2, 300, 8, 64, grad=False), r(2, 300, 8, 64, grad=False)
+    kern.attention(q, k, v, causal=True)
     # 2. GQA + masks + key padding + row-broadcast bias (expanded intermediate) + window
     q, k, v = r(2, 70, 4, 40), r(2, 90, 2, 40), r(2, 90, 2, 40)
     b = r(2, 1, 70, 1)

@@ -275,7 +275,8 @@ def test_two_cta_tile_with_a_staged_term(kernel, monkeypatch, force, traits, B, 
     inp = qkv(B, Sq, Sk, H, 64, dtype, Hkv=Hkv)
     inp["bias"] = rand(*bias_shape, dtype=bias_dtype, grad=True)
     names = forced_kernels_run(kernel, monkeypatch, force, inp, kw)
-    staged = re.compile(traits + r", (__nv_bfloat16|__half), (\(int\))?1>")  # (kTermsRawBias, kernel_modes.h)
+    # (kTermsRawBias, kernel_modes.h; then the kernel's kDynamic)
+    staged = re.compile(traits + r", (__nv_bfloat16|__half), (\(int\))?1, (\(bool\))?(false|0)>")
     assert any(staged.search(n) for n in names), sorted(names)
 
 
@@ -338,7 +339,7 @@ def three_padded_items(Sk, tail, stride):
 def ran_terms(names, mode, head_dim=r"\d+", traits_rest=r"[^>]*"):
     """Whether a bf16 forward v3 kernel with 128-key blocks and score-term mode `mode` (kernel_modes.h) ran."""
     pattern = re.compile(rf"FwdPipeTraitsSm90<(\(int\))?{head_dim}, (\(int\))?128, {traits_rest}>, __nv_bfloat16, "
-                         rf"(\(int\))?{mode}>")
+                         rf"(\(int\))?{mode}, (\(bool\))?(false|0)>")  # (then kDynamic)
     return any(pattern.search(n) for n in names)
 
 
@@ -598,6 +599,54 @@ def test_streamed_tiles_across_tile_boundaries(kernel, monkeypatch, D, B, H, Hkv
     names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                  key_padding_mask=inp.get("key_padding_mask"), **kw))
     assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true,"), sorted(names)
+
+
+@pytest.mark.parametrize("D,B,H,Hkv,Sq,Sk,kw,force", [
+    (128, 2, 8, 2, 2000, 2000, {"causal": True}, None),                     # the table's for band calls; ragged end
+    (64, 3, 6, 3, 1500, 1700, {"window": (300, 0)}, None),                  # sliding window, Sq != Sk
+    (256, 2, 6, 6, 1100, 1100, {"causal": True}, None),                     # head dim 256's 64-key blocks
+    (64, 2, 8, 8, 1000, 1000, {}, "fwd_v3_dynamic"),                        # forced on a call without a band
+], ids=["causal_gqa_d128", "window_d64", "causal_d256", "forced_dense_d64"])
+def test_dynamic_schedule(kernel, monkeypatch, D, B, H, Hkv, Sq, Sk, kw, force):
+    # The v3 forward's dynamic schedule (fwd_pipelined_sm90.h: each CTA's producer takes its next tile from a counter
+    # in the workspace, zeroed by a memset, and posts it to the consumers): more tiles than SMs, of different lengths,
+    # so CTAs take several each in an order no test fixes; poisoned outputs (run_case) catch a tile left unwritten or
+    # written twice by different CTAs
+    if not hopper():
+        pytest.skip("the v3 forward is a Hopper kernel")
+    if force:
+        monkeypatch.setenv("WINATTN_FORCE_KERNEL", force)
+    inp = qkv(B, Sq, Sk, H, D, Hkv=Hkv)
+    run_case(kernel, inp, kw)
+    with torch.no_grad():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], **kw))
+    assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "Memset"), sorted(names)
+
+
+def test_band_with_a_bias_keeps_one_cta_per_tile(kernel):
+    # the dynamic schedule has instances of the no-term path only (launch_sm90.h has_dynamic): a band call with a
+    # bias runs one CTA per tile, as before
+    if not hopper():
+        pytest.skip("the v3 forward is a Hopper kernel")
+    inp = qkv(2, 1100, 1100, 5, 96)
+    inp["bias"] = rand(2, 5, 1100, 1100, dtype=FP32)
+    run_case(kernel, inp, {"causal": True})
+    with torch.no_grad():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"], causal=True))
+    assert ran(names, "fwd_pipelined_kernel_sm90") and not ran(names, "Memset"), sorted(names)
+
+
+def test_band_with_empty_tiles_keeps_one_cta_per_tile(kernel):
+    # a causal call with more queries than keys (aligned at the end): its first query tiles see no key, and the
+    # dynamic schedule needs every tile to see one (kernel_choice.h no_empty_tiles), so the hardware schedules one
+    # CTA per tile; the empty rows come out 0 with lse = -inf
+    if not hopper():
+        pytest.skip("the v3 forward is a Hopper kernel")
+    inp = qkv(2, 700, 300, 4, 64)
+    run_case(kernel, inp, {"causal": True})
+    with torch.no_grad():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], causal=True))
+    assert ran(names, "fwd_pipelined_kernel_sm90") and not ran(names, "Memset"), sorted(names)
 
 
 @pytest.mark.parametrize("term", ["float [B,1,1,Sk] -inf", "float [1,H,1,Sk] fp32", "bool [1,1,Sq,Sk]",

@@ -323,10 +323,10 @@ std::string view_str(const KParams& p) {
 }
 std::string choice_str(const FwdChoice& c) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d stage=%d window_smem=%d "
-                "comb=[%d,%d,%d,%d]%s dtype %d %lld bytes splits=%d chunk=%d part=%lld%s | ", name_of(c.kernel),
-                c.why.c_str(), c.dk, c.block_m, c.block_n, c.v3_terms, c.v3_tile, c.v3_persistent, c.v3_stage_bytes,
-                c.window_smem, c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "",
+  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d dynamic=%d stage=%d "
+                "window_smem=%d comb=[%d,%d,%d,%d]%s dtype %d %lld bytes splits=%d chunk=%d part=%lld%s | ",
+                name_of(c.kernel), c.why.c_str(), c.dk, c.block_m, c.block_n, c.v3_terms, c.v3_tile, c.v3_persistent,
+                c.v3_dynamic, c.v3_stage_bytes, c.window_smem, c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "",
                 c.comb.dtype, (long long)c.comb.bytes, c.decode_splits, c.decode_chunk,
                 (long long)c.decode_part_bytes, c.decode_tma ? " tma" : "");
   return buf + view_str(c.p);
@@ -581,12 +581,14 @@ void check_fwd_windows(const Ctx& x, const FwdChoice& c) {
 // PipeSmem::row_bytes in fwd_pipelined_sm90.h, PadBits in score_terms_sm90.h: (BN / 32 + 1) words in 16-byte units).
 struct Launched {
   int bm = 0, bn = 0, smem = 0;
+  bool stream = false;  // the streamed tiles' loop (consume_stream), not consume()'s
 };
 template <typename Tr>
 Launched launched(int mode, int stage_bytes) {
   const int pad = (Tr::kBlockN / 32 + 1 + 3) / 4 * 16;
   const int row = Tr::kBlockN * 4 + (mode == sm90::kTermsRawRowPadded ? pad : 0);
-  return {Tr::kBlockM, Tr::kBlockN, Tr::kSmemBytes + Tr::kStages * (sm90::stages_row_term(mode) ? row : stage_bytes)};
+  return {Tr::kBlockM, Tr::kBlockN, Tr::kSmemBytes + Tr::kStages * (sm90::stages_row_term(mode) ? row : stage_bytes),
+          Tr::kStream};
 }
 template <int D>
 Launched fwd_v3_launched(int terms, int tile, int stage) {
@@ -659,6 +661,30 @@ void check_fwd_v3(const Ctx& x, const FwdChoice& c) {
   if (two_ctas_staged) x.s.covered(c.v3_tile == sm90::kV3TwoCtas ? "fwd_v3 two-ctas staged" : "fwd_v3 ragged staged");
   const Launched l = fwd_v3_launched_for(c.dk, t, c.v3_tile, c.v3_stage_bytes);
   x.s.expect("v3.block_is_the_launched_tile", c.block_m == l.bm && c.block_n == l.bn);
+  // the dynamic schedule (fwd_pipelined_sm90.h): persistent, consume()'s loop (no streamed tile, no row warp), and
+  // every query tile sees a key, row by row here (the rows that see one: [max(0, i + lo), min(Sk, i + hi + 1)))
+  if (c.v3_dynamic) {
+    x.s.covered("fwd_v3 dynamic");
+    x.s.expect("v3.dynamic_is_persistent", c.v3_persistent && !l.stream && !sm90::stages_row(t));
+    x.s.expect("v3.dynamic_has_its_instance", t == sm90::kTermsRaw && c.v3_tile == sm90::kV3Narrow);
+    const int64_t rows = std::min<int64_t>(p.Sq, int64_t(1) << 16);  // (the band's runs: the first 2^16 rows and
+    auto sees = [&](int64_t i) {                                      //  the last tile suffice for these shapes)
+      return std::max<int64_t>(0, i + p.band_lo) <= std::min<int64_t>(p.Sk - 1, i + p.band_hi);
+    };
+    bool all = true;
+    for (int64_t m0 = 0; m0 < rows && all; m0 += c.block_m) {
+      bool any = false;
+      for (int64_t i = m0; i < std::min<int64_t>(m0 + c.block_m, p.Sq) && !any; ++i) any = sees(i);
+      all = any;
+    }
+    const int64_t last0 = int64_t(div_up(p.Sq, c.block_m) - 1) * c.block_m;
+    bool last_any = false;
+    for (int64_t i = last0; i < p.Sq && !last_any; ++i) last_any = sees(i);
+    x.s.expect("v3.dynamic_tiles_see_a_key", all && last_any);
+  }
+  x.s.expect("v3.band_calls_dynamic_where_they_can",
+             x.force.v3_persistent >= 0 || !p.has_band || c.v3_dynamic || t != sm90::kTermsRaw ||
+                 c.v3_tile != sm90::kV3Narrow || !no_empty_tiles(p, c.block_m));
   x.s.expect("v3.smem_fits", l.smem <= x.dev.smem_optin);
   // staged modes: a TMA box [BM x 64 columns] of the input dtype per stage (make_bias_map: 16-byte aligned rows)
   x.s.expect("v3.staged_iff_stage_bytes", staged == (c.v3_stage_bytes > 0));
@@ -701,7 +727,9 @@ void check_forced_fwd(const Ctx& x, const FwdChoice& c) {
                         sm90::kV3TwoCtasRagged};
     const bool shorts = c.v3_tile == sm90::kV3Keys80 || c.v3_tile == sm90::kV3Keys128 || c.v3_tile == sm90::kV3Keys208;
     x.s.expect("force.v3_tile_taken", f.v3_tile == 0 || (f.v3_tile == 3 ? shorts : c.v3_tile == want[f.v3_tile]));
-    x.s.expect("force.v3_schedule_taken", f.v3_persistent < 0 || c.v3_persistent == (f.v3_persistent == 1));
+    x.s.expect("force.v3_schedule_taken",
+               f.v3_persistent < 0 || (c.v3_persistent == (f.v3_persistent >= 1) &&
+                                       c.v3_dynamic == (f.v3_persistent == 2)));
   }
   if (c.kernel == FwdKernel::kDecode) x.s.expect("force.decode_tma_taken", c.decode_tma == f.decode_tma);
 }

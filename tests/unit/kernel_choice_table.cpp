@@ -102,7 +102,7 @@ std::string describe_fwd(const FwdChoice& c) {
   char buf[160];
   if (c.kernel == FwdKernel::kV3) {
     std::snprintf(buf, sizeof buf, " %dx%d terms=%s%s%s", c.block_m, c.block_n, terms_name(c.v3_terms).c_str(),
-                  c.v3_persistent ? " persistent" : " per-tile",
+                  c.v3_dynamic ? " dynamic" : c.v3_persistent ? " persistent" : " per-tile",
                   c.v3_tile == sm90::kV3Wide             ? " wide"
                   : c.v3_tile == sm90::kV3Stream         ? " streamed"
                   : c.v3_tile == sm90::kV3TwoCtas        ? " two-ctas"

@@ -16,7 +16,9 @@
 //   * the epilogue (fwd_epilogue_sm90.h): O through shared memory and one TMA store per warp and 32-column block
 //     where the tile has room for it (fwd_v3_o_via_smem), else each thread's fragment stores.
 //   * key blocks are visited from the last visible one down, so the tiles that need the sequence-end / causal
-//     mask come first; CTAs are ordered by (batch, head) and, within a head, longest query tile first (causal).
+//     mask come first; tiles are ordered by (batch, head) and, within a head, longest query tile first (causal).
+//   * the schedule (kernel_choice.h): one CTA per tile, or a persistent grid whose CTAs walk the tiles strided or
+//     take each next one from a counter (the dynamic schedule of band calls; post_tile / take_tile).
 // Tile layout: the swizzled column blocks of tile_sm90.h, which TMA writes directly (one box per column block):
 // [rows x 64] with SWIZZLE_128B at head dims that are multiples of 64, [rows x 32] with SWIZZLE_64B at the other
 // multiples of 32, [rows x 16] with SWIZZLE_32B at 48 and 80 (Tr::kRowBytes); rows past S and columns past D arrive
@@ -52,6 +54,9 @@ struct FwdPipeParams {
   CUtensorMap tq, tk, tv, tb;
   CUtensorMap to;  // O in 16-row boxes, where the epilogue stores through shared memory (fwd_v3_o_via_smem)
   int bias_stage_bytes = 0;
+  // The dynamic schedule (kernel_choice.h FwdChoice::v3_dynamic): a zeroed counter in the workspace; CTA c's first
+  // tile is c, each later one gridDim.x + the count its producer takes (nullptr: the static schedule)
+  int* tile_counter = nullptr;
 };
 
 // Rows [i0, i0 + rows) of a tile that sees no key: out = 0, lse = -inf.
@@ -96,9 +101,14 @@ struct PipeSmem {
   // (PadBits) after it (row_bytes each, added at launch); kTermsRawBiasPadded's bits in the mbarriers' kilobyte, past
   // the barriers, so that its launch size is the staged tile's.
   using Pad = PadBits<Tr::kBlockN>;
-  static constexpr int kBarsUsed = 256;
-  static_assert(8 * (3 + 4 * Tr::kStages) + 16 <= kBarsUsed && kBarsUsed + Tr::kStages * Pad::kBytes <= 1024,
-                "the mbarriers, then the padding bits, fit the kilobyte");
+  static constexpr int kSched = 192, kBarsUsed = 256;
+  static_assert(8 * (3 + 4 * Tr::kStages) + 16 <= kSched && kBarsUsed + Tr::kStages * Pad::kBytes <= 1024,
+                "the mbarriers, the schedule's mailbox, then the padding bits, fit the kilobyte");
+  // The dynamic schedule's mailbox (post_tile / take_tile): two slots of a tile index, each with a full and an empty
+  // barrier
+  __device__ __forceinline__ uint32_t sched_full(int e) const { return base + kBars + kSched + 8 * e; }
+  __device__ __forceinline__ uint32_t sched_empty(int e) const { return base + kBars + kSched + 16 + 8 * e; }
+  __device__ __forceinline__ uint32_t sched_slot(int e) const { return base + kBars + kSched + 32 + 4 * e; }
   template <int kMode>
   static constexpr int row_bytes() {
     return (stages_row_term(kMode) ? Tr::kBlockN * 4 : 0) + (kMode == kTermsRawRowPadded ? Pad::kBytes : 0);
@@ -232,6 +242,23 @@ __device__ __forceinline__ void release_k(uint32_t bar, int lane) {
     release_warp(bar, lane);
 }
 
+// The dynamic schedule's mailbox (FwdPipeParams::tile_counter): the producer thread posts each tile index it takes,
+// then one past the last tile, in the order it loads them; both consumer warpgroups take them in that order. Post m
+// of the CTA uses slot m % 2, once every consumer warp took post m - 2.
+template <typename Tr>
+__device__ __forceinline__ void post_tile(const PipeSmem<Tr> sm, int m, int idx) {
+  if (m >= 2) mbar_wait(sm.sched_empty(m & 1), uint32_t((m >> 1) - 1) & 1u);
+  sts_u32(sm.sched_slot(m & 1), uint32_t(idx));
+  mbar_arrive(sm.sched_full(m & 1));  // (release: the index is visible to whoever sees the phase complete)
+}
+template <typename Tr>
+__device__ __forceinline__ int take_tile(const PipeSmem<Tr> sm, int m, int lane) {
+  mbar_wait(sm.sched_full(m & 1), uint32_t(m >> 1) & 1u);
+  const int idx = int(lds_u32(sm.sched_slot(m & 1)));
+  release_warp(sm.sched_empty(m & 1), lane);
+  return idx;
+}
+
 // stages_row modes, producer warp 1: the row term and / or padding bits of every key block the producer loads, in
 // the same order (stage_row_term), then one more arrival on the stage's k_full (initialized for two: the TMA thread's
 // and this warp's), so that the consumers find them beside K. It waits for the stage as the TMA thread does
@@ -273,7 +300,8 @@ __device__ __forceinline__ void rescale_o(float (&acc_o)[1][DT][4], const float 
 
 // Consumer warpgroup cw (0 .. kConsumerWGs - 1): tile rows [64 cw, 64 cw + 64), GEMMs on its turns (Turns); within a
 // warpgroup the QK^T of the next block is issued before the P V of the current (Tr::kOverlapQkPv; else after it).
-// kb, t: as for produce(); last: no later tile of this CTA (the final turn hand-over is skipped).
+// kb, t: as for produce(); is_last(), called once at the tile's last step: no later tile of this CTA (the final
+// turn hand-over is skipped).
 // Forward kernels that build their wgmma descriptors from one base per tile in uniform registers (tile_sm90.h
 // kFromBase, pipeline_sm90.h warpgroup_index), as the backward does at 64 / 256 since v4.6: head dims 64 and 256, no
 // term or mask bits, where it measured faster (RESULTS v4.7, H100 kernel time: ViT-B/16 with a [1,H,1,S] bool mask
@@ -301,10 +329,10 @@ constexpr bool fwd_lazy_rescale() {
   return Tr::kStream || Tr::kHeadDim == 256;
 }
 
-template <typename Tr, typename Elem, int kMode>
+template <typename Tr, typename Elem, int kMode, typename IsLast>
 __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<Tr> sm,
                                         const unsigned char* smem_base, int cw, const PipeTile& tile, int kb, int t,
-                                        bool last, int warp, int lane) {
+                                        IsLast&& is_last, int warp, int lane) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, DK = Tr::kHeadDim, ST = Tr::kStages;
   constexpr int NT = Tr::kNT, DT = Tr::kDT, W = Tr::kRowBytes;
   constexpr bool kBaseDesc = fwd_uniform_desc(DK, kMode), kLazy = fwd_lazy_rescale<Tr>();
@@ -474,6 +502,9 @@ __device__ __forceinline__ void consume(const FwdPipeParams& P, const PipeSmem<T
     to_pfrag();
   }
   release_warp(sm.q_empty(), lane);  // every Q K^T of this tile is done: the producer may load the next tile's Q
+  // whether a later tile follows (the dynamic schedule learns it here, the tile's last step, from the mailbox: its
+  // producer posts the next index once this tile's loads are issued)
+  const bool last = is_last();
   {
     const int sp = stage(nblk - 1);
     mbar_wait(sm.v_full(sp), phase(nblk - 1));
@@ -649,7 +680,10 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   }
 }
 
-template <typename Tr, typename Elem, int kMode>
+// kDynamic: the dynamic schedule (FwdPipeParams::tile_counter), an instance of its own (launch_sm90.h has_dynamic)
+// so that the strided and per-tile kernels keep their code: with a run-time switch the producer thread spilled in every
+// instance (its 24 registers) and the forward read 8-20% slower on every row (H100 kernel time, RESULTS v5.6).
+template <typename Tr, typename Elem, int kMode, bool kDynamic>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     fwd_pipelined_kernel_sm90(const __grid_constant__ FwdPipeParams P) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -658,22 +692,24 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
   // 52 bytes of spills at 24, for the row term and for the padding bits alike); below head dim 256 the consumers give
   // 8 of theirs (one CTA per SM: 40 / 232, the most the producer can take before the consumers' share drops to 224).
   // At 256 they have none to give (88 bytes of spills at 232): the producer warp spills instead, off the consumers'
-  // path. (The staged tile with padding bits is taken up to head dim 64 only: fwd_v3_stages_padding.)
-  constexpr bool kRowWarpRegs = stages_row(kMode) && Tr::kHeadDim < 256;
-  static_assert(!kRowWarpRegs || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
-  constexpr int kProducerRegs = kRowWarpRegs ? 40 : Tr::kProducerRegs;
+  // path. (The staged tile with padding bits is taken up to head dim 64 only: fwd_v3_stages_padding.) The dynamic
+  // schedule's producer thread takes 40 too: at 24 it spilled 17 values, reloaded in its key-block loop (head dim 128).
+  constexpr bool kProducer40 = (stages_row(kMode) || kDynamic) && Tr::kHeadDim < 256;
+  static_assert(!kProducer40 || Tr::kMinBlocks == 1, "the row term's register split assumes one CTA per SM");
+  constexpr int kProducerRegs = kProducer40 ? 40 : Tr::kProducerRegs;
   constexpr int kConsumerRegs =  // (the traits' split, FwdPipeTraitsSm90, with this producer share)
       (Tr::kNThreads * Tr::kLaunchRegs - 128 * kProducerRegs) / Tr::kConsumerThreads / 8 * 8;
-  static_assert(!kRowWarpRegs || kConsumerRegs == 232, "one CTA per SM, a row warp of 40: 232 per consumer");
+  static_assert(!kProducer40 || kConsumerRegs == 232, "one CTA per SM, a producer of 40: 232 per consumer");
   static_assert(Tr::kConsumerWGs == 2 || kMode == kTermsRaw, "the 192-row tile takes the no-term path only");
+  static_assert(!kDynamic || (!Tr::kStream && !stages_row(kMode)), "the dynamic schedule runs consume()'s loop only");
   const KParams& p = P.p;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = align_1024(smem_raw);
   const PipeSmem<Tr> sm{smem_u32(smem)};
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-  // Persistent grid: CTA c takes tiles c, c + gridDim.x, ... (gridDim.x = the tile count when not persistent);
-  // tile indices run longest query tile first, so the strided assignment balances causal work.
+  // Persistent grid: CTA c takes tiles c, c + gridDim.x, ... (gridDim.x = the tile count when not persistent), or
+  // with the dynamic schedule (band calls) c and then whichever tile is next when its producer asks.
   const int ntiles = ceil_div(p.Sq, BM) * p.H * p.B;
 
   if (tid == 0) {
@@ -681,6 +717,11 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       mbar_init(sm.q_full(slot), 1);
       mbar_init(sm.q_empty(slot), Tr::kConsumerWarps);
     }
+    if constexpr (kDynamic)
+      for (int e = 0; e < 2; ++e) {
+        mbar_init(sm.sched_full(e), 1);
+        mbar_init(sm.sched_empty(e), Tr::kConsumerWarps);
+      }
     for (int s = 0; s < ST; ++s) {
       mbar_init(sm.k_full(s), stages_row(kMode) ? 2 : 1);  // (+ produce_row_terms's arrival)
       mbar_init(sm.v_full(s), 1);
@@ -698,12 +739,28 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
       tma_prefetch_desc(&P.tk);
       tma_prefetch_desc(&P.tv);
       int kb = 0, t = 0;
-      for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
-        const PipeTile tile = decode_tile<BM, BN>(p, idx);
-        if (tile.empty()) continue;
-        produce<Tr>(P, sm, tile, kb, t);
-        kb += tile.n_hi - tile.n_lo;
-        ++t;
+      if constexpr (kDynamic) {
+        // each tile is posted to the consumers, then loaded, and the next one is taken once its loads are issued,
+        // about a block before this CTA's consumers finish it (the stages hide the L2 atomic's latency)
+        for (int m = 0, idx = blockIdx.x;; ++m) {
+          post_tile(sm, m, idx);
+          if (idx >= ntiles) break;
+          const PipeTile tile = decode_tile<BM, BN>(p, idx);
+          if (!tile.empty()) {
+            produce<Tr>(P, sm, tile, kb, t);
+            kb += tile.n_hi - tile.n_lo;
+            ++t;
+          }
+          idx = int(gridDim.x) + atomicAdd(P.tile_counter, 1);
+        }
+      } else {
+        for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+          const PipeTile tile = decode_tile<BM, BN>(p, idx);
+          if (tile.empty()) continue;
+          produce<Tr>(P, sm, tile, kb, t);
+          kb += tile.n_hi - tile.n_lo;
+          ++t;
+        }
       }
     } else if constexpr (stages_row(kMode)) {
       if (warp == 1) produce_row_terms<Tr, kMode>(p, sm, smem, lane);
@@ -716,18 +773,36 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
     regs_alloc<kConsumerRegs>();
     const int cw = fwd_uniform_desc(Tr::kHeadDim, kMode) ? warpgroup_index() - 1 : wg - 1;
     int kb = 0, t = 0;
-    for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
-      const PipeTile tile = decode_tile<BM, BN>(p, idx);
-      if (tile.empty()) {  // no key of any row is in the band
-        const int i0 = tile.m_block * BM;
-        write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), tid - 128, Tr::kConsumerThreads);
-        continue;
+    if constexpr (kDynamic) {  // the tiles in the order the mailbox gives them
+      int m = 0, idx = take_tile(sm, m++, lane);
+      while (idx < ntiles) {
+        const PipeTile tile = decode_tile<BM, BN>(p, idx);
+        if (tile.empty()) {  // (not taken: the planner's no_empty_tiles; written all the same)
+          const int i0 = tile.m_block * BM;
+          write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), tid - 128, Tr::kConsumerThreads);
+          idx = take_tile(sm, m++, lane);
+          continue;
+        }
+        // the next index, taken at this tile's last step, past the tiles: no later tile (every tile sees a key)
+        auto is_last = [&] { return (idx = take_tile(sm, m++, lane)) >= ntiles; };
+        consume<Tr, Elem, kMode>(P, sm, smem, cw, tile, kb, t, is_last, warp, lane);
+        kb += tile.n_hi - tile.n_lo;
+        ++t;
       }
-      bool last = true;
-      for (int j = idx + gridDim.x; j < ntiles && last; j += gridDim.x) last = decode_tile<BM, BN>(p, j).empty();
-      consume<Tr, Elem, kMode>(P, sm, smem, cw, tile, kb, t, last, warp, lane);
-      kb += tile.n_hi - tile.n_lo;
-      ++t;
+    } else {  // strided: CTA c takes c, c + gridDim.x, ...
+      for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
+        const PipeTile tile = decode_tile<BM, BN>(p, idx);
+        if (tile.empty()) {  // no key of any row is in the band
+          const int i0 = tile.m_block * BM;
+          write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), tid - 128, Tr::kConsumerThreads);
+          continue;
+        }
+        bool last = true;
+        for (int j = idx + gridDim.x; j < ntiles && last; j += gridDim.x) last = decode_tile<BM, BN>(p, j).empty();
+        consume<Tr, Elem, kMode>(P, sm, smem, cw, tile, kb, t, [last] { return last; }, warp, lane);
+        kb += tile.n_hi - tile.n_lo;
+        ++t;
+      }
     }
     o_stores_read<fwd_v3_o_via_smem<Tr>(kMode)>(lane);
   }

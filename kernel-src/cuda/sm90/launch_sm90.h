@@ -186,10 +186,16 @@ void run_bwd_windows_wide_sm90(const KParams& p, const float* lse2, int sq_pad, 
 template <int D>
 struct FwdPipelinedSm90 : sm90::FwdV3Tiles<D> {  // (the tiles by name: kernel_traits_sm90.h)
   using Fn = void (*)(sm90::FwdPipeParams);
-  template <typename Tr, int kMode>
+  template <typename Tr, int kMode, bool kDynamic = false>
   static Fn pick_mode(int dtype) {
-    return dtype == 0 ? sm90::fwd_pipelined_kernel_sm90<Tr, __half, kMode>
-                      : sm90::fwd_pipelined_kernel_sm90<Tr, __nv_bfloat16, kMode>;
+    return dtype == 0 ? sm90::fwd_pipelined_kernel_sm90<Tr, __half, kMode, kDynamic>
+                      : sm90::fwd_pipelined_kernel_sm90<Tr, __nv_bfloat16, kMode, kDynamic>;
+  }
+  // The instances with a dynamic-schedule twin (kernel_choice.h takes the schedule for these only): the no-term
+  // path's narrow tile, what causal and sliding-window calls run.
+  template <typename Tr, int kMode>
+  static constexpr bool has_dynamic() {
+    return kMode == sm90::kTermsRaw && std::is_same<Tr, typename sm90::FwdV3Tiles<D>::Narrow>::value;
   }
   static constexpr const char* kName = "window_attention fwd (sm90 v3)";
 };
@@ -205,8 +211,8 @@ bool fwd_pipelined_sm90_ready(int dtype) {
 }
 
 // Launches what the plan chose (kernel_choice.h try_fwd_v3_for): the term path, the tile, the schedule. Persistent:
-// one CTA per SM (Tr::kMinBlocks of them) walks the tiles (its epilogue overlapping the next tile's loads); else one
-// CTA per tile.
+// one CTA per SM (Tr::kMinBlocks of them) walks the tiles (its epilogue overlapping the next tile's loads), strided
+// or, given a zeroed tile_counter, dynamically; else one CTA per tile.
 template <typename K, typename Tr, int kMode>
 void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, int sms, cudaStream_t stream) {
   const KParams& p = P.p;
@@ -224,18 +230,25 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
   const int64_t grid = persistent ? std::min<int64_t>(tiles, int64_t(sms) * Tr::kMinBlocks) : tiles;
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
+  if (P.tile_counter != nullptr) {
+    if constexpr (K::template has_dynamic<Tr, kMode>())
+      kernel = K::template pick_mode<Tr, kMode, true>(dtype);
+    if (kernel == K::template pick_mode<Tr, kMode>(dtype) || !persistent)
+      throw std::logic_error(std::string(K::kName) + ": the dynamic schedule on an instance without it");
+  }
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem, K::kName);
   kernel<<<dim3(unsigned(grid)), dim3(Tr::kNThreads), smem, stream>>>(P);
   check_cuda(cudaGetLastError(), K::kName);
 }
 
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, int stage_bytes,
-                            int sms, cudaStream_t stream) {
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, int* tile_counter,
+                            int stage_bytes, int sms, cudaStream_t stream) {
   using K = FwdPipelinedSm90<D>;
   sm90::FwdPipeParams P;
   P.p = p;
   P.bias_stage_bytes = stage_bytes;
+  P.tile_counter = tile_counter;
   if (terms == sm90::kTermsRawBias && (tile == sm90::kV3TwoCtas || tile == sm90::kV3TwoCtasRagged)) {
     if constexpr (sm90::fwd_v3_two_ctas_stage_term(D)) {
       if (tile == sm90::kV3TwoCtas)
@@ -291,7 +304,7 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
   template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
-  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, bool, int, int, cudaStream_t);
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, bool, int*, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
