@@ -604,8 +604,8 @@ def test_streamed_tiles_across_tile_boundaries(kernel, monkeypatch, D, B, H, Hkv
 @pytest.mark.parametrize("D,B,H,Hkv,Sq,Sk,kw,force", [
     (128, 2, 8, 2, 2000, 2000, {"causal": True}, None),                     # the table's for band calls; ragged end
     (64, 3, 6, 3, 1500, 1700, {"window": (300, 0)}, None),                  # sliding window, Sq != Sk
-    (256, 2, 6, 6, 1100, 1100, {"causal": True}, None),                     # head dim 256's 64-key blocks
-    (64, 2, 8, 8, 1000, 1000, {}, "fwd_v3_dynamic"),                        # forced on a call without a band
+    (256, 3, 6, 6, 1100, 1100, {"causal": True}, None),                     # head dim 256's 64-key blocks
+    (64, 3, 8, 8, 1000, 1000, {}, "fwd_v3_dynamic"),                        # forced on a call without a band
 ], ids=["causal_gqa_d128", "window_d64", "causal_d256", "forced_dense_d64"])
 def test_dynamic_schedule(kernel, monkeypatch, D, B, H, Hkv, Sq, Sk, kw, force):
     # The v3 forward's dynamic schedule (fwd_pipelined_sm90.h: each CTA's producer takes its next tile from a counter
@@ -623,29 +623,20 @@ def test_dynamic_schedule(kernel, monkeypatch, D, B, H, Hkv, Sq, Sk, kw, force):
     assert ran(names, "fwd_pipelined_kernel_sm90") and ran(names, "Memset"), sorted(names)
 
 
-def test_band_with_a_bias_keeps_one_cta_per_tile(kernel):
-    # the dynamic schedule has instances of the no-term path only (launch_sm90.h has_dynamic): a band call with a
-    # bias runs one CTA per tile, as before
+@pytest.mark.parametrize("case", ["bias", "empty_tiles"])
+def test_band_calls_the_dynamic_schedule_does_not_take(kernel, case):
+    # one CTA per tile, as before v5.6: a band call with a bias (the dynamic schedule has instances of the no-term
+    # path only: launch_sm90.h has_dynamic), and a causal call with more queries than keys (aligned at the end), whose
+    # first query tiles see no key (the consumers learn that no tile follows from the next index: kernel_choice.h
+    # no_empty_tiles); the empty rows come out 0 with lse = -inf
     if not hopper():
         pytest.skip("the v3 forward is a Hopper kernel")
-    inp = qkv(2, 1100, 1100, 5, 96)
-    inp["bias"] = rand(2, 5, 1100, 1100, dtype=FP32)
+    inp = qkv(2, 1100, 1100, 5, 96) if case == "bias" else qkv(2, 700, 300, 4, 64)
+    if case == "bias":
+        inp["bias"] = rand(2, 5, 1100, 1100, dtype=FP32)
     run_case(kernel, inp, {"causal": True})
     with torch.no_grad():
-        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp["bias"], causal=True))
-    assert ran(names, "fwd_pipelined_kernel_sm90") and not ran(names, "Memset"), sorted(names)
-
-
-def test_band_with_empty_tiles_keeps_one_cta_per_tile(kernel):
-    # a causal call with more queries than keys (aligned at the end): its first query tiles see no key, and the
-    # dynamic schedule needs every tile to see one (kernel_choice.h no_empty_tiles), so the hardware schedules one
-    # CTA per tile; the empty rows come out 0 with lse = -inf
-    if not hopper():
-        pytest.skip("the v3 forward is a Hopper kernel")
-    inp = qkv(2, 700, 300, 4, 64)
-    run_case(kernel, inp, {"causal": True})
-    with torch.no_grad():
-        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], causal=True))
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"], bias=inp.get("bias"), causal=True))
     assert ran(names, "fwd_pipelined_kernel_sm90") and not ran(names, "Memset"), sorted(names)
 
 
