@@ -18,7 +18,8 @@
 #                   each entry gets at most 90 s, and none starts after KT_FORCE_S seconds of the call (default 400)
 #   NCU             "name:row:kernel-regex ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of one
 #                   launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last
-# On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Writes kernel_time.txt and, per checked
+# On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Prints the rounds' means per row and variant
+# (scripts/kt_summary.py). Writes kernel_time.txt and, per checked
 # variant, <name>_suite.log and <name>_sanitize.log, forced.txt with KT_FORCE, per NCU entry <name>_<row>.txt
 # (details) and .csv.xz (the SASS source page with its stall samples) to $OUT: a call returns 8 files at most, so
 # keep the lists short.
@@ -45,7 +46,7 @@ for round in $(seq "${KT_ROUNDS:-2}"); do
     peers=""
   done
 done > "$out/kernel_time.txt" 2>&1 || rc=1
-lap "kernel time"; grep -v -i "warn\|dirty" "$out/kernel_time.txt" | cut -c1-120
+lap "kernel time"; python3 scripts/kt_summary.py "$out/kernel_time.txt" | cut -c1-200  # (the rows: kernel_time.txt)
 first=$(printf '%s\n' $names | head -1)  # (names: the default list is one per line)
 for spec in ${KT_FORCE:-}; do
   IFS=: read -r rows force <<< "$spec"
