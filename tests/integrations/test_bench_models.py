@@ -7,14 +7,13 @@ check is caught before a GPU run. What only the GPU shows (speed, memory) is not
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 
 import pytest
 import torch
 
-from .conftest import REPO_ROOT
+from repo_modules import load_repo_module
 
 # The Flux transformer of tests/integrations/_models.py: one double and one single block, 2 heads of 16.
 TINY_FLUX = dict(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
@@ -39,10 +38,7 @@ TINY_WAN = dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out
 
 @pytest.fixture(scope="module")
 def bm():
-    spec = importlib.util.spec_from_file_location("bench_models", REPO_ROOT / "benchmarks" / "bench_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_module("benchmarks/bench_models.py")
 
 
 @pytest.fixture

@@ -1,13 +1,12 @@
 """benchmarks/bench_shapes.py without a GPU: the row table, --list, the output lines, and a dry run of a few rows on
 the CPU build (every peer's call is accepted and agrees with ours). Speed is only measured on the H200."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from repo_modules import load_repo_module
 
 FLOAT_FORMS = {"1HQK", "BHQK", "B11K", "B1QK", "1H1K"}
 BOOL_FORMS = {"1HQK", "BHQK", "B11K", "B1QK", "1H1K", "11QK"}
@@ -15,10 +14,7 @@ BOOL_FORMS = {"1HQK", "BHQK", "B11K", "B1QK", "1H1K", "11QK"}
 
 @pytest.fixture(scope="module")
 def bs():
-    spec = importlib.util.spec_from_file_location("bench_shapes", REPO_ROOT / "benchmarks" / "bench_shapes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_module("benchmarks/bench_shapes.py")
 
 
 def test_rows_are_consistent_and_named_once(bs):

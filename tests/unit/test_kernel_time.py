@@ -1,22 +1,14 @@
 """benchmarks/kernel_time.py without a GPU: its command line and the kernel names it prints (the timing itself needs
 CUPTI on the H200: RESULTS v3.9)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from repo_modules import load_repo_module
 
 
 @pytest.fixture(scope="module")
 def kt():
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("kernel_time", REPO_ROOT / "benchmarks" / "kernel_time.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_module("benchmarks/kernel_time.py")
 
 
 def test_kernel_names_are_shortened_to_what_tells_them_apart(kt):

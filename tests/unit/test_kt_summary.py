@@ -1,11 +1,8 @@
 """scripts/kt_summary.py: the means of a gpu_variants.sh call's kernel-time rounds, per row and variant."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from repo_modules import load_repo_module
 
 # (the shape of benchmarks/kernel_time.py's output inside a gpu_variants.sh call, peers and warnings included)
 ROUNDS = """#### base (round 1)
@@ -27,10 +24,7 @@ flux1_joint                ours       fwd       0.400    0.040  fwd_pipelined_ke
 
 @pytest.fixture(scope="module")
 def kts():
-    spec = importlib.util.spec_from_file_location("kt_summary", REPO_ROOT / "scripts" / "kt_summary.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_module("scripts/kt_summary.py")
 
 
 def test_rounds_are_read_per_variant_without_the_peers(kts):

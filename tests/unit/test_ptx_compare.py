@@ -1,12 +1,8 @@
 """scripts/ptx_compare.py without nvcc: how it splits PTX into kernel entries and what it counts as the same."""
 
-import importlib.util
-from pathlib import Path
+from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("ptx_compare", ROOT / "scripts" / "ptx_compare.py")
-pc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pc)
+pc = load_repo_module("scripts/ptx_compare.py")
 
 
 def entry(name, body):

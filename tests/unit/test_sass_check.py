@@ -1,14 +1,8 @@
 """scripts/sass_check.py without a toolkit: how it splits a cuobjdump listing into kernels and what it flags."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("sass_check", ROOT / "scripts" / "sass_check.py")
-sc = importlib.util.module_from_spec(spec)
-sys.modules["sass_check"] = sc  # (dataclasses look their module up there)
-spec.loader.exec_module(sc)
+sc = load_repo_module("scripts/sass_check.py")
 
 
 def function(name, lines):

@@ -1,14 +1,8 @@
 """scripts/sass_ctrl.py without a toolkit: the control fields it decodes from a cuobjdump listing's second words."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("sass_ctrl", ROOT / "scripts" / "sass_ctrl.py")
-sc = importlib.util.module_from_spec(spec)
-sys.modules["sass_ctrl"] = sc  # (dataclasses look their module up there)
-spec.loader.exec_module(sc)
+sc = load_repo_module("scripts/sass_ctrl.py")
 
 
 def control(stall=1, yield_=0, write_sb=7, read_sb=7, wait=0, low=0x000FE2):

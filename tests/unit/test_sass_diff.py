@@ -1,14 +1,8 @@
 """scripts/sass_diff.py without a toolkit: an instruction reordering is counted, a register rename barely."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-spec = importlib.util.spec_from_file_location("sass_diff", ROOT / "scripts" / "sass_diff.py")
-sd = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sd)
+sd = load_repo_module("scripts/sass_diff.py")
 
 
 def listing(**kernels):
