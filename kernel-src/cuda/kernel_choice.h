@@ -642,8 +642,10 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // than one CTA per tile): a small gain, kept for its balance at any tile count and as the backward's next step.
   // It has its own instances, of the no-term path's narrow tile (launch_sm90.h has_dynamic), and needs every tile
   // to see a key (the next index tells the consumers whether a later tile follows: no_empty_tiles).
-  const bool dynamic_runs = c.v3_terms == sm90::kTermsRaw && tile == sm90::kV3Narrow &&
-                            no_empty_tiles(p, Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockM; }));
+  // what the launch will run (launch_sm90.h run_fwd_pipelined_sm90 takes the tile's traits from the same list)
+  c.block_m = Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockM; });
+  c.block_n = Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockN; });
+  const bool dynamic_runs = c.v3_terms == sm90::kTermsRaw && tile == sm90::kV3Narrow && no_empty_tiles(p, c.block_m);
   if (force.v3_persistent == 2 && !dynamic_runs)
     return "fwd_v3_dynamic: the dynamic schedule takes the no-term path's narrow tile (no bias, mask or key "
            "padding), where every query tile sees a key";
@@ -651,9 +653,6 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   c.v3_dynamic = force.v3_persistent >= 0 ? force.v3_persistent == 2 : p.has_band && dynamic_runs;
   c.v3_tile = tile;
   c.v3_stage_bytes = stage;
-  // what the launch will run (launch_sm90.h run_fwd_pipelined_sm90 takes the tile's traits from the same list)
-  c.block_m = Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockM; });
-  c.block_n = Tiles::visit(tile, [](auto tr) { return decltype(tr)::kBlockN; });
   c.v3_o_tma = Tiles::visit(tile, [&](auto tr) { return sm90::fwd_v3_o_via_smem<decltype(tr)>(c.v3_terms); });
   c.kernel = FwdKernel::kV3;
   c.p = p;
