@@ -9,6 +9,12 @@ whose 16 HGMMA each had a WARPGROUP.DEPBAR: the overlap the kernel was written f
 SASS has about one wait per wgmma; a healthy one a few per key block. A kernel is flagged "serialized" when its
 waits are at least 3/4 of its wgmma (and it has more than 4 of them); spills are the STL instructions.
 
+The step loop (the innermost loop with a wgmma) gets a line of its own: its spill stores and reloads run every
+step, the others once per tile. It also counts the loop's uniform-datapath instructions (U*: descriptors, stage
+addresses, loop counters kept in the warp's uniform registers), which ptxas gives up inside a loop over tiles: the
+dynamic backward's walk (RESULTS, fortieth session) had 50 per step against the one-tile kernel's 260 at head dim
+128, and its step loop spilled where the one-tile kernel's did not.
+
 Needs `nvcc` and `cuobjdump` (CUDA 13; without a toolkit: `pip install nvidia-cuda-cuobjdump`, then its
 `nvidia/cu13/bin` on PATH). Compiled with the flags of a local unit check (-O3, sm_`--arch`), not the build's.
 Exit status 1 when a kernel is serialized.
@@ -30,15 +36,48 @@ _FUNCTION = re.compile(r"^\s*Function : (\S+)\s*$", re.M)
 
 
 @dataclass
+class StepLoop:
+    """The innermost loop (a backward branch's range) that holds a wgmma: what runs once per step."""
+    length: int  # instructions
+    spill_stores: int  # STL
+    spill_loads: int  # LDL
+    uniform: int  # uniform-datapath instructions (U*)
+
+
+@dataclass
 class KernelSass:
     name: str
     wgmma: int  # HGMMA instructions
     waits: int  # WARPGROUP.DEPBAR (waits on wgmma groups)
     spill_stores: int  # STL
+    step_loop: StepLoop | None = None
 
     @property
     def serialized(self) -> bool:
         return self.wgmma > 4 and 4 * self.waits >= 3 * self.wgmma
+
+
+_INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", re.M)
+_BRANCH = re.compile(r"\bBRA\b(?!\.U\.ANY).*?0x([0-9a-f]+)")  # (BRA.U.ANY: a one-lane-at-a-time loop, not a step)
+_UNIFORM = re.compile(r"^(@!?U?P\w+\s+)?U[A-Z0-9]")  # an instruction of the uniform datapath (UIADD3, UMOV, ...)
+
+
+def step_loop(body: str) -> StepLoop | None:
+    """The innermost backward-branch range of a function body that holds an HGMMA (None: no such loop)."""
+    ins = [(int(a, 16), text) for a, text in _INSTRUCTION.findall(body)]
+    index = {addr: i for i, (addr, _) in enumerate(ins)}
+    loops = []
+    for i, (_, text) in enumerate(ins):
+        m = _BRANCH.search(text)
+        start = index.get(int(m.group(1), 16)) if m else None
+        if start is not None and start < i and any("HGMMA." in t for _, t in ins[start:i]):
+            loops.append((i - start, start, i))
+    if not loops:
+        return None
+    _, start, end = min(loops)
+    texts = [t for _, t in ins[start:end + 1]]
+    return StepLoop(len(texts), sum(bool(re.search(r"\bSTL\b", t)) for t in texts),
+                    sum(bool(re.search(r"\bLDL\b", t)) for t in texts), sum(bool(_UNIFORM.match(t)) for t in texts))
 
 
 def functions(sass: str) -> list[tuple[str, str]]:
@@ -52,7 +91,7 @@ def functions(sass: str) -> list[tuple[str, str]]:
 def kernels(sass: str) -> list[KernelSass]:
     """The kernels of a `cuobjdump -sass` listing, in order."""
     return [KernelSass(name, len(re.findall(r"\bHGMMA\.", body)), len(re.findall(r"\bWARPGROUP\.DEPBAR\b", body)),
-                       len(re.findall(r"\bSTL\b", body))) for name, body in functions(sass)]
+                       len(re.findall(r"\bSTL\b", body)), step_loop(body)) for name, body in functions(sass)]
 
 
 def sass_of(unit: str, arch: str, root: Path = ROOT) -> str:
@@ -76,6 +115,10 @@ def report(found: list[KernelSass], all_dtypes: bool) -> int:
         bad += k.serialized
         flag = "  SERIALIZED" if k.serialized else ""
         print(f"wgmma {k.wgmma:3d}  waits {k.waits:3d}  STL {k.spill_stores:3d}  {k.name}{flag}")
+        if k.step_loop:
+            sl = k.step_loop
+            print(f"    step loop: {sl.length} instructions, STL {sl.spill_stores}, LDL {sl.spill_loads}, "
+                  f"uniform {sl.uniform}")
     return bad
 
 

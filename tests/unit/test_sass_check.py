@@ -38,3 +38,26 @@ def test_a_few_wgmma_with_their_waits_are_not_flagged_and_the_exit_status_counts
     assert sc.main(["--sass", str(dump)]) == 0  # (fp16 twins are skipped unless asked for)
     assert sc.main(["--sass", str(dump), "--all-dtypes"]) == 1
     assert "1 serialized kernel(s)" in capsys.readouterr().out
+
+
+def test_the_step_loop_is_the_innermost_loop_with_a_wgmma_and_its_spills_and_uniform_instructions_are_counted():
+    # an outer loop (tiles) around an inner one (steps); a one-lane loop (BRA.U.ANY) and a loop without a wgmma are
+    # not steps
+    lines = ["MOV R1, c[0x0][0x28]",                                   # 0x00: tile loop starts here
+             "UIADD3 UR4, UR4, 0x1, URZ",                              # 0x10: step loop starts here
+             "LDL R8, [R1+0x10]",
+             "WARPGROUP.ARRIVE",
+             "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR20], R24, gsb0",
+             "@P0 UIADD3 UR5, UR5, 0x2, URZ",
+             "STL [R1+0x4], R9",
+             "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+             "@P1 BRA 0x10",                                           # 0x80: the step loop's branch back
+             "R2UR UR6, R2",
+             "@P0 BRA.U.ANY 0x90",                                     # 0xa0: a one-lane loop
+             "LDL R3, [R1]",
+             "@P2 BRA 0xb0",                                           # 0xc0: a loop with no wgmma
+             "@P3 BRA 0x0",                                            # 0xd0: the tile loop's branch back
+             "EXIT"]
+    [k] = sc.kernels(function("k_walk_bfloat16", lines))
+    assert k.step_loop == sc.StepLoop(length=8, spill_stores=1, spill_loads=1, uniform=2)
+    assert sc.kernels(function("k_straight_bfloat16", CHAINED))[0].step_loop is None
