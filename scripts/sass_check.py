@@ -62,9 +62,15 @@ _BRANCH = re.compile(r"\bBRA\b(?!\.U\.ANY).*?0x([0-9a-f]+)")  # (BRA.U.ANY: a on
 _UNIFORM = re.compile(r"^(@!?U?P\w+\s+)?U[A-Z0-9]")  # an instruction of the uniform datapath (UIADD3, UMOV, ...)
 
 
+def instructions(body: str) -> list[tuple[int, str]]:
+    """(address, text) of a function body's instructions, in order (the text between the address comment and the
+    `;`; scripts/sass_diff.py aligns them)."""
+    return [(int(a, 16), text) for a, text in _INSTRUCTION.findall(body)]
+
+
 def step_loop(body: str) -> StepLoop | None:
     """The innermost backward-branch range of a function body that holds an HGMMA (None: no such loop)."""
-    ins = [(int(a, 16), text) for a, text in _INSTRUCTION.findall(body)]
+    ins = instructions(body)
     index = {addr: i for i, (addr, _) in enumerate(ins)}
     loops = []
     for i, (_, text) in enumerate(ins):

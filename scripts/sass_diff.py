@@ -27,9 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sass_check  # noqa: E402  (the unit compile and the kernel split are its)
-
-_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.M)
+import sass_check  # noqa: E402  (the unit compile, the kernel split and the instruction parse are its)
 
 
 def instructions(sass: str, name_sub: tuple[str, str] | None = None) -> dict[str, list[str]]:
@@ -37,7 +35,8 @@ def instructions(sass: str, name_sub: tuple[str, str] | None = None) -> dict[str
     (regex, replacement) applied to the names, so that kernels renamed by a new template parameter pair up (v4.5's
     BwdPipeTraitsSm90<64, 3> -> <64, 3, 64>: `--name-sub 'ELi64EEE' 'EEE'`)."""
     rename = (lambda n: re.sub(name_sub[0], name_sub[1], n)) if name_sub else (lambda n: n)
-    return {rename(name): _INSTRUCTION.findall(body) for name, body in sass_check.functions(sass)}
+    return {rename(name): [text for _, text in sass_check.instructions(body)]
+            for name, body in sass_check.functions(sass)}
 
 
 def moved(a: list[str], b: list[str]) -> int:
