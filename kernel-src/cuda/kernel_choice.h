@@ -637,7 +637,7 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   // vs 1.65 ms), and one CTA per tile, longest first, dispatched by the hardware, pays each CTA's start and its
   // epilogue once per tile (~2% of a 128-block tile: the dense row's gain above; band tiles are shorter): so band
   // calls take the dynamic schedule, each CTA's producer taking the next tile from a counter as its loads run out
-  // (H100 forward kernel time, RESULTS v5.6: Llama-3 prefill -3.7% alone, +0.2% inside the forward + backward, -1.3%
+  // (H100 forward kernel time, RESULTS v5.6: Llama-3 prefill -3.7% alone, +0.3% inside the forward + backward, -1.3%
   // in the matrix; Mistral's window -0.9 to -1.7%; causal D = 128 16k unchanged; the strided grid read 1-5% slower
   // than one CTA per tile): a small gain, kept for its balance at any tile count and as the backward's next step.
   // It has its own instances, of the no-term path's narrow tile (launch_sm90.h has_dynamic), and needs every tile
