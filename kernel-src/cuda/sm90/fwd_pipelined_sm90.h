@@ -134,7 +134,7 @@ struct PipeSmem {
   template <int kMode>
   __device__ __forceinline__ uint32_t o_tile(int cw, int bias_stage_bytes) const {
     return base + kBias + round_up_1024(Tr::kStages * term_slot_bytes<kMode>(bias_stage_bytes)) +
-           cw * 64 * Tr::kHeadDim * 2;
+           cw * 64 * Tr::kTileCols * 2;
   }
   // stage s's terms as generic pointers (smem: the address `base` names)
   template <int kMode>
@@ -190,7 +190,7 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, const PipeTile& tile, int kb,
                                         int t) {
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kHeadDim / Tr::kBlockCols;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kTileCols / Tr::kBlockCols;
   constexpr int W = Tr::kRowBytes, WC = Tr::kBlockCols;
   const KParams& p = P.p;
   const int b = tile.b, h = tile.h, hkv = h / p.hgroup, i0 = tile.m_block * BM, n_hi = tile.n_hi;

@@ -48,16 +48,22 @@ struct FwdPipeShapeSm90 {
   static constexpr int kPBytes = kPInSmem ? kBlockM * kBlockN * 2 : 0;
   // column blocks (tile_sm90.h): 64 columns (128-byte rows, the 128-byte swizzle: FA3 / FA4's, half the TMA boxes
   // and whole 128-byte lines from L2) for head dims that are multiples of 64; 32 (64-byte rows, the 64-byte swizzle)
-  // for the other multiples of 32; 16 (32-byte rows, the 32-byte swizzle) for the instances at 48 and 80
-  static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 128 : kHeadDim % 32 == 0 ? 64 : 32;
+  // for the other multiples of 32 and for the instance at 80; 16 (32-byte rows, the 32-byte swizzle) for the one at
+  // 48.
+  // kTileCols: the columns a tile holds, kHeadDim rounded up to whole column blocks (96 for the instance at 80, whose
+  // last block is half used, zero-filled by TMA past D). Its GEMMs run over kHeadDim only: Q K^T in 5 k16 steps,
+  // P V with N = 80 (wgmma reads V's third 32-column block up to column 80). 16-column blocks at 80 cost what
+  // the smaller GEMMs saved (RESULTS v4.3: five 32-byte-row boxes per tile); this keeps 96's tiles and loads.
+  static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 128 : kHeadDim % 32 == 0 || kHeadDim == 80 ? 64 : 32;
   static constexpr int kBlockCols = kRowBytes / 2;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2, kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kTileCols = (kHeadDim + kBlockCols - 1) / kBlockCols * kBlockCols;
+  static constexpr int kQBytes = kBlockM * kTileCols * 2, kKVBytes = kBlockN * kTileCols * 2;
   static constexpr int kOBytes = kQBytes;  // the output tile (a Q slot's shape), where it goes through shared memory
   // Q slots | K stages | V stages | P tiles, then (from a 1024-byte boundary: the staged bias tile's 128-byte
   // swizzle) the mbarriers' kilobyte
   static constexpr int kTilesBytes = (kQSlots * kQBytes + 2 * kStages * kKVBytes + kPBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = 1024 + kTilesBytes + 1024;  // slack, .., mbarriers
-  static_assert(kHeadDim % kBlockCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "whole column blocks, k16 steps");
+  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps");
   // every tile and column block starts on a swizzle atom (8 rows: 1024 bytes at the 128-byte swizzle, 512 at the
   // 64-byte one, 256 at the 32-byte one); the 64-byte tiles keep the 1024-byte stages they were measured with
   static_assert(kKVBytes % (kRowBytes >= 64 ? 1024 : 256) == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
@@ -204,9 +210,12 @@ template <> struct FwdPipeRows192TileSm90<48> {
 };
 // Head dims 65-96 (DiT's and PixArt's 72 at 1024-4096 tokens): the same tile with P
 // through shared memory (kPInSmem above) and two stages, as FA3 / FA4 (their 192 x 144 / 128): Q 36 KB, K / V 96,
-// P 48: 182 KB of shared memory.
+// P 48: 182 KB of shared memory. The instance at 80 has the same tiles (kTileCols) and smaller GEMMs.
 template <> struct FwdPipeRows192TileSm90<96> {
   using type = FwdPipeRows192TraitsSm90<96, 128, 2>;
+};
+template <> struct FwdPipeRows192TileSm90<80> {
+  using type = FwdPipeRows192TraitsSm90<80, 128, 2>;
 };
 
 // Streamed tiles (kStream: consume_stream pipelines across tile boundaries). `keys80` / `keys128` / `keys208`: one
