@@ -43,15 +43,15 @@ constexpr int64_t kIntCountMax = INT32_MAX;
 __host__ __device__ constexpr int kernel_head_dim(int d) {
   return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 160 ? 160 : d <= 192 ? 192 : 256;
 }
-// Forward v3 also has instances at 48 and 80 (16-column blocks, tile_sm90.h), so that 33-48 and 65-80 (SD 1.5's 40,
-// DiT's and PixArt's 72, SD 1.5's 80) are not padded to 64 / 96: a quarter and a sixth less of each GEMM. H200 kernel
-// time (RESULTS v4.3): the 48 instance is the table's for 33-48 (SD 1.5 64x64 self-attention, D 40: 0.712 -> 0.664
-// ms); the 80 one stays forced only (fwd_v3_fine_dims): DiT-XL/2's 72 0.106 -> 0.108, 0.277 -> 0.289, PixArt's
-// 0.977 -> 0.985, SD 1.5's 80 0.057 either way (its 16-column blocks cost what the smaller GEMMs save there).
-__host__ __device__ constexpr int v3_fine_head_dim(int d) {
+// Forward v3 also has instances at 48 and 80 (kernel_traits_sm90.h kTileCols), so that 33-48 and 65-80 (SD 1.5's
+// 40, DiT's and PixArt's 72, SD 1.5's 80) are not padded to 64 / 96: a quarter and a sixth less of each GEMM. Both
+// are the table's: 48 since v4.3 (16-column blocks; H200 kernel time, SD 1.5 64x64 self-attention at D 40: 0.712 ->
+// 0.664 ms), 80 since v5.7 (96's tiles, GEMMs over 80; H100 kernel time against 96: SD 1.5's 80 at 1024 tokens 0.063
+// -> 0.057 ms, PixArt's 72 at 4096 0.820 -> 0.797, its cross-attention with key padding 0.079 -> 0.077, DiT-XL/2's
+// 72 unchanged at 0.115 / 0.262; on 16-column blocks, v4.3, it was no faster). fwd_v3_fine_dims forces them.
+__host__ __device__ constexpr int v3_head_dim(int d) {
   return d > 32 && d <= 48 ? 48 : d > 64 && d <= 80 ? 80 : kernel_head_dim(d);
 }
-__host__ __device__ constexpr int v3_table_head_dim(int d) { return d > 32 && d <= 48 ? 48 : kernel_head_dim(d); }
 
 // ---- the kernels ---------------------------------------------------------------------------------------------
 enum class FwdKernel : int {
@@ -108,7 +108,7 @@ struct Forced {
   int v3_tile = 0;  // 1: fwd_v3_narrow, 2: fwd_v3_wide, 3: fwd_v3_short, 4: fwd_v3_stream, 5: fwd_v3_two_ctas,
                     // 6: fwd_v3_rows192, 7: fwd_v3_ragged
   int v3_persistent = -1;  // 0: fwd_v3_per_tile, 1: fwd_v3_persistent (strided), 2: fwd_v3_dynamic
-  bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_fine_head_dim)
+  bool v3_fine_dims = false;  // fwd_v3_fine_dims: the 48 / 80 instances (v3_head_dim; the table's)
   bool bwd_two_stages = false, bwd_no_pair = false;
   bool bwd_fine_dims = false;  // bwd_v3_fine_dims: the 96 instance (bwd_v3_head_dim)
   int bwd_dq = -1;  // bwd_v3_dq_accumulate / _direct / _resident: BwdV3Buffers::dq_mode (-1: the table decides)
@@ -666,13 +666,9 @@ inline std::string try_fwd_v3(FwdChoice& c, const FwdParams& fp, const KParams& 
   // fwd_pipelined_sm90.h walks tiles by an int index that steps by the grid (at most the tile count) past the last
   // tile: 2^30 tiles of the smallest, 128-row, tile keep it in range
   if (int64_t(div_up(p.Sq, 128)) * p.H * p.B > kIntCountMax / 2) return "more than 2^30 query tiles";
-  if (force.v3_fine_dims) {
-    if (v3_fine_head_dim(p.D) == kernel_head_dim(p.D))
-      return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
-    c.dk = v3_fine_head_dim(p.D);
-  } else {
-    c.dk = v3_table_head_dim(p.D);
-  }
+  if (force.v3_fine_dims && v3_head_dim(p.D) == kernel_head_dim(p.D))
+    return "fwd_v3_fine_dims: the 48 / 80 instances take head dims 33-48 and 65-80";
+  c.dk = v3_head_dim(p.D);
   switch (c.dk) {
     case 32: return try_fwd_v3_for<32>(c, fp, p, dev, force);
     case 48: return try_fwd_v3_for<48>(c, fp, p, dev, force);

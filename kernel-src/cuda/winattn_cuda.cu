@@ -110,7 +110,7 @@ void dispatch_hdim(int dk, F&& f) {
     default: f(std::integral_constant<int, 256>{}); break;
   }
 }
-// forward v3's instances: kernel_head_dim's and the 16-column ones (v3_fine_head_dim)
+// forward v3's instances: kernel_head_dim's and those at 48 and 80 (v3_head_dim)
 template <typename F>
 void dispatch_v3_hdim(int dk, F&& f) {
   switch (dk) {

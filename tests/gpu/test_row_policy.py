@@ -56,29 +56,31 @@ KERNELS = [
     # wide key blocks: the no-term path only (key padding is no term)
     Fwd("fwd_v3_wide", r"FwdPipeTraitsSm90<64,\s*192\b", D=64, S=300, H=2, bias=(), masks=False, table_W=None),
     # one key block sized to a short key set: the no-term path (key padding is none), <= 80 or 128 keys (head dims
-    # 64 and 96) or <= 208 (64)
+    # 64, 80 and 96) or <= 208 (64)
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<64,\s*208\b", D=64, S=197, H=2, bias=(), masks=False, table_W=None),
     Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<64,\s*80\b", D=64, S=77, Sq=300, H=2, bias=(), masks=False,
         table_W=None),
-    Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<96,\s*80\b", D=72, S=77, Sq=200, H=2, bias=(), masks=False,
+    Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<80,\s*80\b", D=72, S=77, Sq=200, H=2, bias=(), masks=False,
         table_W=None),
-    Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<96,\s*128\b", D=72, S=120, Sq=200, H=2, bias=(), masks=False,
+    Fwd("fwd_v3_short", r"FwdPipeTraitsSm90<96,\s*128\b", D=88, S=120, Sq=200, H=2, bias=(), masks=False,
         table_W=None),
     # 128-key blocks streamed across tiles for any key set (the no-term path, head dims 64 / 96 / 128)
     Fwd("fwd_v3_stream", r"FwdPipeTraitsSm90<128,\s*128,\s*2,\s*true\b", D=128, S=600, H=2, bias=(), masks=False,
         table_W=None),
-    # 64-key blocks, two CTAs per SM (the no-term path, head dim 64); 32-key blocks at 65-96 (forced only)
+    # 64-key blocks, two CTAs per SM (the no-term path, head dim 64); 32-key blocks at 65-80 and 81-96 (forced only)
     Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<64,\s*64,\s*2,\s*false,\s*2>", D=64, S=300, H=2, bias=(),
         masks=False, table_W=None),
-    Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<96,\s*32,\s*2,\s*false,\s*2>", D=72, S=300, H=2, bias=(),
+    Fwd("fwd_v3_two_ctas", r"FwdPipeTraitsSm90<96,\s*32,\s*2,\s*false,\s*2>", D=88, S=300, H=2, bias=(),
         masks=False, table_W=None),
     # the same at head dim 64 with its last key block cut to the sequence end (forced only)
     Fwd("fwd_v3_ragged", r"FwdPipeRaggedTraitsSm90<64,\s*64\b", D=64, S=300, H=2, bias=(), masks=False,
         table_W=None),
-    # 192-row tiles of three consumer warpgroups (the no-term path, head dim 64; at 33-48 and 65-96 forced only)
+    # 192-row tiles of three consumer warpgroups (the no-term path, head dims 33-96; the table's from longer calls)
     Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<64,\s*128\b", D=64, S=300, H=2, bias=(), masks=False,
         table_W=None),
-    Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<96,\s*128\b", D=72, S=300, H=2, bias=(), masks=False,
+    Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<80,\s*128\b", D=72, S=300, H=2, bias=(), masks=False,
+        table_W=None),
+    Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<96,\s*128\b", D=96, S=300, H=2, bias=(), masks=False,
         table_W=None),
     Fwd("fwd_v3_rows192", r"FwdPipeRows192TraitsSm90<48,\s*128\b", D=40, S=300, H=2, bias=(), masks=False,
         table_W=None),
@@ -101,7 +103,7 @@ def kernels(where=lambda f: True):
 
 def v3_slots(kernel_name):
     """CTAs the persistent grid of this v3 kernel keeps resident: one per SM, two for a tile whose traits end in
-    kMinBlocks = 2 (the two-CTA tiles: FwdPipeTraitsSm90<64, 64, 2, false, 2> and <96, 32, 2, false, 2>, the ragged
+    kMinBlocks = 2 (the two-CTA tiles: FwdPipeTraitsSm90<64, 64, 2, false, 2>, <80 / 96, 32, 2, false, 2>, the ragged
     one FwdPipeRaggedTraitsSm90<64, 64, 2, 2>)."""
     two = r"FwdPipeTraitsSm90<\d+,\s*\d+,\s*\d+,\s*\w+,\s*2>|FwdPipeRaggedTraitsSm90<\d+,\s*\d+,\s*\d+,\s*2>"
     per_sm = 2 if re.search(two, kernel_name) else 1

@@ -232,7 +232,7 @@ def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype
     if hopper():
         names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"],
                                                      key_padding_mask=inp.get("key_padding_mask"), **kw))
-        # (head dims 33-48 on the 48 instance: kernel_choice.h v3_table_head_dim); at 49-64 the ragged variant where
+        # (head dims 33-48 on the 48 instance: kernel_choice.h v3_head_dim); at 49-64 the ragged variant where
         # the keys end inside a 64-key block and no key padding is given
         if D > 48 and Sk % 64 != 0 and "key_padding_mask" not in inp:
             assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRaggedTraitsSm90<64, 64, 2, 2>"), sorted(names)
@@ -241,8 +241,8 @@ def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype
                 sorted(names)
 
 
-# The two-CTA tile at head dims 65-96 (forced only: the 96 instance's 32-key blocks, for DiT / PixArt's 72 at 256-1024
-# tokens): DiT-shaped 256 and 1024 tokens, odd lengths, fp16 with GQA and a causal band, key padding (a vote per
+# The two-CTA tile at head dims 65-96 (forced only: the 80 and 96 instances' 32-key blocks, for DiT / PixArt's 72 at
+# 256-1024 tokens): DiT-shaped 256 and 1024 tokens, odd lengths, fp16 with GQA and a causal band, key padding (a vote per
 # block), a sliding band, more tiles than its persistent grid, head dim 96 itself
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
     (16, 256, 256, 16, 16, 72, BF16, {}), (2, 1024, 1024, 4, 4, 72, BF16, {}),
@@ -252,7 +252,7 @@ def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype
 def test_two_cta_tile_at_head_dims_65_to_96(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
     inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 40, 3)
     names = forced_kernels_run(kernel, monkeypatch, "fwd_v3_two_ctas", inp, kw)
-    assert ran(names, "fwd_pipelined_kernel_sm90", "<96, 32, 2, false, 2>"), sorted(names)
+    assert ran(names, "fwd_pipelined_kernel_sm90", f"<{80 if D <= 80 else 96}, 32, 2, false, 2>"), sorted(names)
 
 
 # The two-CTA tile with the staged 16-bit term (fwd_v3_two_ctas on a call with a bias alone, head dim 64, forced
@@ -423,9 +423,10 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
 
 
-# Forward v3's 16-column instances at head dims 48 and 80 and the backward's at 96 (fwd_v3_fine_dims, bwd_v3_fine_dims,
-# forced here; the table takes 48 and 96, not 80: SD 1.5's 40, DiT's and PixArt's 72 run there instead of at 64 / 96 /
-# 128): every tile and term path they have, against the reference (the backward at head dims 72 and 80). The raw path's
+# Forward v3's instances at head dims 48 (16-column blocks) and 80 (96's tiles, GEMMs over 80) and the backward's at 96
+# (16-column blocks; fwd_v3_fine_dims, bwd_v3_fine_dims, forced here, the table's too: SD 1.5's 40, DiT's and PixArt's
+# 72 run there instead of at 64 / 96 / 128): every tile and term path they have, against the reference (the backward
+# at head dims 72 and 80). The raw path's
 # narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding as staged bits, an
 # item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a float row term, a bool
 # mask per score as bits; in the backward also GQA with key padding and a bias gradient, and deterministic mode with the
@@ -439,7 +440,7 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
     (72, 260, 264, 4, 2, BF16, {"deterministic": True}, "bias per item"),
 ], ids=["d40_gqa", "d72_fp16_causal", "d72_band", "d72_sk77", "d40_sk120_key_padding", "d40_two_ctas", "d72_bias",
         "d80_row_term", "d48_mask_bits", "d80_gqa_key_padding_bias", "d72_gqa_deterministic_bias16"])
-def test_16_column_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
+def test_instances_at_head_dims_48_and_80(kernel, monkeypatch, D, Sq, Sk, H, Hkv, dtype, kw, term):
     fine_bwd = 64 < D <= 96
     B = 3
     inp, kw = padded_case(B, Sq, Sk, H, Hkv, D, dtype, kw, 40, 5)

@@ -646,8 +646,7 @@ void check_fwd_v3(const Ctx& x, const FwdChoice& c) {
   const bool staged = t == sm90::kTermsRawBias || t == sm90::kTermsRawBiasMasked || t == sm90::kTermsRawBiasPadded;
   const bool row = sm90::stages_row_term(t);
   x.s.expect("v3.hopper_and_keys", x.dev.sm90a && p.Sk > 0);  // (a tensor map needs nonzero extents)
-  const int want_dk = x.force.v3_fine_dims ? v3_fine_head_dim(p.D) : v3_table_head_dim(p.D);
-  x.s.expect("v3.instance", c.dk == want_dk && c.dk >= p.D);
+  x.s.expect("v3.instance", c.dk == v3_head_dim(p.D) && c.dk >= p.D);
   // the launcher takes the narrow tile for the staged and general modes (and the two-CTA one for the staged term
   // alone where it has one), the 128-key one or the narrow one for the row and bits modes: the chosen tile must be
   // the one that runs

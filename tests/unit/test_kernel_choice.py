@@ -305,25 +305,26 @@ def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
     assert "this call cannot run it (fwd_decode_tma: not Hopper / no sm_90a code)" in r.stdout, r.stdout
 
 
-def test_fine_head_dims_run_on_the_16_column_instances(table_exe):
-    """fwd_v3_fine_dims / bwd_v3_fine_dims: head dims 33-48 and 65-80 on forward v3's instances at 48 and 80, 65-96 on
-    the backward's at 96 (16-column blocks), instead of 64 / 96 / 128, with every tile and term path they take
-    there; other head dims are refused with the reason. The table takes the forward's 48 and the backward's 96
-    (measured: RESULTS v4.3); the forward's 80 stays forced only."""
+def test_fine_head_dims_run_on_their_own_instances(table_exe):
+    """Head dims 33-48 and 65-80 on forward v3's instances at 48 and 80, 65-96 on the backward's at 96 (16-column
+    blocks), instead of 64 / 96 / 128, with every tile and term path they take there: the table's (RESULTS v4.3, and
+    v5.7 for the forward's 80). fwd_v3_fine_dims / bwd_v3_fine_dims force them; other head dims are refused with the
+    reason."""
     for shape, want in [
-        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent streamed d80 | bwd_v3 d96"),
+        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent streamed d80 o-tma | bwd_v3 d96"),
         ("sd15 D40 S4096", "fwd_v3 128x128 terms=raw persistent d48 | bwd_v3 d64"),
-        ("pixart cross Sk120 kp", "fwd_v3 128x128 terms=row+padding persistent one-block d80"),
-        ("pixart cross Sk120 float mask [B,1,1,S]", "fwd_v3 128x128 terms=row persistent one-block d80"),
-        ("bool mask [1,H,S,S] dit D72 S1024", "fwd_v3 128x128 terms=mask-bits persistent d80"),
+        ("pixart cross Sk120 kp", "fwd_v3 128x128 terms=row+padding persistent one-block d80 o-tma"),
+        ("pixart cross Sk120 float mask [B,1,1,S]", "fwd_v3 128x128 terms=row persistent one-block d80 o-tma"),
+        ("bool mask [1,H,S,S] dit D72 S1024", "fwd_v3 128x128 terms=mask-bits persistent d80 o-tma"),
     ]:
         r = run_table(table_exe, "--force", "fwd_v3_fine_dims", shape)
         assert want in r.stdout, (shape, r.stdout)
     check_forced(table_exe, "fwd_v3_fine_dims", refuses=["flux S4608 D128", "vit-b S197 D64", "swin W7"],
                  reason="the 48 / 80 instances take head dims 33-48 and 65-80")
-    table = run_table(table_exe).stdout
     h200 = h200_choices(table_exe)
-    assert " d80" not in table and "fwd_v3 128x128 terms=raw persistent d48 " in h200["sd15 D40 S4096"], table
+    assert "fwd_v3 128x128 terms=raw persistent d48 " in h200["sd15 D40 S4096"], h200
+    assert "fwd_v3 128x128 terms=raw persistent streamed d80 " in h200["dit-xl D72 S256"], h200
+    assert "fwd_v3 192x128 terms=raw persistent rows192 d80 " in h200["pixart self D72 S4096"], h200
     # the backward's 16-column instance at 96 for 65-96, the table's (bwd_v3_fine_dims forces it)
     for shape, want in [("dit-xl D72 S256", "bwd_v3 d96 terms=none"),
                         ("bool mask [1,H,S,S] dit D72 S1024", "bwd_v3 d96 terms=bits"),

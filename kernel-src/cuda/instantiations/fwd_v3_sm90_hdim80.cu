@@ -1,5 +1,5 @@
-// sm_90a forward v3 (pipelined, warp-specialized) for head dim 80 (fp16 and bf16): 16-column blocks with the 32-byte
-// swizzle, so that head dims 65-80 run without padding to 96 (forced only: fwd_v3_fine_dims); compiled for 9.0a only.
+// sm_90a forward v3 (pipelined, warp-specialized) for head dim 80 (fp16 and bf16): 96's tiles with GEMMs over 80
+// columns (kernel_traits_sm90.h kTileCols), the table's for head dims 65-80; compiled for 9.0a only.
 #include "../sm90/launch_sm90.h"
 
 namespace winattn {

@@ -21,8 +21,8 @@
 //     take each next one from a counter (the dynamic schedule of band calls; post_tile / take_tile).
 // Tile layout: the swizzled column blocks of tile_sm90.h, which TMA writes directly (one box per column block):
 // [rows x 64] with SWIZZLE_128B at head dims that are multiples of 64, [rows x 32] with SWIZZLE_64B at the other
-// multiples of 32, [rows x 16] with SWIZZLE_32B at 48 and 80 (Tr::kRowBytes); rows past S and columns past D arrive
-// as zeros.
+// multiples of 32 and at 80 (three blocks, the GEMMs over 80 columns: Tr::kTileCols), [rows x 16] with SWIZZLE_32B
+// at 48 (Tr::kRowBytes); rows past S and columns past D arrive as zeros.
 #pragma once
 #include <cuda.h>
 

@@ -51,9 +51,12 @@ struct FwdPipeShapeSm90 {
   // for the other multiples of 32 and for the instance at 80; 16 (32-byte rows, the 32-byte swizzle) for the one at
   // 48.
   // kTileCols: the columns a tile holds, kHeadDim rounded up to whole column blocks (96 for the instance at 80, whose
-  // last block is half used, zero-filled by TMA past D). Its GEMMs run over kHeadDim only: Q K^T in 5 k16 steps,
-  // P V with N = 80 (wgmma reads V's third 32-column block up to column 80). 16-column blocks at 80 cost what
-  // the smaller GEMMs saved (RESULTS v4.3: five 32-byte-row boxes per tile); this keeps 96's tiles and loads.
+  // last block is half used, zero-filled by TMA past D). Its GEMMs run over kHeadDim only: Q K^T in 5 k16 steps, not
+  // 6, and P V with N = 80, not 96 (wgmma reads V's third 32-column block up to column 80; the GPU suite checks it).
+  // H100 kernel time, table's 96 -> 80 (RESULTS v5.7): SD 1.5's 80 at 1024 tokens 0.063 -> 0.057 ms, PixArt's 72
+  // 0.820 -> 0.797, DiT-XL/2's 72 unchanged. The 80 instance on 16-column blocks was no faster than 96 (v4.3).
+  // The same layout at 48 (64's tiles, GEMMs over 48) measured slower than 48's 16-column blocks: SD 1.5's 40 at
+  // 4096 tokens 0.531 -> 0.561 ms (v5.7), so 48 keeps them.
   static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 128 : kHeadDim % 32 == 0 || kHeadDim == 80 ? 64 : 32;
   static constexpr int kBlockCols = kRowBytes / 2;
   static constexpr int kTileCols = (kHeadDim + kBlockCols - 1) / kBlockCols * kBlockCols;
@@ -95,8 +98,8 @@ constexpr int fwd_v3_term_slot_bound(int mode) {
 // The epilogue writes O through shared memory and one TMA store per warp and 32-column block (fwd_epilogue_sm90.h)
 // where the output tile fits beside everything else at the tile's CTAs per SM with the largest term it stages, at
 // head dims that are multiples of 32 (the 64- or 128-byte-swizzled column blocks); elsewhere (head dims 192 and 256,
-// the wide 176-key tile at 128, the staged tile at 128, the 16-column instances 48 / 80) each thread stores its
-// fragment.
+// the wide 176-key tile at 128, the staged tile at 128, the 16-column instance at 48) each thread stores its
+// fragment. At 80 the last 32-column block is half written; the map clips the columns past D.
 template <typename Tr>
 constexpr bool fwd_v3_o_via_smem(int mode) {
   return Tr::kRowBytes >= 64 &&
@@ -124,7 +127,8 @@ template <> struct FwdPipeTraitsSm90For<64> {
   using narrow = FwdPipeTraitsSm90<64, 128, 3>;
   using wide = FwdPipeTraitsSm90<64, 192, 3>;
 };
-// The 16-column instances: 48 as 64's tiles (the table's for 33-48), 80 as 96's (forced only: fwd_v3_fine_dims).
+// The instances at 48 (16-column blocks, 64's tiles) and 80 (96's tiles, kTileCols): the table's for 33-48 and 65-80
+// (kernel_choice.h v3_head_dim).
 template <> struct FwdPipeTraitsSm90For<48> {
   using narrow = FwdPipeTraitsSm90<48, 128, 3>;
   using wide = FwdPipeTraitsSm90<48, 192, 3>;
@@ -174,9 +178,13 @@ template <> struct FwdPipeTwoCtasTileSm90<48> {
 };
 // Head dims 65-96 (DiT's and PixArt's 72 at 256-1024 tokens, ViT's shape at a wider head; forced only: DiT-XL/2-256
 // 0.107 -> 0.105 ms, slower on longer rows): 32-key blocks, so that O (48 registers) and S fit beside each other in 104: 0 spills, 16 wgmma on 4
-// waits (ptxas, sass_check.py). 64-key blocks spilled and serialized at 96 (572 bytes) and at 80 (32 bytes).
+// waits (ptxas, sass_check.py). 64-key blocks spilled and serialized at 96 (572 bytes) and at 80 (32 bytes, on
+// 16-column blocks).
 template <> struct FwdPipeTwoCtasTileSm90<96> {
   using type = FwdPipeTraitsSm90<96, 32, 2, false, 2>;
+};
+template <> struct FwdPipeTwoCtasTileSm90<80> {  // (65-80: the same tile on the instance at 80, forced only too)
+  using type = FwdPipeTraitsSm90<80, 32, 2, false, 2>;
 };
 // The two-CTA tile with a ragged last key block (head dim 64, fwd_v3_ragged; the table's where it takes the two-CTA
 // tile on keys ending inside a block, without key padding): a short
@@ -223,8 +231,8 @@ template <> struct FwdPipeRows192TileSm90<80> {
 // in a 128-key block 60%): Sk <= 80 (CLIP's 77 text tokens), <= 128 (PixArt's 120 T5 tokens), <= 208 (ViT's 197).
 // `any`: 128-key blocks for any key set (DiT, SD 1.5 self-attention: tiles of a few key blocks). Two stages (a tile
 // of one key block only has the next tile's to prefetch). A head dim without a tile names its narrow tile (no
-// instance of its own). D = 96 (DiT's 72, SD 1.5's 80, PixArt's 72) has no 208: no model of the shape matrix has
-// 129-208 keys at that head dim.
+// instance of its own). D = 80 / 96 (DiT's and PixArt's 72, SD 1.5's 80 on the 80 one) have no 208: no model of
+// the shape matrix has 129-208 keys at those head dims.
 template <int D> struct FwdPipeStreamTilesSm90 {
   using keys80 = typename FwdPipeTraitsSm90For<D>::narrow;
   using keys128 = keys80;

@@ -11,10 +11,11 @@
 // Column blocks of 32 keep every head dim that is a multiple of 32 in one layout (the backward's, and the forward's
 // where 64 does not divide the head dim; the forward's 128-byte rows below).
 // Tiles are 1024-byte aligned (the swizzle is a function of address bits).
-// Forward v3's instances for head dims 48 and 80 (33-48 and 65-80, which the 32-column blocks pad to 64 and 96:
-// SD 1.5's 40, DiT's and PixArt's 72) use column blocks of 16 instead: 32-byte rows, the PTX "32B swizzle" (bit 4 of
-// the address XOR bit 7, atoms of 8 rows = 256 bytes), the same descriptors with SBO = 256 and, for V, LBO = ROWS * 32
-// (FwdPipeShapeSm90::kRowBytes, make_rows_map's box_cols).
+// Forward v3's instance for head dim 48 (33-48, which the 32-column blocks pad to 64: SD 1.5's 40) uses column
+// blocks of 16 instead: 32-byte rows, the PTX "32B swizzle" (bit 4 of the address XOR bit 7, atoms of 8 rows = 256
+// bytes), the same descriptors with SBO = 256 and, for V, LBO = ROWS * 32 (FwdPipeShapeSm90::kRowBytes,
+// make_rows_map's box_cols). Its instance at 80 keeps 96's three 32-column blocks and runs its GEMMs over 80
+// columns only (FwdPipeShapeSm90::kTileCols): an N-major operand may end inside a block.
 // Forward v3 at head dims that are multiples of 64 uses column blocks of 64: 128-byte rows, the PTX "128B swizzle"
 // (bits [4,7) XOR bits [7,10), atoms of 8 rows = 1024 bytes), SBO = 1024 and, for V, LBO = ROWS * 128: FA3 / FA4's
 // layout, half the TMA boxes of the 32-column blocks and whole 128-byte lines from L2 (dense S = 16k forward
