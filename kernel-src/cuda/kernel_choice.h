@@ -46,9 +46,9 @@ __host__ __device__ constexpr int kernel_head_dim(int d) {
 // Forward v3 also has instances at 48 and 80 (kernel_traits_sm90.h kTileCols), so that 33-48 and 65-80 (SD 1.5's
 // 40, DiT's and PixArt's 72, SD 1.5's 80) are not padded to 64 / 96: a quarter and a sixth less of each GEMM. Both
 // are the table's: 48 since v4.3 (16-column blocks; H200 kernel time, SD 1.5 64x64 self-attention at D 40: 0.712 ->
-// 0.664 ms), 80 since v5.7 (96's tiles, GEMMs over 80; H100 kernel time against 96: SD 1.5's 80 at 1024 tokens 0.063
-// -> 0.057 ms, PixArt's 72 at 4096 0.820 -> 0.797, its cross-attention with key padding 0.079 -> 0.077, DiT-XL/2's
-// 72 unchanged at 0.115 / 0.262; on 16-column blocks, v4.3, it was no faster). fwd_v3_fine_dims forces them.
+// 0.664 ms), 80 since v5.7 (96's tiles, GEMMs over 80; H100 kernel time against 96, two builds: 0-2%, SD 1.5's 80
+// at 1024 tokens 0.058 -> 0.057 ms, PixArt's 72 at 4096 0.811 -> 0.809, DiT-XL/2's 72 unchanged at 0.116 / 0.263; on
+// 16-column blocks, v4.3, it was no faster). fwd_v3_fine_dims forces them.
 __host__ __device__ constexpr int v3_head_dim(int d) {
   return d > 32 && d <= 48 ? 48 : d > 64 && d <= 80 ? 80 : kernel_head_dim(d);
 }
