@@ -16,13 +16,15 @@
 #                   rounds, kernel time of those rows with the table's kernels and with WINATTN_FORCE_KERNEL=names, on
 #                   the first variant, one process each (kernel_time.py --force): a forced-kernel sweep with no build;
 #                   each entry gets at most 90 s, and none starts after KT_FORCE_S seconds of the call (default 400)
-#   NCU             "name:row:kernel-regex ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of one
-#                   launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last
+#   NCU             "name:row:kernel-regex[:impl] ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of
+#                   one launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last;
+#                   impl: a peer's kernels on the same call instead of ours (e.g. "v57:dit_xl2_256:cudnn:cudnn"), so
+#                   that the two profiles compare; NCU_SECTIONS adds sections (e.g. "MemoryWorkloadAnalysis")
 # On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Prints the rounds' means per row and variant
 # (scripts/kt_summary.py). Writes kernel_time.txt and, per checked
 # variant, <name>_suite.log and <name>_sanitize.log, forced.txt with KT_FORCE, per NCU entry <name>_<row>.txt
-# (details) and .csv.xz (the SASS source page with its stall samples) to $OUT: a call returns 8 files at most, so
-# keep the lists short.
+# (details) and .csv.xz (the SASS source page with its stall samples; <name>_<row>_<impl> for a peer's) to $OUT: a
+# call returns 8 files at most, so keep the lists short.
 set -uo pipefail
 WHL=${WHL:-.whlmin} source "$(dirname "$0")/gpu_env.sh"  # (the repo root, the wheels, PYTHONPATH)
 out=${OUT:-$results/variants}; mkdir -p "$out"
@@ -73,16 +75,18 @@ for n in ${VARIANTS_CHECK:-}; do
 done
 export PATH=$PATH:/usr/local/cuda/bin
 for spec in ${NCU:-}; do
-  IFS=: read -r n row kre <<< "$spec"
+  IFS=: read -r n row kre impl <<< "$spec"
+  impl=${impl:-ours}; tag=${n}_$row; [ "$impl" = ours ] || tag+=_$impl
+  extra=(); for sec in ${NCU_SECTIONS:-}; do extra+=(--section "$sec"); done
   ncu --target-processes all --profile-from-start off -k "regex:$kre" -c 1 --section SpeedOfLight \
-    --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy --import-source no \
-    -f -o "/tmp/abv/ncu_$n" \
-    python3 benchmarks/profile_shapes.py --variant "${dir[$n]}" --only "$row" > "/tmp/abv/ncu_$n.log" 2>&1 \
-    || { rc=1; tail -5 "/tmp/abv/ncu_$n.log"; continue; }
-  ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page details > "$out/${n}_$row.txt" 2>&1
-  ncu -i "/tmp/abv/ncu_$n.ncu-rep" --page source --csv --print-source sass 2>/dev/null \
-    | xz -T0 > "$out/${n}_$row.csv.xz"
-  grep -E "Duration|SM Frequency|Registers Per|No Eligible|Executed Ipc A" "$out/${n}_$row.txt" | head -6
-  lap "ncu $n $row"
+    --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy "${extra[@]}" \
+    --import-source no -f -o "/tmp/abv/ncu_$tag" \
+    python3 benchmarks/profile_shapes.py --variant "${dir[$n]}" --only "$row" --impl "$impl" \
+    > "/tmp/abv/ncu_$tag.log" 2>&1 || { rc=1; tail -5 "/tmp/abv/ncu_$tag.log"; continue; }
+  ncu -i "/tmp/abv/ncu_$tag.ncu-rep" --page details > "$out/$tag.txt" 2>&1
+  ncu -i "/tmp/abv/ncu_$tag.ncu-rep" --page source --csv --print-source sass 2>/dev/null \
+    | xz -T0 > "$out/$tag.csv.xz"
+  grep -E "Duration|SM Frequency|Registers Per|No Eligible|Executed Ipc A" "$out/$tag.txt" | head -6
+  lap "ncu $tag"
 done
 exit $rc
