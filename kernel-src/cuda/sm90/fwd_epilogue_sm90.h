@@ -61,7 +61,7 @@ __device__ __forceinline__ void store_o_via_smem(const CUtensorMap* to, const KP
   __syncwarp();
   if (lane == 0) {
 #pragma unroll
-    for (int c = 0; c < (DK + 31) / 32; ++c)
+    for (int c = 0; c < ceil_div(DK, 32); ++c)
       tma_store_4d(to, o_tile + c * 64 * kSwizzleRowBytes + (warp & 3) * 16 * kSwizzleRowBytes, c * 32, i0 + wr, h, b);
     bulk_commit();
   }

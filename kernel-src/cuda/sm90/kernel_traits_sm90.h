@@ -48,17 +48,13 @@ struct FwdPipeShapeSm90 {
   static constexpr int kPBytes = kPInSmem ? kBlockM * kBlockN * 2 : 0;
   // column blocks (tile_sm90.h): 64 columns (128-byte rows, the 128-byte swizzle: FA3 / FA4's, half the TMA boxes
   // and whole 128-byte lines from L2) for head dims that are multiples of 64; 32 (64-byte rows, the 64-byte swizzle)
-  // for the other multiples of 32 and for the instance at 80; 16 (32-byte rows, the 32-byte swizzle) for the one at
-  // 48.
+  // for the others, but 16 (32-byte rows, the 32-byte swizzle) for the instance at 48: 64's tiles with its GEMMs over
+  // 48 columns measured slower there (SD 1.5's 40 at 4096 tokens 0.531 -> 0.561 ms, RESULTS v5.7).
   // kTileCols: the columns a tile holds, kHeadDim rounded up to whole column blocks (96 for the instance at 80, whose
   // last block is half used, zero-filled by TMA past D). Its GEMMs run over kHeadDim only: Q K^T in 5 k16 steps, not
   // 6, and P V with N = 80, not 96 (wgmma reads V's third 32-column block up to column 80; the GPU suite checks it).
-  // H100 kernel time, 96 -> 80 (RESULTS v5.7, two builds, two rounds): 0-2% (SD 1.5's 80 at 1024 tokens 0.058 ->
-  // 0.057 ms, DiT-XL/2-512 with a bool mask 0.337 -> 0.332, PixArt's 72 0.811 -> 0.809, DiT-XL/2 unchanged): the rows
-  // at 72 are not bound by their GEMMs. The 80 instance on 16-column blocks was no faster than 96 (v4.3).
-  // The same layout at 48 (64's tiles, GEMMs over 48) measured slower than 48's 16-column blocks: SD 1.5's 40 at
-  // 4096 tokens 0.531 -> 0.561 ms (v5.7), so 48 keeps them.
-  static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 128 : kHeadDim % 32 == 0 || kHeadDim == 80 ? 64 : 32;
+  // What that gained: kernel_choice.h v3_head_dim. (The 80 instance on 16-column blocks was no faster than 96, v4.3.)
+  static constexpr int kRowBytes = kHeadDim % 64 == 0 ? 128 : kHeadDim == 48 ? 32 : 64;
   static constexpr int kBlockCols = kRowBytes / 2;
   static constexpr int kTileCols = (kHeadDim + kBlockCols - 1) / kBlockCols * kBlockCols;
   static constexpr int kQBytes = kBlockM * kTileCols * 2, kKVBytes = kBlockN * kTileCols * 2;
