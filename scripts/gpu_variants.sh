@@ -19,7 +19,8 @@
 #   NCU             "name:row:kernel-regex[:impl] ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of
 #                   one launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last;
 #                   impl: a peer's kernels on the same call instead of ours (e.g. "v57:dit_xl2_256:cudnn:cudnn"), so
-#                   that the two profiles compare; NCU_SECTIONS adds sections (e.g. "MemoryWorkloadAnalysis")
+#                   that the two profiles compare; NCU_SECTIONS adds sections (e.g. "MemoryWorkloadAnalysis");
+#                   NCU_SASS=0 leaves out the SASS page (one file per entry instead of two: a call returns 8 files)
 # On the device: `bash scripts/gpu_variants.sh`, carry [".abv", ".whlmin"]. Prints the rounds' means per row and variant
 # (scripts/kt_summary.py). Writes kernel_time.txt and, per checked
 # variant, <name>_suite.log and <name>_sanitize.log, forced.txt with KT_FORCE, per NCU entry <name>_<row>.txt
@@ -84,8 +85,8 @@ for spec in ${NCU:-}; do
     python3 benchmarks/profile_shapes.py --variant "${dir[$n]}" --only "$row" --impl "$impl" \
     > "/tmp/abv/ncu_$tag.log" 2>&1 || { rc=1; tail -5 "/tmp/abv/ncu_$tag.log"; continue; }
   ncu -i "/tmp/abv/ncu_$tag.ncu-rep" --page details > "$out/$tag.txt" 2>&1
-  ncu -i "/tmp/abv/ncu_$tag.ncu-rep" --page source --csv --print-source sass 2>/dev/null \
-    | xz -T0 > "$out/$tag.csv.xz"
+  [ "${NCU_SASS:-1}" = 0 ] || ncu -i "/tmp/abv/ncu_$tag.ncu-rep" --page source --csv --print-source sass \
+    2>/dev/null | xz -T0 > "$out/$tag.csv.xz"
   grep -E "Duration|SM Frequency|Registers Per|No Eligible|Executed Ipc A" "$out/$tag.txt" | head -6
   lap "ncu $tag"
 done

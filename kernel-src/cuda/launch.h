@@ -22,15 +22,15 @@ template <int D>
 int bwd_blocks_per_sm(int dtype, int smem, int cfg);
 
 // Hopper forward v3 (sm90/fwd_pipelined_sm90.h, TMA + warp specialization), every head dim of kernel_head_dim():
-// `terms` / `tile` (sm90::V3Tile) / `persistent` / `stage_bytes` as kernel_choice.h's FwdChoice says;
+// `terms` / `tile` (sm90::V3Tile) / `persistent` / `kv_resident` / `stage_bytes` as kernel_choice.h's FwdChoice says;
 // `tile_counter`: the dynamic schedule's zeroed int in the workspace (FwdChoice::v3_dynamic), else nullptr.
 // fwd_pipelined_sm90_ready: whether this binary holds sm_90a code (built with 9.0a) on this device, i.e. whether any
 // sm90 kernel can run.
 template <int D>
 bool fwd_pipelined_sm90_ready(int dtype);
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, int* tile_counter,
-                            int stage_bytes, int sms, cudaStream_t stream);
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, bool kv_resident,
+                            int* tile_counter, int stage_bytes, int sms, cudaStream_t stream);
 // Window mode on Hopper (sm90/fwd_windows_sm90.h): head dim 32 with key blocks 64, 128, 160, 256; head dim 64 with 64.
 template <int D, int BN>
 int fwd_windows_sm90_blocks_per_sm(int dtype, int smem, const KParams& p);  // (p: the instance it runs)

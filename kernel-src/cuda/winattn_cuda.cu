@@ -556,8 +556,8 @@ void fwd(const FwdParams& params, void* workspace, void* stream_ptr) {
         check_cuda(cudaMemsetAsync(counter, 0, sizeof(int), stream), "tile counter memset");
       }
       dispatch_v3_hdim(pl.c.dk, [&](auto d) {
-        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_tile, pl.c.v3_persistent, counter,
-                                                   pl.c.v3_stage_bytes, dev.sms, stream);
+        run_fwd_pipelined_sm90<decltype(d)::value>(p, dt, pl.c.v3_terms, pl.c.v3_tile, pl.c.v3_persistent,
+                                                   pl.c.v3_kv_resident, counter, pl.c.v3_stage_bytes, dev.sms, stream);
       });
       break;
     }

@@ -602,6 +602,22 @@ def test_streamed_tiles_across_tile_boundaries(kernel, monkeypatch, D, B, H, Hkv
     assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true,"), sorted(names)
 
 
+@pytest.mark.parametrize("D,B,H,Hkv,Sq,Sk,dtype", [
+    (72, 40, 12, 4, 300, 256, BF16),    # GQA; 480 heads of 3 query tiles: full rounds of the grid, then a partial one
+    (128, 20, 8, 8, 257, 129, FP16),    # a ragged last query tile and a 1-key second block
+    (96, 64, 4, 4, 256, 200, BF16),     # DiT-shaped: 2 query tiles, 2 key blocks
+], ids=["gqa_partial_round_d72", "ragged_fp16_d128", "dit_d96"])
+def test_kv_resident_across_a_heads_query_tiles(kernel, D, B, H, Hkv, Sq, Sk, dtype):
+    # The table's streamed tile on 129-256 keys (FwdPipeParams::kv_reuse): each CTA walks one head's query tiles in
+    # turn and its producer hands the K / V stages over again without loading them; poisoned outputs (run_case)
+    # catch a tile computed on another head's K / V or left unwritten
+    inp = qkv(B, Sq, Sk, H, D, dtype, Hkv=Hkv)
+    run_case(kernel, inp, {})
+    if hopper():
+        names = kernels_run(lambda: kernel.attention(inp["q"], inp["k"], inp["v"]))
+        assert ran(names, "fwd_pipelined_kernel_sm90", ", 128, 2, true,"), sorted(names)
+
+
 @pytest.mark.parametrize("D,B,H,Hkv,Sq,Sk,kw,force", [
     (128, 2, 8, 2, 2000, 2000, {"causal": True}, None),                     # the table's for band calls; ragged end
     (64, 3, 6, 3, 1500, 1700, {"window": (300, 0)}, None),                  # sliding window, Sq != Sk

@@ -323,10 +323,10 @@ std::string view_str(const KParams& p) {
 }
 std::string choice_str(const FwdChoice& c) {
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d dynamic=%d stage=%d "
+  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d dynamic=%d kv_resident=%d stage=%d "
                 "window_smem=%d comb=[%d,%d,%d,%d]%s dtype %d %lld bytes splits=%d chunk=%d part=%lld%s | ",
                 name_of(c.kernel), c.why.c_str(), c.dk, c.block_m, c.block_n, c.v3_terms, c.v3_tile, c.v3_persistent,
-                c.v3_dynamic, c.v3_stage_bytes, c.window_smem, c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "",
+                c.v3_dynamic, c.v3_kv_resident, c.v3_stage_bytes, c.window_smem, c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "",
                 c.comb.dtype, (long long)c.comb.bytes, c.decode_splits, c.decode_chunk,
                 (long long)c.decode_part_bytes, c.decode_tma ? " tma" : "");
   return buf + view_str(c.p);
@@ -582,13 +582,14 @@ void check_fwd_windows(const Ctx& x, const FwdChoice& c) {
 struct Launched {
   int bm = 0, bn = 0, smem = 0;
   bool stream = false;  // the streamed tiles' loop (consume_stream), not consume()'s
+  int stages = 0;
 };
 template <typename Tr>
 Launched launched(int mode, int stage_bytes) {
   const int pad = (Tr::kBlockN / 32 + 1 + 3) / 4 * 16;
   const int row = Tr::kBlockN * 4 + (mode == sm90::kTermsRawRowPadded ? pad : 0);
   return {Tr::kBlockM, Tr::kBlockN, Tr::kSmemBytes + Tr::kStages * (sm90::stages_row_term(mode) ? row : stage_bytes),
-          Tr::kStream};
+          Tr::kStream, Tr::kStages};
 }
 template <int D>
 Launched fwd_v3_launched(int terms, int tile, int stage) {
@@ -680,6 +681,15 @@ void check_fwd_v3(const Ctx& x, const FwdChoice& c) {
     bool last_any = false;
     for (int64_t i = last0; i < p.Sq && !last_any; ++i) last_any = sees(i);
     x.s.expect("v3.dynamic_tiles_see_a_key", all && last_any);
+  }
+  // K / V resident across a head's query tiles (fwd_pipelined_sm90.h kv_reuse): the kernel computes each tile on the
+  // K / V its stages hold, so every tile's key blocks must fill the stages exactly, in the same order, on the strided
+  // persistent walk (walk_tile remaps its positions)
+  if (c.v3_kv_resident) {
+    x.s.covered("fwd_v3 kv-resident");
+    x.s.expect("v3.kv_resident_tiles_fill_the_stages",
+               t == sm90::kTermsRaw && l.stream && c.v3_persistent && !c.v3_dynamic && !p.has_band &&
+                   div_up(p.Sk, l.bn) == l.stages);
   }
   x.s.expect("v3.band_calls_dynamic_where_they_can",
              x.force.v3_persistent >= 0 || !p.has_band || c.v3_dynamic || t != sm90::kTermsRaw ||

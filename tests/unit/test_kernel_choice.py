@@ -311,7 +311,7 @@ def test_fine_head_dims_run_on_their_own_instances(table_exe):
     v5.7 for the forward's 80). fwd_v3_fine_dims / bwd_v3_fine_dims force them; other head dims are refused with the
     reason."""
     for shape, want in [
-        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent streamed d80 o-tma | bwd_v3 d96"),
+        ("dit-xl D72 S256", "fwd_v3 128x128 terms=raw persistent streamed d80 o-tma kv-resident | bwd_v3 d96"),
         ("sd15 D40 S4096", "fwd_v3 128x128 terms=raw persistent d48 | bwd_v3 d64"),
         ("pixart cross Sk120 kp", "fwd_v3 128x128 terms=row+padding persistent one-block d80 o-tma"),
         ("pixart cross Sk120 float mask [B,1,1,S]", "fwd_v3 128x128 terms=row persistent one-block d80 o-tma"),

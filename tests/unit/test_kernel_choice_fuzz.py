@@ -35,7 +35,7 @@ MUST_COVER = [
     "fwd_windows bn=160 bits", "fwd_windows bn=256", "fwd_windows bn=256 folded",
     *[f"fwd_v3 terms={t} tile=0" for t in range(8)], "fwd_v3 terms=0 tile=1", "fwd_v3 terms=0 tile=2",
     "fwd_v3 terms=0 tile=6", "fwd_v3 rows192 d48", "fwd_v3 rows192 d64",
-    "fwd_v3 rows192 d96", "fwd_v3 terms=0 tile=8",
+    "fwd_v3 rows192 d96", "fwd_v3 terms=0 tile=8", "fwd_v3 kv-resident",
     "fwd_v3 two-ctas staged", "fwd_v3 ragged staged", "fwd_v3 terms=4 tile=3",
     "bwd_v1", "bwd_windows", "bwd_windows_wide N128", "bwd_windows_wide N144", "bwd_windows_wide N256",
     "bwd_windows_wide N256 bits", "bwd_v3 terms=0 dbias=0", "bwd_v3 terms=1 dbias=2", "bwd_v3 terms=1 dbias=3 pair",

@@ -57,6 +57,11 @@ struct FwdPipeParams {
   // The dynamic schedule (kernel_choice.h FwdChoice::v3_dynamic): a zeroed counter in the workspace; CTA c's first
   // tile is c, each later one gridDim.x + the count its producer takes (nullptr: the static schedule)
   int* tile_counter = nullptr;
+  // K / V resident across a head's query tiles (kernel_choice.h kv_resident_pays: the no-term streamed tile whose key
+  // blocks fill its stages exactly, no band, the strided persistent grid): each CTA walks the query tiles of one
+  // (batch, head) in turn (walk_tile) and its producer loads K / V once per head, not once per query tile (produce's
+  // reuse_kv)
+  int kv_reuse = 0;
 };
 
 // Rows [i0, i0 + rows) of a tile that sees no key: out = 0, lse = -inf.
@@ -184,12 +189,26 @@ __device__ __forceinline__ PipeTile decode_tile(const KParams& p, int idx) {
   return t;
 }
 
+// FwdPipeParams::kv_reuse: the tile index (decode_tile's) at walk position idx, where CTA c's k-th tile is position
+// c + k gridDim.x as in the strided walk: within each round of gridDim.x heads, CTA c's positions are the query
+// tiles of head (round's first + c) one after the other (the last round's R heads: head r % R, query tile r / R,
+// a bijection of the positions too). Otherwise idx itself.
+template <int BM>
+__device__ __forceinline__ int walk_tile(const FwdPipeParams& P, int idx) {
+  if (!P.kv_reuse) return idx;
+  const int mblocks = ceil_div(P.p.Sq, BM), g = int(gridDim.x), round = g * mblocks;
+  const int q = idx / round, r = idx % round, rh = min(g, P.p.B * P.p.H - q * g);
+  return (q * g + r % rh) * mblocks + r / rh;
+}
+
 // Producer (one thread): Q once (into slot t % kQSlots), then per key block (last visible first) K with its bias
 // tile, then V. kb: key blocks this CTA loaded before this tile (the stage ring runs on across tiles); t: tiles
 // before it.
+// reuse_kv: the previous tile was this head's too and its K / V blocks are still in the stages they go to (kv_reuse:
+// every tile's key blocks fill the stages exactly), so each stage is handed over again once the consumers free it.
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<Tr> sm, const PipeTile& tile, int kb,
-                                        int t) {
+                                        int t, bool reuse_kv = false) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, ST = Tr::kStages, CB = Tr::kTileCols / Tr::kBlockCols;
   constexpr int W = Tr::kRowBytes, WC = Tr::kBlockCols;
   const KParams& p = P.p;
@@ -206,6 +225,12 @@ __device__ __forceinline__ void produce(const FwdPipeParams& P, const PipeSmem<T
   for (int it = 0; it < nblk; ++it) {
     const int n = n_hi - 1 - it, s = (kb + it) % ST, use = (kb + it) / ST;
     if (use > 0) mbar_wait(sm.k_empty(s), (use - 1) & 1);
+    if (reuse_kv) {
+      mbar_arrive(sm.k_full(s));
+      mbar_wait(sm.v_empty(s), (use - 1) & 1);
+      mbar_arrive(sm.v_full(s));
+      continue;
+    }
     mbar_arrive_expect_tx(sm.k_full(s), Tr::kKVBytes + bb);
 #pragma unroll
     for (int c = 0; c < CB; ++c)
@@ -556,7 +581,7 @@ __device__ __forceinline__ void consume_stream(const FwdPipeParams& P, const Pip
   // on the way (by both consumer warpgroups, as consume's caller does); ntiles when there is none
   auto next_tile = [&](int idx, PipeTile& tile) {
     for (; idx < ntiles; idx += gridDim.x) {
-      tile = decode_tile<BM, BN>(p, idx);
+      tile = decode_tile<BM, BN>(p, walk_tile<BM>(P, idx));
       if (!tile.empty()) break;
       const int i0 = tile.m_block * BM;
       write_empty_tile<Elem>(p, tile.b, tile.h, i0, min(BM, p.Sq - i0), threadIdx.x - 128,
@@ -754,10 +779,13 @@ __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocks)
           idx = int(gridDim.x) + atomicAdd(P.tile_counter, 1);
         }
       } else {
+        int prev_head = -1;  // (kv_reuse: the batch and KV head of the previous tile)
         for (int idx = blockIdx.x; idx < ntiles; idx += gridDim.x) {
-          const PipeTile tile = decode_tile<BM, BN>(p, idx);
+          const PipeTile tile = decode_tile<BM, BN>(p, walk_tile<BM>(P, idx));
           if (tile.empty()) continue;
-          produce<Tr>(P, sm, tile, kb, t);
+          const int head = tile.b * p.Hkv + tile.h / p.hgroup;
+          produce<Tr>(P, sm, tile, kb, t, P.kv_reuse && head == prev_head && kb % ST == 0);
+          prev_head = head;
           kb += tile.n_hi - tile.n_lo;
           ++t;
         }

@@ -229,6 +229,10 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
       sm90::fwd_v3_smem<Tr>(kMode, sm90::PipeSmem<Tr>::template term_slot_bytes<kMode>(P.bias_stage_bytes));
   const int64_t tiles = int64_t(ceil_div(p.Sq, Tr::kBlockM)) * p.H * p.B;
   const int64_t grid = persistent ? std::min<int64_t>(tiles, int64_t(sms) * Tr::kMinBlocks) : tiles;
+  // (kv_reuse computes a tile on the K / V its stages hold: a plan that asks it of other tiles is a bug)
+  if (P.kv_reuse && !(kMode == sm90::kTermsRaw && Tr::kStream && persistent && P.tile_counter == nullptr &&
+                      !p.has_band && ceil_div(p.Sk, Tr::kBlockN) == Tr::kStages))
+    throw std::logic_error(std::string(K::kName) + ": K / V resident where the tiles do not fill the stages alike");
   auto kernel = K::template pick_mode<Tr, kMode>(dtype);
   if (P.tile_counter != nullptr) {
     if constexpr (K::template has_dynamic<Tr, kMode>())
@@ -242,13 +246,14 @@ void launch_fwd_pipelined(sm90::FwdPipeParams& P, int dtype, bool persistent, in
 }
 
 template <int D>
-void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, int* tile_counter,
-                            int stage_bytes, int sms, cudaStream_t stream) {
+void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bool persistent, bool kv_resident,
+                            int* tile_counter, int stage_bytes, int sms, cudaStream_t stream) {
   using K = FwdPipelinedSm90<D>;
   sm90::FwdPipeParams P;
   P.p = p;
   P.bias_stage_bytes = stage_bytes;
   P.tile_counter = tile_counter;
+  P.kv_reuse = kv_resident;
   if (terms == sm90::kTermsRawBias && (tile == sm90::kV3TwoCtas || tile == sm90::kV3TwoCtasRagged)) {
     if constexpr (sm90::fwd_v3_two_ctas_stage_term(D)) {
       if (tile == sm90::kV3TwoCtas)
@@ -304,7 +309,7 @@ void run_fwd_pipelined_sm90(const KParams& p, int dtype, int terms, int tile, bo
 
 #define WINATTN_INSTANTIATE_FWD_PIPELINED_SM90(D)                                                    \
   template bool fwd_pipelined_sm90_ready<D>(int);                                                    \
-  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, bool, int*, int, int, cudaStream_t);
+  template void run_fwd_pipelined_sm90<D>(const KParams&, int, int, int, bool, bool, int*, int, int, cudaStream_t);
 
 #define WINATTN_INSTANTIATE_BWD_WINDOWS_SM90(D)                                                      \
   template int bwd_windows_sm90_blocks_per_sm<D>(int, int);                                          \
