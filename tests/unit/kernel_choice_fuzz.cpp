@@ -322,11 +322,12 @@ std::string view_str(const KParams& p) {
   return buf;
 }
 std::string choice_str(const FwdChoice& c) {
-  char buf[320];
-  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d dynamic=%d kv_resident=%d stage=%d "
-                "window_smem=%d comb=[%d,%d,%d,%d]%s dtype %d %lld bytes splits=%d chunk=%d part=%lld%s | ",
+  char buf[352];
+  std::snprintf(buf, sizeof buf, "%s (%s) dk=%d block=%dx%d terms=%d tile=%d persistent=%d dynamic=%d kv_resident=%d "
+                "stage=%d window_smem=%d comb=[%d,%d,%d,%d]%s dtype %d %lld bytes splits=%d chunk=%d part=%lld%s | ",
                 name_of(c.kernel), c.why.c_str(), c.dk, c.block_m, c.block_n, c.v3_terms, c.v3_tile, c.v3_persistent,
-                c.v3_dynamic, c.v3_kv_resident, c.v3_stage_bytes, c.window_smem, c.comb.P, c.comb.heads, c.comb.rows, c.comb.Skp, c.comb.mask ? "+mask" : "",
+                c.v3_dynamic, c.v3_kv_resident, c.v3_stage_bytes, c.window_smem, c.comb.P, c.comb.heads, c.comb.rows,
+                c.comb.Skp, c.comb.mask ? "+mask" : "",
                 c.comb.dtype, (long long)c.comb.bytes, c.decode_splits, c.decode_chunk,
                 (long long)c.decode_part_bytes, c.decode_tma ? " tma" : "");
   return buf + view_str(c.p);

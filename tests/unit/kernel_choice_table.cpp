@@ -112,8 +112,8 @@ std::string describe_fwd(const FwdChoice& c) {
                                                          : "");
     s += buf;
     if (c.dk != kernel_head_dim(c.p.D)) s += " d" + std::to_string(c.dk);  // (the 16-column instances)
-    if (c.v3_o_tma) s += " o-tma";
-    if (c.v3_kv_resident) s += " kv-resident";  // (K / V loaded once per head: kv_resident_pays)  // (O through shared memory and TMA stores: fwd_epilogue_sm90.h)
+    if (c.v3_o_tma) s += " o-tma";  // (O through shared memory and TMA stores: fwd_epilogue_sm90.h)
+    if (c.v3_kv_resident) s += " kv-resident";  // (K / V loaded once per head: kv_resident_pays)
     if (c.p.band_pairs > 1) s += " pairs=" + std::to_string(c.p.band_pairs);  // (interleaved tile order)
   } else if (c.kernel == FwdKernel::kWindows) {
     std::snprintf(buf, sizeof buf, " 64x%d smem=%d%s", c.window_bn, c.window_smem, c.mb_words ? " mask-bits" : "");
