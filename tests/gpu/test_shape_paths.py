@@ -242,8 +242,8 @@ def test_two_cta_tile_for_vit_class_key_sets(kernel, B, Sq, Sk, H, Hkv, D, dtype
 
 
 # The two-CTA tile at head dims 65-96 (forced only: the 80 and 96 instances' 32-key blocks, for DiT / PixArt's 72 at
-# 256-1024 tokens): DiT-shaped 256 and 1024 tokens, odd lengths, fp16 with GQA and a causal band, key padding (a vote per
-# block), a sliding band, more tiles than its persistent grid, head dim 96 itself
+# 256-1024 tokens): DiT-shaped 256 and 1024 tokens, odd lengths, fp16 with GQA and a causal band, key padding (a vote
+# per block), a sliding band, more tiles than its persistent grid, head dim 96 itself
 @pytest.mark.parametrize("B,Sq,Sk,H,Hkv,D,dtype,kw", [
     (16, 256, 256, 16, 16, 72, BF16, {}), (2, 1024, 1024, 4, 4, 72, BF16, {}),
     (3, 257, 300, 4, 2, 72, FP16, {"causal": True}), (2, 300, 140, 4, 1, 80, BF16, {"key_padding": True}),
@@ -426,11 +426,10 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
 # Forward v3's instances at head dims 48 (16-column blocks) and 80 (96's tiles, GEMMs over 80) and the backward's at 96
 # (16-column blocks; fwd_v3_fine_dims, bwd_v3_fine_dims, forced here, the table's too: SD 1.5's 40, DiT's and PixArt's
 # 72 run there instead of at 64 / 96 / 128): every tile and term path they have, against the reference (the backward
-# at head dims 72 and 80). The raw path's
-# narrow tile (GQA), causal and sliding bands, the short key blocks (77 tokens; 120 with key padding as staged bits, an
-# item whose keys are all hidden), the two-CTA tile (197 keys at 48), the staged bias tile, a float row term, a bool
-# mask per score as bits; in the backward also GQA with key padding and a bias gradient, and deterministic mode with the
-# 16-bit dbias store (Sk % 8 == 0).
+# at head dims 72 and 80). The raw path's narrow tile (GQA), causal and sliding bands, the short key blocks (77
+# tokens; 120 with key padding as staged bits, an item whose keys are all hidden), the two-CTA tile (197 keys at 48),
+# the staged bias tile, a float row term, a bool mask per score as bits; in the backward also GQA with key padding and
+# a bias gradient, and deterministic mode with the 16-bit dbias store (Sk % 8 == 0).
 @pytest.mark.parametrize("D,Sq,Sk,H,Hkv,dtype,kw,term", [
     (40, 600, 600, 4, 2, BF16, {}, None), (72, 300, 257, 3, 3, FP16, {"causal": True}, None),
     (72, 1000, 1000, 2, 2, BF16, {"window": (100, 20)}, None), (72, 500, 77, 2, 2, BF16, {}, None),
