@@ -15,9 +15,9 @@ addresses, loop counters kept in the warp's uniform registers), which ptxas give
 dynamic backward's walk (RESULTS, fortieth session) had 50 per step against the one-tile kernel's 260 at head dim
 128, and its step loop spilled where the one-tile kernel's did not.
 
-Needs `nvcc` and `cuobjdump` (CUDA 13; without a toolkit: `pip install nvidia-cuda-cuobjdump`, then its
-`nvidia/cu13/bin` on PATH). Compiled with the flags of a local unit check (-O3, sm_`--arch`), not the build's.
-Exit status 1 when a kernel is serialized.
+Needs `nvcc` and `cuobjdump` (CUDA 13; without a toolkit: `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`,
+since `-sass` runs nvdisasm, then their `nvidia/cu13/bin` on PATH). Compiled with the flags of a local unit check
+(-O3, sm_`--arch`), not the build's. Exit status 1 when a kernel is serialized.
 """
 
 from __future__ import annotations
