@@ -226,10 +226,17 @@ __global__ void dq_convert_kernel(Elem* dq, const float* acc, int64_t n2) {
 //   delta2[b, h, i] = rowsum(dO * O) - dlse, lse2[b, h, i] = lse * log2(e) (0 where lse = -inf: that row saw no key,
 //   so its P is 0 through the masks anyway), and past Sq delta 0, lse2 +inf (P = 0 for padding rows).
 // 4 lanes per row, 16-byte loads; rows in (b, h, i) order so the writes are contiguous.
-template <typename Elem>
-__global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, int sq_pad, const Elem* dout, int64_t do_sb,
-                                   int64_t do_ss, int64_t do_sh, const Elem* out, int64_t o_sb, int64_t o_ss,
-                                   int64_t o_sh, const float* lse, const float* dlse, int B, int Sq, int H, int D) {
+// With dq_acc (dQ accumulated, BwdDq kBwdDqAccumulate) it also zeroes the accumulator, as FA3's preprocess does: row
+// i's share of its 64-row tile (DK floats of the tile's 64 DK, in the fragment order dq_frag_convert_kernel reads),
+// but not the n-tiles past D, an instance's head-dim padding (a quarter of the 96 instance at D = 72): the conversion
+// never reads them, so the backward's adds there may land on whatever the workspace held (they are not skipped: a
+// test per n-tile cost every step of every pipelined instance ~35 instructions, sass_check.py). A separate memset
+// wrote all of it in a pass of its own.
+template <typename Elem, int DK>
+__global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, float* dq_acc, int sq_pad, const Elem* dout,
+                                   int64_t do_sb, int64_t do_ss, int64_t do_sh, const Elem* out, int64_t o_sb,
+                                   int64_t o_ss, int64_t o_sh, const float* lse, const float* dlse, int B, int Sq,
+                                   int H, int D) {
   const int64_t rows = int64_t(B) * H * sq_pad;
   const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 4;
   const int sub = threadIdx.x & 3;
@@ -240,6 +247,17 @@ __global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, int sq_pad, const
   const int ic = valid ? i : 0, bc = valid ? b : 0, hc = valid ? h : 0;  // (invalid: row 0's address, not read)
   const float acc = quad_row_dot(dout + bc * do_sb + ic * do_ss + hc * do_sh,
                                  out + bc * o_sb + ic * o_ss + hc * o_sh, D, sub, valid);
+  if (dq_acc != nullptr && row < rows) {
+    // float4 q of a tile: lane q % 32, n-tile (q / 32) % (DK / 16), head-dim half q / (8 DK): columns from
+    // half * DK / 2 + 8 n-tile. Row i's share: float4s (i % 64) DK / 4 .. + DK / 4, lane sub every fourth one, so
+    // four lanes store 64 contiguous bytes and a warp's eight rows 8 DK contiguous floats.
+    float4* tile = reinterpret_cast<float4*>(dq_acc) + (bh * (sq_pad / 64) + i / 64) * (16 * DK);
+#pragma unroll
+    for (int j = 0; j < DK / 16; ++j) {
+      const int q = (i % 64) * (DK / 4) + 4 * j + sub;
+      if ((q / (8 * DK)) * (DK / 2) + ((q / 32) % (DK / 16)) * 8 < D) tile[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
   if (row < rows && sub == 0) {
     if (i < Sq) {
       const int64_t idx = bh * Sq + i;
@@ -284,7 +302,9 @@ __global__ void __launch_bounds__(256) dq_frag_convert_kernel(Elem* dq, const fl
   for (int q = threadIdx.x; q < 16 * DK; q += 256) {
     const int lane = q % 32, nt = (q / 32) % kDtq, wi = (q / (32 * kDtq)) % 4, w = q / (128 * kDtq);
     const int col = w * (DK / 2) + nt * 8 + (lane & 3) * 2, r = wi * 16 + (lane >> 2);
-    if (r >= rows) continue;  // (rows r + 8 too)
+    // (rows r + 8 too; the columns past D, an instance's padding, are never zeroed: 72 on the 96 instance reads a
+    // quarter less)
+    if (r >= rows || col >= D) continue;
     const float4 x = src[q];
     *reinterpret_cast<uint32_t*>(&rows_s[r * kPitch + col]) = ElemTraits<Elem>::pack(x.x * scale, x.y * scale);
     *reinterpret_cast<uint32_t*>(&rows_s[(r + 8) * kPitch + col]) = ElemTraits<Elem>::pack(x.z * scale, x.w * scale);

@@ -471,6 +471,13 @@ inline bool rows192_pays(const KParams& p, const DeviceCaps& dev) {
   const long tiles = long(div_up(p.Sq, 192)) * p.H * p.B;
   return p.Sq >= kRows192OtherMinLen && p.Sk >= kRows192OtherMinLen && tiles >= long(kRows192MinTilesPerSm) * dev.sms;
 }
+// The 192-row tile at the 48 and 80 instances (head dims 33-48, 65-80) runs one CTA per tile, not the strided
+// persistent grid: H100 forward kernel time, WINATTN_FORCE_KERNEL=fwd_v3_per_tile beside the table's choice in one
+// process (RESULTS v5.9, four or five runs each): DiT-XL/2-512 (72) 0.261 -> 0.249 ms, PixArt-alpha's 4096 tokens
+// (72) 0.808 -> 0.767, SD 1.5's 4096 (40) 0.558 -> 0.548. At 64 (D = 64 S = 16k: 4.17 -> 4.15, within the spread)
+// and at 96 (unmeasured) the tile keeps the grid it was measured with. Both grids run the same kernel: the per-tile
+// one gives each CTA one turn of its tile loop.
+inline bool rows192_per_tile_pays(int dk, int tile) { return tile == sm90::kV3Rows192 && (dk == 48 || dk == 80); }
 // Streamed 128-key tiles (consume_stream: the next tile's first Q K^T beside this one's last P V) for a short key set
 // at head dims 65-128 without a band or key padding: with the epilogue's O stored by TMA (v4.8) a tile of up to four
 // key blocks spends a large share at its boundaries, which streaming overlaps. H100 kernel time against the narrow
@@ -661,7 +668,8 @@ std::string try_fwd_v3_for(FwdChoice& c, const FwdParams& fp, const KParams& use
   if (force.v3_persistent == 2 && !dynamic_runs)
     return "fwd_v3_dynamic: the dynamic schedule takes the no-term path's narrow tile (no bias, mask or key "
            "padding), where every query tile sees a key";
-  c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent >= 1 : !p.has_band || dynamic_runs;
+  c.v3_persistent = force.v3_persistent >= 0 ? force.v3_persistent >= 1
+                                             : (!p.has_band && !rows192_per_tile_pays(D, tile)) || dynamic_runs;
   c.v3_dynamic = force.v3_persistent >= 0 ? force.v3_persistent == 2 : p.has_band && dynamic_runs;
   c.v3_kv_resident = kv_resident_pays(p, c.v3_terms, tile, c.v3_persistent && !c.v3_dynamic, c.block_m, c.block_n,
                                       Tiles::visit(tile, [](auto tr) { return decltype(tr)::kStages; }));

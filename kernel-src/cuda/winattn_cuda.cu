@@ -300,18 +300,19 @@ struct BwdPlan {
   int64_t off_comb = -1, off_delta = -1, off_partials = -1, off_dbias_pad = -1;
 };
 
-// Backward v3's workspace: the zero-filled dQ accumulator (and tickets), the preprocess rows, the prepared term.
+// Backward v3's workspace: the zero-filled tickets and padded dbias, the dQ accumulator (zeroed by the preprocess,
+// bwd_prep_v3_kernel, not by the memset), the preprocess rows, the prepared term.
 void carve_bwd_v3(BwdPlan& pl, const BwdParams& bp) {
   const KParams& p = pl.c.p;
   Carver cv;
   const bool accumulate = pl.c.v3.dq_mode == kBwdDqAccumulate;  // (the other modes need neither)
-  if (accumulate) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
   if (bp.deterministic && accumulate)
     pl.off_dqsem = cv.take(int64_t(p.B) * p.H * (pl.c.v3.sq_pad / kBwdV3BlockM) * 4);
   const BwdV3Buffers& vb = pl.c.v3;
   if (vb.dbias_padded)
     pl.off_dbias_pad = cv.take(int64_t(vb.dbias_period) * vb.dbias_heads * p.Sq * vb.dbias_pitch * 4);
   pl.zero_bytes = cv.size;
+  if (accumulate) pl.off_dqacc = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * pl.c.dk * 4);
   pl.off_lse2 = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * 4);
   pl.off_delta = cv.take(int64_t(p.B) * p.H * pl.c.v3.sq_pad * 4);
   if (pl.c.comb.bytes > 0) pl.off_comb = cv.take(pl.c.comb.bytes);
@@ -597,9 +598,11 @@ static void run_bwd_v3(const BwdParams& params, BwdPlan& pl, char* ws, cudaStrea
   const int blocks = int((threads + 255) / 256);
   auto prep = [&](auto elem) {
     using E = decltype(elem);
-    bwd_prep_v3_kernel<E><<<blocks, 256, 0, stream>>>(vb.lse2, vb.delta, vb.sq_pad, static_cast<const E*>(p.dout),
-                                                     p.do_sb, p.do_ss, p.do_sh, static_cast<const E*>(p.o), p.o_sb,
-                                                     p.o_ss, p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
+    dispatch_bwd_v3_hdim(pl.c.dk, [&](auto d) {
+      bwd_prep_v3_kernel<E, decltype(d)::value><<<blocks, 256, 0, stream>>>(
+          vb.lse2, vb.delta, vb.dq_acc, vb.sq_pad, static_cast<const E*>(p.dout), p.do_sb, p.do_ss, p.do_sh,
+          static_cast<const E*>(p.o), p.o_sb, p.o_ss, p.o_sh, p.lse, params.dlse, p.B, p.Sq, p.H, p.D);
+    });
     check_cuda(cudaGetLastError(), "window_attention bwd v3 preprocess");
   };
   if (dt == 0) prep(__half());

@@ -181,6 +181,9 @@ int main(int argc, char** argv) {
   add(make("wan cross Sk512 D128", 1, 32760, 512, 12, 12, 128));
   add(make("sd15 D40 S4096", 4, 4096, 4096, 8, 8, 40));
   add(make("pixart self D72 S4096", 4, 4096, 4096, 16, 16, 72));
+  // the 192-row tile at the 80 and 48 instances: one CTA per tile (rows192_per_tile_pays)
+  add(make("dit-xl D72 S1024", 16, 1024, 1024, 16, 16, 72));
+  add(make("sd15 B8 D40 S4096", 8, 4096, 4096, 8, 8, 40));
   // short sequences
   add(make("vit-b S197 D64", 256, 197, 197, 12, 12, 64));
   add(make("eva02 S257 D64", 128, 257, 257, 12, 12, 64));

@@ -253,14 +253,19 @@ def test_ragged_two_cta_tile_takes_the_no_term_path_at_head_dim_64(table_exe):
 
 def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     """fwd_v3_rows192: three consumer warpgroups of 64 rows, 128-key blocks (FA3 / FA4's tile at head dims <= 96);
-    forced, the no-term path with its bands and key padding (a per-block vote), persistent without a band (33-48 on
-    the 48 instance, 65-96 on the 96 one); a term or a head dim past 96 is refused with the reason. The table's from
-    4096 queries and keys without a band or padding at head dims 49-64 (measured: RESULTS v4.3); at 33-48 and 65-96
-    from 1024 with 8 tiles of 192 rows per SM (RESULTS "Twenty-first session")."""
+    forced, the no-term path with its bands and key padding (a per-block vote), without a band persistent at head
+    dims 49-64 and one CTA per tile on the 48 and 80 instances (33-48, 65-80: RESULTS v5.9); a term or a head dim past
+    96 is refused with the reason. The table's from 4096 queries and keys without a band or padding at head dims 49-64
+    (measured: RESULTS v4.3); at 33-48 and 65-96 from 1024 with 8 tiles of 192 rows per SM (RESULTS "Twenty-first
+    session")."""
     check_forced(table_exe, "fwd_v3_rows192",
-                 takes=["cogvideox S17776 D64", "sd15 D40 S4096", "vit-b S197 D64", "sdxl cross Sk77 D64",
-                        "key padding S577 D64 B64", "dit-xl D72 S256", "pixart self D72 S4096"],
-                 taken="fwd_v3 192x128 terms=raw persistent rows192",
+                 takes=["cogvideox S17776 D64", "vit-b S197 D64", "sdxl cross Sk77 D64", "key padding S577 D64 B64"],
+                 taken="fwd_v3 192x128 terms=raw persistent rows192")
+    check_forced(table_exe, "fwd_v3_rows192", takes=["sd15 D40 S4096", "dit-xl D72 S256", "pixart self D72 S4096"],
+                 taken="fwd_v3 192x128 terms=raw per-tile rows192")
+    r = run_table(table_exe, "--force", "fwd_v3_rows192,fwd_v3_persistent", "pixart self D72 S4096")  # (forced wins)
+    assert "fwd_v3 192x128 terms=raw persistent rows192 d80" in r.stdout, r.stdout
+    check_forced(table_exe, "fwd_v3_rows192",
                  refuses=["flux S4608 D128", "beit bias fp32", "bool mask [B,1,S,S] S1024",
                           "bool mask [1,H,S,S] dit D72 S1024"],
                  reason="the 192-row tile takes the no-term path at head dims 33-64 and 65-96")
@@ -271,9 +276,15 @@ def test_192_row_tile_takes_the_no_term_path_at_head_dims_up_to_96(table_exe):
     # by default the long no-term calls take it; short, banded, padded or few-tile calls do not
     for shape, rows192 in [("cogvideox S17776 D64", True), ("vit-b S197 D64", False), ("sdxl self S1024 D64", False),
                            ("sd15 D40 S4096", False), ("key padding S577 D64", False), ("flux S4608 D128", False),
-                           ("pixart self D72 S4096", True), ("dit-xl D72 S256", False)]:
+                           ("pixart self D72 S4096", True), ("dit-xl D72 S256", False), ("dit-xl D72 S1024", True),
+                           ("sd15 B8 D40 S4096", True)]:
         r = run_table(table_exe, shape)
         assert ("rows192" in r.stdout) == rows192, (shape, r.stdout)
+    # and one CTA per tile at the 48 and 80 instances, the persistent grid at 64 (rows192_per_tile_pays)
+    h200 = h200_choices(table_exe)
+    for shape, grid in [("pixart self D72 S4096", "per-tile"), ("dit-xl D72 S1024", "per-tile"),
+                        ("sd15 B8 D40 S4096", "per-tile"), ("cogvideox S17776 D64", "persistent")]:
+        assert f"terms=raw {grid} rows192" in h200[shape], h200[shape]
 
 
 def test_decode_tma_takes_decode_calls_on_hopper_in_one_wave(table_exe):
@@ -324,7 +335,7 @@ def test_fine_head_dims_run_on_their_own_instances(table_exe):
     h200 = h200_choices(table_exe)
     assert "fwd_v3 128x128 terms=raw persistent d48 " in h200["sd15 D40 S4096"], h200
     assert "fwd_v3 128x128 terms=raw persistent streamed d80 " in h200["dit-xl D72 S256"], h200
-    assert "fwd_v3 192x128 terms=raw persistent rows192 d80 " in h200["pixart self D72 S4096"], h200
+    assert "fwd_v3 192x128 terms=raw per-tile rows192 d80 " in h200["pixart self D72 S4096"], h200
     # the backward's 16-column instance at 96 for 65-96, the table's (bwd_v3_fine_dims forces it)
     for shape, want in [("dit-xl D72 S256", "bwd_v3 d96 terms=none"),
                         ("bool mask [1,H,S,S] dit D72 S1024", "bwd_v3 d96 terms=bits"),
