@@ -5,7 +5,8 @@ shape matrix on that build, benchmarks/pending/matrix_fa4.sh) can follow within 
 
 A candidate qualifies when its GPU suite log ends in "passed" with no failure, its sanitizer log (when the call ran
 them) reports 0 errors and 0 hazards, and no row's mean kernel time (forward or forward + backward) is more than
-1% above the baseline's (the first variant of kernel_time.txt: one build's spread between rounds on the H100).
+1% and one printed quantum (0.001 ms) above the baseline's (the first variant of kernel_time.txt): one build's
+spread between rounds on the H100, and a 0.010 ms row's last digit.
 Among those, the first named wins unless a later one's KEY_ROW forward + backward is at least 0.5% faster (the
 simpler change first). None qualifying: the baseline. Prints the name, and the reason on stderr.
 """
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from kt_summary import parse
 
-_NOISE = 0.01  # a row this much slower than the baseline counts as slower
+_NOISE = 0.01  # a row this much slower than the baseline counts as slower,
+_QUANTUM = 0.001  # and by more than kernel_time.py's last printed digit (ms)
 _BETTER = 0.005  # a later candidate must beat the current pick by this much on the key row
 
 
@@ -56,7 +58,7 @@ def pick(out: Path, key_row: str, candidates: list[str]) -> tuple[str, str]:
             f"{row} {pass_} {100 * (_mean(got) / _mean(times[(row, pass_, base)]) - 1):+.1f}%"
             for (row, pass_, v), got in times.items()
             if v == name and times.get((row, pass_, base))
-            and _mean(got) > (1 + _NOISE) * _mean(times[(row, pass_, base)])
+            and _mean(got) > (1 + _NOISE) * _mean(times[(row, pass_, base)]) + _QUANTUM
         ]
         if slower:
             print(f"{name}: slower on {', '.join(slower)}", file=sys.stderr)
