@@ -10,6 +10,10 @@
 #   VARIANTS        names of .abv/<name>.tar.xz, the baseline first (default: every tarball there, sorted)
 #   VARIANTS_CHECK  names to run the GPU suite and memcheck / racecheck on (default: none)
 #   SANITIZE        0: the GPU suite only on those (a first screen of several variants in one call); default 1
+#   PICK_ROW        a row: after the suites, scripts/pick_variant.py picks what lands among VARIANTS_CHECK (the
+#                   baseline when none qualifies) by that row's forward + backward, writes its name to
+#                   /tmp/abv/pick (for a matrix call right after, on the warm machine: V=$(cat /tmp/abv/pick)) and
+#                   runs the sanitizers on it alone (SANITIZE=0 for the others)
 #   KT_ROWS         bench_shapes.py rows or classes (default: short dense); KT_ROUNDS (default 2)
 #   KT_PEERS        peers timed beside the first variant in the first round (default: cudnn)
 #   KT_FORCE        "rows:names ..." (e.g. "dit_xl2_256,dit_xl2_512:fwd_v3_fine_dims,fwd_v3_stream"): after the
@@ -61,19 +65,26 @@ for spec in ${KT_FORCE:-}; do
     --only ${rows//,/ } || rc=1
 done > "$out/forced.txt" 2>&1
 [ -n "${KT_FORCE:-}" ] && { lap "forced"; grep -v -i "warn\|dirty" "$out/forced.txt" | cut -c1-120; }
+sanitize() {  # memcheck and racecheck of one variant on tests/gpu/sanitize_case.py
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
+      python3 tests/gpu/sanitize_case.py "${dir[$1]}" $tool > "/tmp/abv/$1.$tool.log" 2>&1 || rc=1
+    tail -n 3 "/tmp/abv/$1.$tool.log"
+  done > "$out/${1}_sanitize.log"
+  grep -h "SUMMARY" "$out/${1}_sanitize.log"
+  lap "$1 checked"
+}
 for n in ${VARIANTS_CHECK:-}; do
   WINATTN_VARIANT_DIR="${dir[$n]}" python3 -m pytest -q tests/gpu tests/test_attention.py tests/test_random_calls.py \
     -p no:cacheprovider > "$out/${n}_suite.log" 2>&1 || rc=1
   echo "$n: $(tail -1 "$out/${n}_suite.log")"
-  [ "${SANITIZE:-1}" = 0 ] && { lap "$n suite"; continue; }
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 --print-limit 20 \
-      python3 tests/gpu/sanitize_case.py "${dir[$n]}" $tool > "/tmp/abv/$n.$tool.log" 2>&1 || rc=1
-    tail -n 3 "/tmp/abv/$n.$tool.log"
-  done > "$out/${n}_sanitize.log"
-  grep -h "SUMMARY" "$out/${n}_sanitize.log"
-  lap "$n checked"
+  if [ "${SANITIZE:-1}" = 0 ] || [ -n "${PICK_ROW:-}" ]; then lap "$n suite"; else sanitize "$n"; fi
 done
+if [ -n "${PICK_ROW:-}" ]; then
+  python3 scripts/pick_variant.py "$out" "$PICK_ROW" $(printf '%s\n' ${VARIANTS_CHECK:-} | grep -vx "$first") \
+    > /tmp/abv/pick || rc=1
+  pick=$(cat /tmp/abv/pick); [ -n "$pick" ] && sanitize "$pick"
+fi
 export PATH=$PATH:/usr/local/cuda/bin
 for spec in ${NCU:-}; do
   IFS=: read -r n row kre impl <<< "$spec"
