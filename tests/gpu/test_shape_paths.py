@@ -423,6 +423,20 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
     assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
 
 
+# The 192-row tile's last query tile of a head where one or two of its consumer warpgroups have no row below Sq
+# (fwd_pipelined_sm90.h consume_idle: the barrier protocol without the GEMMs): one live row (577 = 3 x 192 + 1), 64
+# (1024), 128 (320), none idle (1100); persistent with more tiles than CTAs (a CTA's next tile after an idle one, its
+# stage and turn phases) and one CTA per tile; at 64, 72 (the 80 instance) and 40 (48), GQA, fp16
+@pytest.mark.parametrize("schedule", ["fwd_v3_persistent", "fwd_v3_per_tile"])
+@pytest.mark.parametrize("B,S,H,Hkv,D,dtype", [
+    (4, 577, 12, 12, 64, BF16), (3, 1024, 16, 4, 72, BF16), (6, 320, 8, 8, 40, FP16), (2, 1100, 8, 2, 72, BF16),
+], ids=["one_live_row_d64", "64_live_rows_gqa_d72", "128_live_rows_fp16_d40", "none_idle_d72"])
+def test_192_row_tile_with_idle_warpgroups(kernel, monkeypatch, schedule, B, S, H, Hkv, D, dtype):
+    inp = qkv(B, S, S, H, D, dtype, Hkv=Hkv)
+    names = forced_kernels_run(kernel, monkeypatch, f"fwd_v3_rows192,{schedule}", inp, {})
+    assert ran(names, "fwd_pipelined_kernel_sm90", "FwdPipeRows192TraitsSm90<"), sorted(names)
+
+
 # Forward v3's instances at head dims 48 (16-column blocks) and 80 (96's tiles, GEMMs over 80) and the backward's at 96
 # (16-column blocks; fwd_v3_fine_dims, bwd_v3_fine_dims, forced here, the table's too: SD 1.5's 40, DiT's and PixArt's
 # 72 run there instead of at 64 / 96 / 128): every tile and term path they have, against the reference (the backward
