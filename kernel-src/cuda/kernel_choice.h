@@ -473,7 +473,7 @@ inline bool rows192_pays(const KParams& p, const DeviceCaps& dev) {
 }
 // The 192-row tile at the 48 and 80 instances (head dims 33-48, 65-80) runs one CTA per tile, not the strided
 // persistent grid: H100 forward kernel time, WINATTN_FORCE_KERNEL=fwd_v3_per_tile beside the table's choice in one
-// process (RESULTS v5.9, four or five runs each): DiT-XL/2-512 (72) 0.261 -> 0.249 ms, PixArt-alpha's 4096 tokens
+// process (RESULTS v5.9, four to six runs each): DiT-XL/2-512 (72) 0.261 -> 0.249 ms, PixArt-alpha's 4096 tokens
 // (72) 0.808 -> 0.767, SD 1.5's 4096 (40) 0.558 -> 0.548. At 64 (D = 64 S = 16k: 4.17 -> 4.15, within the spread)
 // and at 96 (unmeasured) the tile keeps the grid it was measured with. Both grids run the same kernel: the per-tile
 // one gives each CTA one turn of its tile loop.
