@@ -1,7 +1,7 @@
 """Device time and host time per call of a bench_shapes.py row, for ours (optionally also with a forced kernel) and
 SDPA's cuDNN / efficient backends: which side of a short row is slow, the kernels or the host.
 
-    python3 benchmarks/kernel_time.py --variant DIR [--force fwd_v3_short] --only vit_b16 sdxl_cross_4096
+    python3 benchmarks/kernel_time.py --variant DIR [--force fwd_v3_short [--b-first]] --only vit_b16 sdxl_cross_4096
 
 bench_shapes.py times each call between device events with the calls queued back to back. On rows of ~0.1 ms that
 reads the host's pace whenever the host issues a call more slowly than the GPU runs it, and the H200's host is
@@ -74,10 +74,20 @@ def short_name(kernel: str) -> str:
     return name.replace("void ", "").split("::")[-1][:40]
 
 
+def ours_labels(force: str, b_first: bool) -> list[str]:
+    """The order ours runs in: "ours" (the table's kernels), and with a forced kernel "ours_b" after it, or before it
+    with --b-first. The first position reads differently from the second on some rows (RESULTS v5.9: the same
+    backward 0.3-7% slower first, dense D128 16k 20.6 vs 19.2 ms), so a forced A/B is timed in both orders."""
+    if not force:
+        return ["ours"]
+    return ["ours_b", "ours"] if b_first else ["ours", "ours_b"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", required=True)
     ap.add_argument("--force", default="", help="also run ours with WINATTN_FORCE_KERNEL set to this")
+    ap.add_argument("--b-first", action="store_true", help="with --force: the forced run (ours_b) first")
     ap.add_argument("--only", nargs="+", required=True, help="row names or classes (bench_shapes.py --list)")
     ap.add_argument("--peers", default="cudnn,efficient")
     ap.add_argument("--reps", type=int, default=20)
@@ -93,10 +103,9 @@ def main(argv=None) -> int:
         x = bs.make_inputs(row, "cuda")
         learn = bs.learnable(x)
         leaves = bs.grad_leaves(x, learn)
-        impls = [("ours", lambda: bs.ours_call(kern, row, x, learn, "cuda"))]
-        if args.force:
-            env = {"WINATTN_FORCE_KERNEL": args.force}
-            impls.append(("ours_b", lambda: bs.ours_call(kern, row, x, learn, "cuda", env)))
+        ours = {"ours": lambda: bs.ours_call(kern, row, x, learn, "cuda"),
+                "ours_b": lambda: bs.ours_call(kern, row, x, learn, "cuda", {"WINATTN_FORCE_KERNEL": args.force})}
+        impls = [(label, ours[label]) for label in ours_labels(args.force, args.b_first)]
         impls += [(p.name, lambda p=p: p.call(row, x, learn, "cuda")) for p in peers]
         for i, (label, make) in enumerate(impls):
             try:

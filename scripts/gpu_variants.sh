@@ -19,7 +19,9 @@
 #   KT_FORCE        "rows:names ..." (e.g. "dit_xl2_256,dit_xl2_512:fwd_v3_fine_dims,fwd_v3_stream"): after the
 #                   rounds, kernel time of those rows with the table's kernels and with WINATTN_FORCE_KERNEL=names, on
 #                   the first variant, one process each (kernel_time.py --force): a forced-kernel sweep with no build;
-#                   each entry gets at most 90 s, and none starts after KT_FORCE_S seconds of the call (default 400)
+#                   each entry gets at most 90 s, and none starts after KT_FORCE_S seconds of the call (default 400);
+#                   KT_FORCE_BOTH=1 runs each entry twice, the forced run second and then first (--b-first): the
+#                   first position reads differently on some rows (RESULTS v5.9)
 #   NCU             "name:row:kernel-regex[:impl] ..." (e.g. "v49:dense_d128_16k:bwd_pipelined"): Nsight Compute of
 #                   one launch of that kernel in the row's forward + backward (benchmarks/profile_shapes.py), last;
 #                   impl: a peer's kernels on the same call instead of ours (e.g. "v57:dit_xl2_256:cudnn:cudnn"), so
@@ -60,9 +62,11 @@ for spec in ${KT_FORCE:-}; do
   if [ $(( $(date +%s) - t0 )) -ge "${KT_FORCE_S:-400}" ]; then
     echo "#### $force on $rows: not run (KT_FORCE_S)"; continue
   fi
-  echo "#### $first forced $force on $rows"
-  timeout 90 python3 benchmarks/kernel_time.py --variant "${dir[$first]}" --peers "" --force "$force" \
-    --only ${rows//,/ } || rc=1
+  for order in "" ${KT_FORCE_BOTH:+--b-first}; do
+    echo "#### $first forced $force on $rows ${order:-(forced second)}"
+    timeout 90 python3 benchmarks/kernel_time.py --variant "${dir[$first]}" --peers "" --force "$force" $order \
+      --only ${rows//,/ } || rc=1
+  done
 done > "$out/forced.txt" 2>&1
 [ -n "${KT_FORCE:-}" ] && { lap "forced"; grep -v -i "warn\|dirty" "$out/forced.txt" | cut -c1-120; }
 sanitize() {  # memcheck and racecheck of one variant on tests/gpu/sanitize_case.py

@@ -33,3 +33,9 @@ def test_host_events_line_names_the_longest_and_what_no_event_covers(kt):
     assert line == ("host 20.0 us: cudaLaunchKernel 7.0 x2, fwd 5.5, empty_strided 2.0 x3; "
                     "outside events 5.1")
     assert kt.format_host_events([], 3.0).endswith("outside events 3.0")
+
+
+def test_a_forced_run_can_go_first(kt):
+    assert kt.ours_labels("", False) == ["ours"] and kt.ours_labels("", True) == ["ours"]
+    assert kt.ours_labels("fwd_v3_per_tile", False) == ["ours", "ours_b"]
+    assert kt.ours_labels("fwd_v3_per_tile", True) == ["ours_b", "ours"]
