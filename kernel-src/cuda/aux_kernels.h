@@ -222,6 +222,14 @@ __global__ void dq_convert_kernel(Elem* dq, const float* acc, int64_t n2) {
   }
 }
 
+// The first head-dim column of the n-tile that float4 q of a 64-row dQ accumulator tile belongs to, in the
+// consumers' fragment order (below, dq_frag_convert_kernel): n-tile (q / 32) % (DK / 16) of head-dim half
+// q / (8 DK). Its lane's two columns are 2 (lane % 4) and 2 (lane % 4) + 1 past it.
+template <int DK>
+__host__ __device__ constexpr int dq_frag_ntile_col(int q) {
+  return (q / (8 * DK)) * (DK / 2) + ((q / 32) % (DK / 16)) * 8;
+}
+
 // Backward v3 preprocess (sm90/bwd_pipelined_sm90.h): per (b, h) row padded to sq_pad (whole 64-row query blocks)
 //   delta2[b, h, i] = rowsum(dO * O) - dlse, lse2[b, h, i] = lse * log2(e) (0 where lse = -inf: that row saw no key,
 //   so its P is 0 through the masks anyway), and past Sq delta 0, lse2 +inf (P = 0 for padding rows).
@@ -248,14 +256,13 @@ __global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, float* dq_acc, in
   const float acc = quad_row_dot(dout + bc * do_sb + ic * do_ss + hc * do_sh,
                                  out + bc * o_sb + ic * o_ss + hc * o_sh, D, sub, valid);
   if (dq_acc != nullptr && row < rows) {
-    // float4 q of a tile: lane q % 32, n-tile (q / 32) % (DK / 16), head-dim half q / (8 DK): columns from
-    // half * DK / 2 + 8 n-tile. Row i's share: float4s (i % 64) DK / 4 .. + DK / 4, lane sub every fourth one, so
-    // four lanes store 64 contiguous bytes and a warp's eight rows 8 DK contiguous floats.
+    // row i's share of its tile: float4s (i % 64) DK / 4 .. + DK / 4, lane sub every fourth one, so four lanes
+    // store 64 contiguous bytes and a warp's eight rows 8 DK contiguous floats
     float4* tile = reinterpret_cast<float4*>(dq_acc) + (bh * (sq_pad / 64) + i / 64) * (16 * DK);
 #pragma unroll
     for (int j = 0; j < DK / 16; ++j) {
       const int q = (i % 64) * (DK / 4) + 4 * j + sub;
-      if ((q / (8 * DK)) * (DK / 2) + ((q / 32) % (DK / 16)) * 8 < D) tile[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (dq_frag_ntile_col<DK>(q) < D) tile[q] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   if (row < rows && sub == 0) {
@@ -300,8 +307,8 @@ __global__ void __launch_bounds__(256) dq_frag_convert_kernel(Elem* dq, const fl
   const float4* src = reinterpret_cast<const float4*>(acc) + int64_t(blockIdx.x) * (16 * DK);
 #pragma unroll 4
   for (int q = threadIdx.x; q < 16 * DK; q += 256) {
-    const int lane = q % 32, nt = (q / 32) % kDtq, wi = (q / (32 * kDtq)) % 4, w = q / (128 * kDtq);
-    const int col = w * (DK / 2) + nt * 8 + (lane & 3) * 2, r = wi * 16 + (lane >> 2);
+    const int lane = q % 32, wi = (q / (32 * kDtq)) % 4;
+    const int col = dq_frag_ntile_col<DK>(q) + (lane & 3) * 2, r = wi * 16 + (lane >> 2);
     // (rows r + 8 too; the columns past D, an instance's padding, are never zeroed: 72 on the 96 instance reads a
     // quarter less)
     if (r >= rows || col >= D) continue;
