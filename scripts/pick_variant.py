@@ -23,7 +23,7 @@ _QUANTUM = 0.001  # and by more than kernel_time.py's last printed digit (ms)
 _BETTER = 0.005  # a later candidate must beat the current pick by this much on the key row
 
 
-def _checks_pass(out: Path, name: str) -> str:
+def _failed_check(out: Path, name: str) -> str:
     """Empty when the variant's suite (and sanitizers, if run) passed, else why not."""
     suite = out / f"{name}_suite.log"
     if not suite.exists():
@@ -50,7 +50,7 @@ def pick(out: Path, key_row: str, candidates: list[str]) -> tuple[str, str]:
     base = variants[0]
     choice, why = base, "no candidate qualified"
     for name in candidates:
-        failed = _checks_pass(out, name)
+        failed = _failed_check(out, name)
         if failed:
             print(f"{name}: {failed}", file=sys.stderr)
             continue
