@@ -193,10 +193,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
       // as below). Never deterministic (the table's rule: the tickets count 64-row tiles).
       const int64_t tile = (int64_t(b) * p.H + h) * (P.sq_pad / 64) + 2 * m + cw;
       float* dst = P.dq_acc + tile * (64 * DK) + int64_t(wi * DTQ) * 128 + lane * 4;
-#pragma unroll
-      for (int nt = 0; nt < DQT; ++nt)
-        red_add_v4(dst + ((nt / DTQ) * 4 * DTQ + nt % DTQ) * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2],
-                   acc_dq[nt][3]);
+      add_dq_ntiles<kDqSkipsPadding<DK>, DQT>(p.D, acc_dq,
+                                              [&](int nt) { return dst + ((nt / DTQ) * 4 * DTQ + nt % DTQ) * 128; });
       return;
     }
     if constexpr (kDq == kBwdDqResident) {  // this CTA's own sum in shared memory: this thread's fragment positions
@@ -218,9 +216,8 @@ __device__ __forceinline__ int bwd_consume(const BwdPipeParams& P, const BwdSmem
     float* dst = P.dq_acc + tile * (BM * DK) + int64_t((cw * 4 + wi) * DTQ) * 128 + lane * 4;
     int* sem = deterministic ? P.dq_sems + tile : nullptr;
     const int rank = deterministic ? dq_turn_wait<BM, BN>(p, sem, m, t.n, issuer) : 0;
-#pragma unroll
-    for (int nt = 0; nt < DTQ; ++nt)
-      red_add_v4(dst + nt * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
+    // (this warpgroup's head-dim half: its columns from cw DK / 2)
+    add_dq_ntiles<kDqSkipsPadding<DK>, DTQ>(p.D - cw * (DK / 2), acc_dq, [&](int nt) { return dst + nt * 128; });
     if (deterministic) dq_turn_pass(sem, rank, issuer);
   };
   // Deferred dQ (kDefer: no dbias tile to stage, one batch per CTA). dQ needs both warpgroups' dS^T; waiting

@@ -190,9 +190,8 @@ __device__ __forceinline__ void bwd_consume_split_d(const BwdPipeParams& P, cons
           if (lane == 0) mbar_arrive(sm.empty(s));  // Q, dO, lse and delta of this stage are read
           if (deterministic) rank = dq_turn_wait<BM, BN>(p, sem, m, t.n, issuer);
         }
-#pragma unroll
-        for (int nt = 0; nt < DQT; ++nt)
-          red_add_v4(dst + (piece * DQT + nt) * 128, acc_dq[nt][0], acc_dq[nt][1], acc_dq[nt][2], acc_dq[nt][3]);
+        add_dq_ntiles<kDqSkipsPadding<DK>, DQT>(p.D - cw * DH - piece * DQN, acc_dq,
+                                                [&](int nt) { return dst + (piece * DQT + nt) * 128; });
       }
       if (deterministic) dq_turn_pass(sem, rank, issuer);
     }
