@@ -5,14 +5,15 @@
 CPU build (default without a GPU): a tiny call, one 7x7 window (B=1, N=49, H=1, D=32, float32), timed whole (host
 path + kernel) against torch SDPA on the same tensors, single-threaded. Cases: plain; rel-pos table; table +
 Swin shift mask; each without grad (torch.no_grad) and with grad (forward only, inputs require grad; the graph is
-recorded but not run). SDPA gets the same q / k / v as [B, H, N, D] views and, in the table cases, the bias those
+recorded but not run); and the plain call's forward + backward (`plain f+b`: out.backward(g), what a training step
+pays per layer, the autograd engine included). SDPA gets the same q / k / v as [B, H, N, D] views and, in the table cases, the bias those
 arguments stand for (table[index] + mask), materialized once outside the timing: the kindest baseline.
 Target: ours <= 2x SDPA.
 
 CUDA build (--device cuda): the Swin-T W7 workload of bench_cuda.py (16384 windows x H4 x N49 x D32, bf16, table +
 shift mask), a dense-bias call and a short plain call (SD 1.5's 16x16 level, B=8, S=256, H=8, D=160: a ~10 us
 kernel, so bench_shapes' short rows read the host), the last also as the op alone on arguments checked once (the C++
-side's share) and as SDPA's default backend. Host time per call = wall time to *issue* the call while the GPU is
+side's share), as SDPA's default backend, and with grad as forward + backward (`short plain f+b`). Host time per call = wall time to *issue* the call while the GPU is
 kept busy by a long sleep kernel queued first, so the host never waits on the GPU and the queue never fills: pure
 host cost (argument checks, allocation, launches). Also SDPA-efficient with the materialized bias for scale. Target:
 W7 forward <= 50 us.
@@ -121,13 +122,18 @@ def cpu_cases(kern, grad):
     b_table = sdpa_bias(table, index, None, 1, torch.float32)
     b_both = sdpa_bias(table, index, mask, 1, torch.float32)
     wa = kern.window_attention
-    return {
+    cases = {
         "plain": (lambda: wa(q, k, v), lambda: F.scaled_dot_product_attention(qt, kt, vt)),
         "table": (lambda: wa(q, k, v, rel_pos_table=table, rel_pos_index=index),
                   lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=b_table)),
         "table+mask": (lambda: wa(q, k, v, rel_pos_table=table, rel_pos_index=index, mask=mask),
                        lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=b_both)),
     }
+    if grad:  # (the gradients accumulate into q / k / v's .grad, for both alike)
+        g = torch.randn_like(q)
+        cases["plain f+b"] = (lambda: wa(q, k, v).backward(g),
+                              lambda: F.scaled_dot_product_attention(qt, kt, vt).backward(g.transpose(1, 2)))
+    return cases
 
 
 def run_cpu(kern, args):
@@ -191,6 +197,12 @@ def run_cuda(kern, args):
         }
         if not grad:  # (with grad, the op itself would run torch.library's Python autograd kernel: ~116 us)
             cases["short plain fwd"]["op"] = lambda: op(*op_args)
+        else:
+            gs = torch.randn_like(qs)
+            cases["short plain f+b"] = {
+                "ours": lambda: kern.attention(qs, ks, vs).backward(gs),
+                "sdpa": lambda: F.scaled_dot_product_attention(qst, kst, vst).backward(gs.transpose(1, 2)),
+            }
         ctx = torch.enable_grad() if grad else torch.no_grad()
         eff = torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION
         with ctx:

@@ -18,6 +18,7 @@ from ._ops import ops
 # The op's C++ entry (OpOverload._op): OpOverload.__call__ is a Python frame that only forwards to it (~0.3 us of a
 # ~20 us call on one 7x7 window). Where a torch version lacks the attribute, the overload itself.
 _fwd = getattr(ops.fwd.default, "_op", ops.fwd.default)
+_bwd = getattr(ops.bwd.default, "_op", ops.bwd.default)  # (the same for the backward, which every route shares)
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 _any_requires_grad = torch._C._any_requires_grad
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -47,7 +48,7 @@ def grads(ctx, grad_out, grad_lse, bias_grad, table_grad):
         # Enters through delta (see BwdParams::dlse). Rows with lse = -inf have P = 0: zero their gradient so a NaN
         # coming from -inf arithmetic downstream cannot leak into dS.
         grad_lse = torch.where(torch.isfinite(lse), grad_lse.float(), torch.zeros_like(lse)).contiguous()
-    dq, dk, dv, dbias, dtable = ops.bwd(
+    dq, dk, dv, dbias, dtable = _bwd(
         grad_out.contiguous(), q, k, v, out, lse, bias, mask, kpm, table, index, scale, causal, left, right,
         bias_grad, table_grad, deterministic, grad_lse,
     )
