@@ -10,3 +10,4 @@ dir=$(dirname "$(ls -d /tmp/abv/$n/build/*/metadata.json | head -1)")
 python3 benchmarks/bench_shapes.py --variant "$dir" --peers cudnn,fa2,efficient,fa4 --kernel-time \
   --out "$OUT/bench_shapes.json" ${ROWS:+--only $ROWS} > "$OUT/matrix.txt" 2>&1
 echo "exit $?"; grep -v -i "warn" "$OUT/matrix.txt" | tail -90 | cut -c1-160
+grep "rows below" "$OUT/matrix.txt"  # the summary whole (the cut above shortens it)
