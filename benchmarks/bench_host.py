@@ -6,17 +6,18 @@ CPU build (default without a GPU): a tiny call, one 7x7 window (B=1, N=49, H=1, 
 path + kernel) against torch SDPA on the same tensors, single-threaded. Cases: plain; rel-pos table; table +
 Swin shift mask; each without grad (torch.no_grad) and with grad (forward only, inputs require grad; the graph is
 recorded but not run); and the plain call's forward + backward (`plain f+b`: out.backward(g), what a training step
-pays per layer, the autograd engine included). SDPA gets the same q / k / v as [B, H, N, D] views and, in the table cases, the bias those
-arguments stand for (table[index] + mask), materialized once outside the timing: the kindest baseline.
+pays per layer, the autograd engine included). SDPA gets the same q / k / v as [B, H, N, D] views and, in the table
+cases, the bias those arguments stand for (table[index] + mask), materialized once outside the timing: the kindest
+baseline.
 Target: ours <= 2x SDPA.
 
 CUDA build (--device cuda): the Swin-T W7 workload of bench_cuda.py (16384 windows x H4 x N49 x D32, bf16, table +
 shift mask), a dense-bias call and a short plain call (SD 1.5's 16x16 level, B=8, S=256, H=8, D=160: a ~10 us
 kernel, so bench_shapes' short rows read the host), the last also as the op alone on arguments checked once (the C++
-side's share), as SDPA's default backend, and with grad as forward + backward (`short plain f+b`). Host time per call = wall time to *issue* the call while the GPU is
-kept busy by a long sleep kernel queued first, so the host never waits on the GPU and the queue never fills: pure
-host cost (argument checks, allocation, launches). Also SDPA-efficient with the materialized bias for scale. Target:
-W7 forward <= 50 us.
+side's share), as SDPA's default backend, and with grad as forward + backward (`short plain f+b`). Host time per
+call = wall time to *issue* the call while the GPU is kept busy by a long sleep kernel queued first, so the host never
+waits on the GPU and the queue never fills: pure host cost (argument checks, allocation, launches). Also
+SDPA-efficient with the materialized bias for scale. Target: W7 forward <= 50 us.
 
 Timing: warm-up, then the implementations round-robin (one batch of calls each per round), median over rounds of
 the per-call mean. Prints a table with ratios; --json writes every number.
