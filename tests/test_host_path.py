@@ -337,6 +337,54 @@ def test_op_outputs_are_contiguous_tensors_of_the_right_dtype(kernel, device, sh
                                    atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("shape", [(2, 7, 4, 16), (0, 7, 4, 16), (2, 0, 4, 16), (1, 1, 2, 8)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bwd_op_outputs_are_contiguous_tensors_of_the_right_dtype(kernel, device, shape, dtype):
+    """The backward's dq / dk / dv and its empty dbias / dtable come from the C shim too (new_contiguous): dk / dv
+    shaped as the GQA k / v (half q's heads), contiguous, new tensors; the gradients those of the reference."""
+    if device == "cuda" and dtype == torch.float32:
+        dtype = torch.float16
+    B, S, H, D = shape
+    q = torch.randn(shape, device=device).to(dtype)
+    k, v = (torch.randn(B, S, H // 2, D, device=device).to(dtype) for _ in range(2))
+    g = torch.randn(shape, device=device).to(dtype)
+    ops = kernel._ops.ops
+    out, lse = ops.fwd(q, k, v, None, None, None, None, None, 0.25, False, -1, -1, False)
+    dq, dk, dv, dbias, dtable = ops.bwd(g, q, k, v, out, lse, None, None, None, None, None, 0.25, False, -1, -1,
+                                        False, False, False, None)
+    for t, like in ((dq, q), (dk, k), (dv, v)):
+        assert t.shape == like.shape and t.dtype == dtype and t.device == q.device
+        assert t.stride() == torch.empty(like.shape).stride()
+        assert not t.requires_grad and (t.numel() == 0 or t.data_ptr() not in (q.data_ptr(), g.data_ptr()))
+    for t in (dbias, dtable):
+        assert t.shape == (0,) and t.dtype == torch.float32 and t.device == q.device
+    if q.numel():
+        leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+        kernel.reference.attention(*leaves, scale=0.25).backward(g.float())
+        for got, leaf in zip((dq, dk, dv), leaves):
+            torch.testing.assert_close(got.float(), leaf.grad, atol=3e-2, rtol=3e-2)
+
+
+def test_bench_host_times_forward_and_backward(kernel, device):
+    """benchmarks/bench_host.py's CPU cases run on this build, its forward + backward one included (a smoke run:
+    the timing itself is read on a quiet machine, RESULTS v5.10)."""
+    if device != "cpu":
+        pytest.skip("the CPU cases")
+    from argparse import Namespace
+
+    from repo_modules import load_repo_module
+
+    bench = load_repo_module("benchmarks/bench_host.py")
+    threads = torch.get_num_threads()
+    try:
+        rows = bench.run_cpu(kernel, Namespace(threads=1, rounds=1, calls=2, warmup=1))
+    finally:
+        torch.set_num_threads(threads)
+    cases = {(r["case"], r["grad"]) for r in rows}
+    assert ("plain f+b", True) in cases and ("plain f+b", False) not in cases
+    assert all(r["ours_us"] > 0 and r["sdpa_us"] > 0 for r in rows)
+
+
 @pytest.mark.parametrize("isa", ["default", "avx2", "generic"])
 def test_cpu_table_term_gather_reads_any_strides(kernel, monkeypatch, isa):
     """The table term is gathered W keys at a time (Vec::gather in kernel-src/cpu/simd_*.h) with the table's row
