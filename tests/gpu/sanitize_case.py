@@ -188,8 +188,8 @@ def main():
             #    one's look-ahead past empty tiles)
             os.environ["WINATTN_FORCE_KERNEL"] = "fwd_v3_rows192,fwd_v3_persistent"
             kern.attention(q, k, v, window=(60, 60))
-            #    a last tile whose second and third warpgroups have no row (577 = 3 x 192 + 1: consume_idle), a
-            #    CTA's next tile after it
+            #    a last tile whose second and third warpgroups have no row below Sq (577 = 3 x 192 + 1: they
+            #    compute padding rows the epilogue does not store), a CTA's next tile after it
             kern.attention(r(8, 577, 8, D, grad=False), k, v)  # (GQA 8 / 2: 256 tiles on 132 CTAs)
     #    the 16-column instances (head dims 48 / 80): the raw path with a causal band, the short key block, the staged
     #    bias tile, a float row term, mask bits, the two-CTA tile at 48

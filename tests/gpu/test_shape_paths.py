@@ -424,9 +424,10 @@ def test_192_row_tile(kernel, monkeypatch, B, Sq, Sk, H, Hkv, D, dtype, kw):
 
 
 # The 192-row tile's last query tile of a head where one or two of its consumer warpgroups have no row below Sq
-# (fwd_pipelined_sm90.h consume_idle: the barrier protocol without the GEMMs): one live row (577 = 3 x 192 + 1), 64
-# (1024), 128 (320), none idle (1100); persistent with more tiles than CTAs (a CTA's next tile after an idle one, its
-# stage and turn phases) and one CTA per tile; at 64, 72 (the 80 instance) and 40 (48), GQA, fp16
+# (they compute padding rows that the epilogue does not store; skipping their GEMMs in a branch was slower, RESULTS
+# v5.10): one live row (577 = 3 x 192 + 1), 64 (1024), 128 (320), none idle (1100); persistent with more tiles than
+# CTAs (a CTA's next tile after an idle one, its stage and turn phases) and one CTA per tile; at 64, 72 (the 80
+# instance) and 40 (48), GQA, fp16
 @pytest.mark.parametrize("schedule", ["fwd_v3_persistent", "fwd_v3_per_tile"])
 @pytest.mark.parametrize("B,S,H,Hkv,D,dtype", [
     (4, 577, 12, 12, 64, BF16), (3, 1024, 16, 4, 72, BF16), (6, 320, 8, 8, 40, FP16), (2, 1100, 8, 2, 72, BF16),
