@@ -237,9 +237,9 @@ __host__ __device__ constexpr int dq_frag_ntile_col(int q) {
 // With dq_acc (dQ accumulated, BwdDq kBwdDqAccumulate) it also zeroes the accumulator, as FA3's preprocess does: row
 // i's share of its 64-row tile (DK floats of the tile's 64 DK, in the fragment order dq_frag_convert_kernel reads),
 // but not the n-tiles past D, an instance's head-dim padding (a quarter of the 96 instance at D = 72): the conversion
-// never reads them, so the backward's adds there may land on whatever the workspace held (they are not skipped: a
-// test per n-tile cost every step of every pipelined instance ~35 instructions, sass_check.py). A separate memset
-// wrote all of it in a pass of its own.
+// never reads them, so the backward's adds there may land on whatever the workspace held (the 96 and 256 instances
+// leave those adds out, sm90/bwd_v3_common_sm90.h add_dq_ntiles; in the others a test per n-tile cost the step loop,
+// RESULTS v5.9). A separate memset wrote all of it in a pass of its own.
 template <typename Elem, int DK>
 __global__ void bwd_prep_v3_kernel(float* lse2, float* delta2, float* dq_acc, int sq_pad, const Elem* dout,
                                    int64_t do_sb, int64_t do_ss, int64_t do_sh, const Elem* out, int64_t o_sb,
